@@ -1,0 +1,41 @@
+# Thin wrapper over CMake (the targets there are the source of truth).
+#   make deps   install what miniCP needs (Debian 12; idempotent)
+#   make        configure + build into build/, executables in build/bin/
+#   make test   build, then run ctest (output shown on failure)
+#   make run    the main job (today: the kernel study, see README)
+#   make bench  the full kernel benchmark suite, JSON into results/
+BUILD ?= build
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc)
+PY ?= /usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps configure build test run bench clean
+
+all: build
+
+deps:
+	@./tools/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600
+
+run: build
+	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json
+
+bench: build
+	mkdir -p results
+	OMP_PROC_BIND=false $(BUILD)/bin/minicp-kernels-bench --benchmark_out=results/kernels_bench.json \
+	  --benchmark_out_format=json
+
+clean:
+	rm -rf $(BUILD)

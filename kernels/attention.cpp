@@ -1,0 +1,126 @@
+// Attention front end: shape checks, choice of implementation, the LSE merge and the
+// softmax-backward row term shared by both implementations.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention_impl.hpp"
+
+namespace minicp::kernels {
+
+void attention_check_shapes(const char* who, int64_t Sq, int64_t H, int64_t D, int64_t Sk, int64_t Hkv, int64_t Dk,
+                            int64_t Dv, int64_t Skv, int64_t Hv, const AttnMask& mask) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+  if (Dk != D || Dv != D) fail("q, k, v must share head_dim (q has " + std::to_string(D) + ")");
+  if (Skv != Sk || Hv != Hkv) fail("k and v must both be [Sk,Hkv,D]");
+  if (Hkv <= 0 || H % Hkv != 0)
+    fail("heads (" + std::to_string(H) + ") must be a multiple of kv_heads (" + std::to_string(Hkv) + ")");
+  if (int64_t(mask.q_pos.extent(0)) != Sq) fail("mask.q_pos must have Sq entries");
+  if (int64_t(mask.k_pos.extent(0)) != Sk) fail("mask.k_pos must have Sk entries");
+  const bool qd = mask.q_doc.extent(0) != 0, kd = mask.k_doc.extent(0) != 0;
+  if (qd != kd) fail("mask.q_doc and mask.k_doc must be both given or both empty");
+  if (qd && (int64_t(mask.q_doc.extent(0)) != Sq || int64_t(mask.k_doc.extent(0)) != Sk))
+    fail("mask.q_doc must have Sq entries and mask.k_doc Sk entries");
+  if (mask.window < 0) fail("mask.window must be >= 0");
+}
+
+namespace {
+
+template <class T>
+T resolve_scale(const AttnOptions& opt, int64_t D) {
+  return opt.scale != 0.0 ? T(opt.scale) : T(1.0 / std::sqrt(double(D)));
+}
+
+bool use_tiled(const AttnOptions& opt) {
+  if (opt.impl == AttnImpl::Tiled && !kHostExec)
+    throw std::invalid_argument("attention: the tiled implementation needs a host execution space");
+  return opt.impl == AttnImpl::Tiled || (opt.impl == AttnImpl::Auto && kHostExec);
+}
+
+}  // namespace
+
+template <class T>
+AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
+                        const AttnOptions& opt) {
+  attention_check_shapes("attention_fwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
+                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
+  if (o.extent(0) != q.extent(0) || o.extent(1) != q.extent(1) || o.extent(2) != q.extent(2) ||
+      lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
+    throw std::invalid_argument("attention_fwd: o must be [Sq,H,D] and lse [Sq,H]");
+  const T scale = resolve_scale<T>(opt, q.extent(2));
+  if (use_tiled(opt)) return detail::attention_fwd_tiled<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k);
+  return detail::attention_fwd_portable<T>(q, k, v, mask, o, lse, scale);
+}
+
+template <class T>
+AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                        const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, const AttnOptions& opt) {
+  attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
+                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
+  auto same3 = [](auto& a, auto& b) {
+    return a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1) && a.extent(2) == b.extent(2);
+  };
+  if (!same3(o, q) || !same3(dout, q) || !same3(dq, q) || !same3(dk, k) || !same3(dv, k) ||
+      lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
+    throw std::invalid_argument("attention_bwd: o, dout, dq must be [Sq,H,D], dk, dv [Sk,Hkv,D], lse [Sq,H]");
+  const T scale = resolve_scale<T>(opt, q.extent(2));
+  if (use_tiled(opt))
+    return detail::attention_bwd_tiled<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k);
+  return detail::attention_bwd_portable<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale);
+}
+
+template <class T>
+void lse_merge(View3<T> o, View2<T> lse, CView3<T> o2, CView2<T> lse2) {
+  if (o2.extent(0) != o.extent(0) || o2.extent(1) != o.extent(1) || o2.extent(2) != o.extent(2) ||
+      lse.extent(0) != o.extent(0) || lse.extent(1) != o.extent(1) || lse2.extent(0) != o.extent(0) ||
+      lse2.extent(1) != o.extent(1))
+    throw std::invalid_argument("lse_merge: o, o2 must be [S,H,D] and lse, lse2 [S,H]");
+  using A = std::common_type_t<T, float>;
+  const int S = int(o.extent(0)), H = int(o.extent(1)), D = int(o.extent(2));
+  Kokkos::parallel_for(
+      "kernels::attention::lse_merge", Kokkos::RangePolicy<Exec>(0, S * H), KOKKOS_LAMBDA(const int idx) {
+        const int s = idx / H, h = idx % H;
+        const A l1 = A(lse(s, h)), l2 = A(lse2(s, h));
+        const A mx = l1 > l2 ? l1 : l2;
+        if (mx == neg_inf<A>()) {  // nothing visible in either part
+          lse(s, h) = neg_inf<T>();
+          for (int d = 0; d < D; ++d) o(s, h, d) = T(0);
+          return;
+        }
+        const A e1 = exp(l1 - mx), e2 = exp(l2 - mx);  // exp(-inf) = 0 for an empty part
+        const A tot = e1 + e2;
+        const A w1 = e1 / tot, w2 = e2 / tot;
+        for (int d = 0; d < D; ++d) o(s, h, d) = T(w1 * A(o(s, h, d)) + w2 * A(o2(s, h, d)));
+        lse(s, h) = T(mx + log(tot));
+      });
+}
+
+namespace detail {
+template <class T>
+View2<T> attention_delta(CView3<T> o, CView3<T> dout) {
+  const int S = int(o.extent(0)), H = int(o.extent(1)), D = int(o.extent(2));
+  View2<T> delta(Kokkos::view_alloc("attention_delta", Kokkos::WithoutInitializing), S, H);
+  Kokkos::parallel_for(
+      "kernels::attention::bwd_delta", Kokkos::RangePolicy<Exec>(0, S * H), KOKKOS_LAMBDA(const int idx) {
+        const int s = idx / H, h = idx % H;
+        T acc = 0;
+        for (int d = 0; d < D; ++d) acc += dout(s, h, d) * o(s, h, d);
+        delta(s, h) = acc;
+      });
+  return delta;
+}
+}  // namespace detail
+
+#define MINICP_ATTN_INST(T)                                                                                       \
+  template AttnStats attention_fwd<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<T>, View2<T>,       \
+                                      const AttnOptions&);                                                        \
+  template AttnStats attention_bwd<T>(CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>, CView3<T>,           \
+                                      const AttnMask&, View3<T>, View3<T>, View3<T>, const AttnOptions&);         \
+  template void lse_merge<T>(View3<T>, View2<T>, CView3<T>, CView2<T>);                                           \
+  template View2<T> detail::attention_delta<T>(CView3<T>, CView3<T>);
+MINICP_ATTN_INST(float)
+MINICP_ATTN_INST(double)
+#undef MINICP_ATTN_INST
+
+}  // namespace minicp::kernels

@@ -1,0 +1,88 @@
+// Blockwise (flash) attention forward/backward with log-sum-exp, GQA, and masks decided
+// from GLOBAL query/key positions (causal, full, sliding window, packed documents), so
+// one call serves any CP layout and any ring step. Two implementations, one interface:
+//   tiled    - host only: tiles of Q/K/V go through BLAS (gemm_host), online softmax with a
+//              vectorised exp, fully masked tiles skipped. The fast path.
+//   portable - one Kokkos thread per (row, head), scalar loops; runs on any execution space.
+// Tensors: q[Sq,H,D], k,v[Sk,Hkv,D], o[Sq,H,D], lse[Sq,H]; H % Hkv == 0 (head h uses kv
+// head h / (H/Hkv)). LSE is the natural log of sum_j exp(scale * q.k_j); -inf when no key
+// is visible, and then the output row is 0.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/types.hpp"
+
+namespace minicp::kernels {
+
+// Which keys a query sees. Key j is visible from query i iff
+//   (!causal || kpos[j] <= qpos[i]) && (window == 0 || qpos[i]-window < kpos[j] <= qpos[i])
+//   && (no documents || qdoc[i] == kdoc[j]).
+// A window implies causal. Empty doc views (extent 0) mean one document.
+struct AttnMask {
+  Kokkos::View<const int64_t*, Mem> q_pos, k_pos;
+  Kokkos::View<const int32_t*, Mem> q_doc, k_doc;
+  bool causal = true;
+  int64_t window = 0;
+
+  KOKKOS_INLINE_FUNCTION bool has_docs() const { return q_doc.extent(0) != 0; }
+  KOKKOS_INLINE_FUNCTION bool visible(int i, int j) const {
+    const int64_t qp = q_pos(i), kp = k_pos(j);
+    if ((causal || window > 0) && kp > qp) return false;
+    if (window > 0 && kp <= qp - window) return false;
+    if (has_docs() && q_doc(i) != k_doc(j)) return false;
+    return true;
+  }
+};
+
+enum class AttnImpl { Auto, Tiled, Portable };
+
+struct AttnOptions {
+  double scale = 0.0;         // softmax scale; 0 means 1/sqrt(D)
+  int tile_q = 0, tile_k = 0;  // tiled path tile sizes in tokens; 0 picks the default
+  AttnImpl impl = AttnImpl::Auto;
+};
+
+// What a call actually computed (for load-imbalance and executed-FLOP accounting).
+struct AttnStats {
+  double flops = 0;             // executed FLOPs (whole tiles, masked entries included)
+  int64_t blocks_computed = 0;  // (head, q-tile, k-tile) blocks computed
+  int64_t blocks_skipped = 0;   // blocks skipped because fully masked
+  AttnStats& operator+=(const AttnStats& o) {
+    flops += o.flops;
+    blocks_computed += o.blocks_computed;
+    blocks_skipped += o.blocks_skipped;
+    return *this;
+  }
+};
+
+// Useful FLOPs (the figure of merit): forward 4*Sq*Sk*D*H, half of it when causal over a
+// square; backward 2.5x forward.
+inline double attention_fwd_useful_flops(double Sq, double Sk, double D, double H, bool causal) {
+  return 4.0 * Sq * Sk * D * H * (causal ? 0.5 : 1.0);
+}
+inline double attention_bwd_useful_flops(double Sq, double Sk, double D, double H, bool causal) {
+  return 2.5 * attention_fwd_useful_flops(Sq, Sk, D, H, causal);
+}
+
+// Forward: o, lse are overwritten.
+template <class T>
+AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
+                        const AttnOptions& opt = {});
+
+// Backward given the FINAL o and lse of the rows (so a ring may call it once per KV block):
+// dq, dk, dv are accumulated into (+=), never zeroed here.
+template <class T>
+AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                        const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, const AttnOptions& opt = {});
+
+// Merge a partial result into a running one: (o, lse) <- merge((o, lse), (o2, lse2)).
+// Computed in fp32 or wider; rows with both LSEs -inf give o = 0, lse = -inf, never NaN.
+template <class T>
+void lse_merge(View3<T> o, View2<T> lse, CView3<T> o2, CView2<T> lse2);
+
+// Throws std::invalid_argument naming the mismatch; used by both implementations.
+void attention_check_shapes(const char* who, int64_t Sq, int64_t H, int64_t D, int64_t Sk, int64_t Hkv, int64_t Dk,
+                            int64_t Dv, int64_t Skv, int64_t Hv, const AttnMask& mask);
+
+}  // namespace minicp::kernels

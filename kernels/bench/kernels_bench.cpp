@@ -1,0 +1,152 @@
+// Google Benchmark timings of the miniCP kernels (fp32): BLAS GEMM, attention forward and
+// backward on one rank. FLOPS counters report useful FLOP/s; exec_FLOPS the executed ones.
+// Run: minicp-kernels-bench --benchmark_filter='BM_(Sgemm|AttentionFwd|AttentionBwd)'
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <string>
+
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/types.hpp"
+
+namespace {
+
+namespace kk = minicp::kernels;
+
+// Deterministic pseudo-random value in [-1, 1] from (seed, index): splitmix64 finaliser.
+float hash_unit(uint64_t seed, uint64_t i) {
+  uint64_t z = i + seed * 0x9E3779B97F4A7C15ull + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+// Fills a device View with hash_unit(seed, flat index) through a host mirror.
+template <class V>
+void fill_random(const V& v, uint64_t seed) {
+  auto h = Kokkos::create_mirror_view(v);
+  auto* p = h.data();
+  const size_t n = h.span();
+  for (size_t i = 0; i < n; ++i) p[i] = hash_unit(seed, i);
+  Kokkos::deep_copy(v, h);
+}
+
+// Global positions 0..S-1.
+Kokkos::View<const int64_t*, kk::Mem> iota_positions(int64_t S) {
+  Kokkos::View<int64_t*, kk::Mem> pos("pos", S);
+  auto h = Kokkos::create_mirror_view(pos);
+  for (int64_t i = 0; i < S; ++i) h(i) = i;
+  Kokkos::deep_copy(pos, h);
+  return pos;
+}
+
+constexpr int kHeads = 8;
+constexpr int kKvHeads = 8;
+
+void BM_Sgemm(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  kk::View2<float> A("A", n, n), B("B", n, n), C("C", n, n);
+  fill_random(A, 1);
+  fill_random(B, 2);
+  Kokkos::deep_copy(C, 0.0f);
+  Kokkos::fence();
+  for (auto _ : state) {
+    kk::gemm<float>(kk::Trans::N, kk::Trans::N, 1.0f, A, B, 0.0f, C);
+    Kokkos::fence();
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(kk::gemm_flops(n, n, n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Inputs of one attention problem: q[S,H,D], k,v[S,Hkv,D], positions 0..S-1.
+struct AttnProblem {
+  kk::View3<float> q, k, v;
+  kk::AttnMask mask;
+  AttnProblem(int64_t S, int64_t D, bool causal)
+      : q("q", S, kHeads, D), k("k", S, kKvHeads, D), v("v", S, kKvHeads, D) {
+    fill_random(q, 11);
+    fill_random(k, 12);
+    fill_random(v, 13);
+    const auto pos = iota_positions(S);
+    mask.q_pos = pos;
+    mask.k_pos = pos;
+    mask.causal = causal;
+    mask.window = 0;
+  }
+};
+
+void BM_AttentionFwd(benchmark::State& state) {
+  const int64_t S = state.range(0), D = state.range(1);
+  const bool causal = state.range(2) != 0;
+  AttnProblem p(S, D, causal);
+  kk::View3<float> o("o", S, kHeads, D);
+  kk::View2<float> lse("lse", S, kHeads);
+  Kokkos::fence();
+  double exec_flops = 0;
+  for (auto _ : state) {
+    const kk::AttnStats st = kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse);
+    Kokkos::fence();
+    exec_flops = st.flops;
+    benchmark::DoNotOptimize(o.data());
+    benchmark::DoNotOptimize(lse.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] = benchmark::Counter(kk::attention_fwd_useful_flops(S, S, D, kHeads, causal),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_AttentionBwd(benchmark::State& state) {
+  const int64_t S = state.range(0), D = state.range(1);
+  const bool causal = state.range(2) != 0;
+  AttnProblem p(S, D, causal);
+  kk::View3<float> o("o", S, kHeads, D), dout("dout", S, kHeads, D);
+  kk::View2<float> lse("lse", S, kHeads);
+  kk::View3<float> dq("dq", S, kHeads, D), dk("dk", S, kKvHeads, D), dv("dv", S, kKvHeads, D);
+  fill_random(dout, 14);
+  kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse);
+  Kokkos::fence();
+  double exec_flops = 0;
+  // dq, dk, dv accumulate across iterations; the cost does not depend on their values.
+  for (auto _ : state) {
+    const kk::AttnStats st = kk::attention_bwd<float>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv);
+    Kokkos::fence();
+    exec_flops = st.flops;
+    benchmark::DoNotOptimize(dq.data());
+    benchmark::DoNotOptimize(dk.data());
+    benchmark::DoNotOptimize(dv.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] = benchmark::Counter(kk::attention_bwd_useful_flops(S, S, D, kHeads, causal),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void AttentionArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t S : {1024, 4096})
+    for (int64_t D : {64, 128})
+      for (int64_t causal : {0, 1}) b->Args({S, D, causal});
+}
+
+}  // namespace
+
+BENCHMARK(BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionFwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("kokkos_exec_space", kk::Exec::name());
+  benchmark::AddCustomContext("kokkos_concurrency", std::to_string(kk::Exec().concurrency()));
+  benchmark::AddCustomContext("gemm_backend", kk::gemm_backend());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

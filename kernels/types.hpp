@@ -1,0 +1,49 @@
+// View aliases, execution spaces and math shims shared by every kernel.
+// Tensors are LayoutRight with the token index first ([S, H, D], [S, hidden]), so a CP
+// layout slices rows and a BLAS call sees a row-major matrix with a leading dimension.
+#pragma once
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace minicp::kernels {
+
+using Exec = Kokkos::DefaultExecutionSpace;
+using Mem = Exec::memory_space;
+using HostExec = Kokkos::DefaultHostExecutionSpace;
+
+// True when the default execution space runs on the host (Serial, OpenMP, Threads).
+constexpr bool kHostExec = std::is_same<Exec, HostExec>::value;
+
+template <class T> using View1 = Kokkos::View<T*, Kokkos::LayoutRight, Mem>;
+template <class T> using View2 = Kokkos::View<T**, Kokkos::LayoutRight, Mem>;
+template <class T> using View3 = Kokkos::View<T***, Kokkos::LayoutRight, Mem>;
+
+// Inputs are taken through these so that T is deduced from the outputs only and
+// non-const Views convert implicitly.
+template <class T> struct NoDeduce { using type = T; };
+template <class T> using CView1 = typename NoDeduce<Kokkos::View<const T*, Kokkos::LayoutRight, Mem>>::type;
+template <class T> using CView2 = typename NoDeduce<Kokkos::View<const T**, Kokkos::LayoutRight, Mem>>::type;
+template <class T> using CView3 = typename NoDeduce<Kokkos::View<const T***, Kokkos::LayoutRight, Mem>>::type;
+template <class T> using Scalar = typename NoDeduce<T>::type;
+
+#if KOKKOS_VERSION >= 30600
+using Kokkos::exp;
+using Kokkos::log;
+using Kokkos::sqrt;
+using Kokkos::cos;
+using Kokkos::sin;
+using Kokkos::pow;
+#else
+using Kokkos::Experimental::exp;
+using Kokkos::Experimental::log;
+using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::cos;
+using Kokkos::Experimental::sin;
+using Kokkos::Experimental::pow;
+#endif
+
+template <class T> KOKKOS_INLINE_FUNCTION T neg_inf() { return static_cast<T>(-INFINITY); }
+
+}  // namespace minicp::kernels

@@ -1,0 +1,274 @@
+// Attention forward/backward and the LSE merge against the fp64 materialised reference,
+// for both implementations (tiled BLAS path, portable path), fp32 and fp64, over masks
+// (causal, full, window, documents), GQA, and edge cases (S=1, ragged tiles, empty rows).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/attention.hpp"
+#include "tests/reference.hpp"
+#include "tests/view_util.hpp"
+
+namespace {
+using namespace minicp;
+using kernels::AttnImpl;
+using ref::Vec;
+
+struct Case {
+  std::string name;
+  int Sq, Sk, H, Hkv, D;
+  bool causal;
+  int64_t window;
+  bool docs;
+  int64_t q_offset;  // q_pos = q_offset + i, k_pos = j (q_offset < 0 leaves early rows empty)
+  int tile;          // tiled path tile size (q and k)
+};
+
+std::vector<Case> cases() {
+  return {
+      {"causal_d64", 150, 150, 4, 4, 64, true, 0, false, 0, 32},
+      {"full_d64", 96, 130, 2, 2, 64, false, 0, false, 0, 32},
+      {"causal_d128_gqa", 200, 200, 8, 2, 128, true, 0, false, 0, 64},
+      {"kv_heads_1", 77, 77, 4, 1, 64, true, 0, false, 0, 16},
+      {"window_lt_tile", 120, 120, 2, 2, 64, true, 5, false, 0, 32},
+      {"window_noncausal_flag", 90, 90, 2, 1, 64, false, 17, false, 0, 16},
+      {"docs_packed", 140, 140, 2, 2, 64, true, 0, true, 0, 32},
+      {"docs_full", 100, 100, 2, 2, 64, false, 0, true, 0, 32},
+      {"s1", 1, 1, 2, 1, 64, true, 0, false, 0, 128},
+      {"s1_decode", 1, 257, 4, 2, 128, true, 0, false, 256, 64},
+      {"empty_rows", 64, 80, 2, 2, 64, true, 0, false, -30, 16},
+      {"default_tiles_ragged", 300, 300, 2, 2, 128, true, 0, false, 0, 0},
+  };
+}
+
+struct Inputs {
+  Vec q, k, v, dout;
+  ref::Mask mask;
+  double scale;
+};
+
+Inputs make_inputs(const Case& c) {
+  Inputs in;
+  in.q = ref::random_vec(size_t(c.Sq) * c.H * c.D, 11, 2.0);
+  in.k = ref::random_vec(size_t(c.Sk) * c.Hkv * c.D, 12, 2.0);
+  in.v = ref::random_vec(size_t(c.Sk) * c.Hkv * c.D, 13);
+  in.dout = ref::random_vec(size_t(c.Sq) * c.H * c.D, 14);
+  for (int i = 0; i < c.Sq; ++i) in.mask.qpos.push_back(c.q_offset + i);
+  for (int j = 0; j < c.Sk; ++j) in.mask.kpos.push_back(j);
+  if (c.docs) {  // documents of lengths 37, 37, ... by position
+    for (auto p : in.mask.qpos) in.mask.qdoc.push_back(int32_t((p < 0 ? 0 : p) / 37));
+    for (auto p : in.mask.kpos) in.mask.kdoc.push_back(int32_t(p / 37));
+  }
+  in.mask.causal = c.causal;
+  in.mask.window = c.window;
+  in.scale = 1.0 / std::sqrt(double(c.D));
+  return in;
+}
+
+kernels::AttnMask device_mask(const ref::Mask& m) {
+  kernels::AttnMask dm;
+  dm.q_pos = test::make_index_view("q_pos", m.qpos);
+  dm.k_pos = test::make_index_view("k_pos", m.kpos);
+  if (!m.qdoc.empty()) {
+    dm.q_doc = test::make_index_view("q_doc", m.qdoc);
+    dm.k_doc = test::make_index_view("k_doc", m.kdoc);
+  }
+  dm.causal = m.causal;
+  dm.window = m.window;
+  return dm;
+}
+
+// Reference backward by the textbook formulas on the materialised probabilities.
+struct Grads {
+  Vec dq, dk, dv;
+};
+Grads ref_backward(const Case& c, const Inputs& in) {
+  Grads g{Vec(in.q.size(), 0.0), Vec(in.k.size(), 0.0), Vec(in.v.size(), 0.0)};
+  const auto fwd = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
+  const int group = c.H / c.Hkv;
+  for (int i = 0; i < c.Sq; ++i)
+    for (int h = 0; h < c.H; ++h) {
+      const double L = fwd.lse[size_t(i) * c.H + h];
+      if (std::isinf(L)) continue;
+      const int gk = h / group;
+      auto Q = [&](int d) { return in.q[(size_t(i) * c.H + h) * c.D + d]; };
+      auto dO = [&](int d) { return in.dout[(size_t(i) * c.H + h) * c.D + d]; };
+      double delta = 0;
+      for (int d = 0; d < c.D; ++d) delta += dO(d) * fwd.o[(size_t(i) * c.H + h) * c.D + d];
+      for (int j = 0; j < c.Sk; ++j) {
+        if (!in.mask.visible(i, j)) continue;
+        const size_t kb = (size_t(j) * c.Hkv + gk) * c.D;
+        double s = 0, dp = 0;
+        for (int d = 0; d < c.D; ++d) {
+          s += Q(d) * in.k[kb + d];
+          dp += dO(d) * in.v[kb + d];
+        }
+        const double p = std::exp(s * in.scale - L);
+        const double ds = p * (dp - delta);
+        for (int d = 0; d < c.D; ++d) {
+          g.dq[(size_t(i) * c.H + h) * c.D + d] += in.scale * ds * in.k[kb + d];
+          g.dk[kb + d] += in.scale * ds * Q(d);
+          g.dv[kb + d] += p * dO(d);
+        }
+      }
+    }
+  return g;
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same<T, float>::value ? 2e-5 : 1e-11;
+}
+
+template <class T>
+void run_case(const Case& c, AttnImpl impl) {
+  SCOPED_TRACE(c.name + (impl == AttnImpl::Tiled ? " tiled " : " portable ") +
+               (std::is_same<T, float>::value ? "fp32" : "fp64"));
+  const Inputs in = make_inputs(c);
+  const auto ref_fwd = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
+  const Grads ref_g = ref_backward(c, in);
+
+  auto q = test::make_view<kernels::View3<T>>("q", in.q, c.Sq, c.H, c.D);
+  auto k = test::make_view<kernels::View3<T>>("k", in.k, c.Sk, c.Hkv, c.D);
+  auto v = test::make_view<kernels::View3<T>>("v", in.v, c.Sk, c.Hkv, c.D);
+  auto dout = test::make_view<kernels::View3<T>>("dout", in.dout, c.Sq, c.H, c.D);
+  kernels::View3<T> o("o", c.Sq, c.H, c.D), dq("dq", c.Sq, c.H, c.D);
+  kernels::View3<T> dk("dk", c.Sk, c.Hkv, c.D), dv("dv", c.Sk, c.Hkv, c.D);
+  kernels::View2<T> lse("lse", c.Sq, c.H);
+  const auto mask = device_mask(in.mask);
+  kernels::AttnOptions opt;
+  opt.impl = impl;
+  opt.tile_q = opt.tile_k = c.tile;
+
+  const auto st = kernels::attention_fwd<T>(q, k, v, mask, o, lse, opt);
+  Kokkos::fence();
+  const Vec got_o = test::to_vec(o), got_lse = test::to_vec(lse);
+  EXPECT_LE(ref::rel_err(got_o, ref_fwd.o), tolerance<T>()) << "forward O";
+  size_t empty_rows = 0;
+  for (size_t r = 0; r < got_lse.size(); ++r) {
+    ASSERT_FALSE(std::isnan(got_lse[r])) << "row " << r;
+    if (std::isinf(ref_fwd.lse[r])) {
+      ++empty_rows;
+      EXPECT_TRUE(std::isinf(got_lse[r]) && got_lse[r] < 0) << "row " << r << " must have LSE -inf";
+      for (int d = 0; d < c.D; ++d) EXPECT_EQ(got_o[r * c.D + d], 0.0);
+    } else {
+      EXPECT_NEAR(got_lse[r], ref_fwd.lse[r], 10 * tolerance<T>() * std::max(1.0, std::abs(ref_fwd.lse[r])))
+          << "row " << r;
+    }
+  }
+  if (c.name == "empty_rows") EXPECT_GT(empty_rows, 0u) << "the case must exercise fully masked rows";
+  const double useful_pairs = [&] {
+    double n = 0;
+    for (int i = 0; i < c.Sq; ++i)
+      for (int j = 0; j < c.Sk; ++j) n += in.mask.visible(i, j);
+    return n;
+  }();
+  EXPECT_GE(st.flops + 1e-9, 4.0 * c.D * c.H * useful_pairs) << "executed FLOPs cover the useful ones";
+
+  kernels::attention_bwd<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, opt);
+  Kokkos::fence();
+  EXPECT_LE(ref::rel_err(test::to_vec(dq), ref_g.dq), 5 * tolerance<T>()) << "dQ";
+  EXPECT_LE(ref::rel_err(test::to_vec(dk), ref_g.dk), 5 * tolerance<T>()) << "dK";
+  EXPECT_LE(ref::rel_err(test::to_vec(dv), ref_g.dv), 5 * tolerance<T>()) << "dV";
+
+  // Backward accumulates: a second call doubles the gradients.
+  kernels::attention_bwd<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, opt);
+  Kokkos::fence();
+  Vec twice = ref_g.dk;
+  for (auto& x : twice) x *= 2;
+  EXPECT_LE(ref::rel_err(test::to_vec(dk), twice), 5 * tolerance<T>()) << "dK after two accumulating calls";
+}
+
+class AttentionCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionCase, TiledFp32) { run_case<float>(GetParam(), AttnImpl::Tiled); }
+TEST_P(AttentionCase, TiledFp64) { run_case<double>(GetParam(), AttnImpl::Tiled); }
+TEST_P(AttentionCase, PortableFp32) { run_case<float>(GetParam(), AttnImpl::Portable); }
+TEST_P(AttentionCase, PortableFp64) { run_case<double>(GetParam(), AttnImpl::Portable); }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCase, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+TEST(Attention, CausalSkipsMaskedTiles) {
+  Case c{"skip", 256, 256, 2, 2, 64, true, 0, false, 0, 32};
+  const Inputs in = make_inputs(c);
+  auto q = test::make_view<kernels::View3<float>>("q", in.q, c.Sq, c.H, c.D);
+  auto k = test::make_view<kernels::View3<float>>("k", in.k, c.Sk, c.Hkv, c.D);
+  kernels::View3<float> o("o", c.Sq, c.H, c.D);
+  kernels::View2<float> lse("lse", c.Sq, c.H);
+  kernels::AttnOptions opt;
+  opt.impl = AttnImpl::Tiled;
+  opt.tile_q = opt.tile_k = 32;
+  const auto st = kernels::attention_fwd<float>(q, k, k, device_mask(in.mask), o, lse, opt);
+  // 8x8 tiles per head: 36 on or below the diagonal, 28 above it.
+  EXPECT_EQ(st.blocks_computed, 2 * 36);
+  EXPECT_EQ(st.blocks_skipped, 2 * 28);
+}
+
+TEST(Attention, RejectsBadShapes) {
+  kernels::View3<float> q("q", 8, 6, 16), k("k", 8, 4, 16), o("o", 8, 6, 16);
+  kernels::View2<float> lse("lse", 8, 6);
+  std::vector<int64_t> pos(8);
+  for (int i = 0; i < 8; ++i) pos[i] = i;
+  kernels::AttnMask m;
+  m.q_pos = m.k_pos = test::make_index_view("pos", pos);
+  try {
+    kernels::attention_fwd<float>(q, k, k, m, o, lse);
+    FAIL() << "heads 6 with kv_heads 4 must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_heads (4)"), std::string::npos) << e.what();
+  }
+}
+
+// Merge: attention over keys [0, a) and [a, Sk) merged by LSE equals attention over all.
+template <class T>
+void merge_case() {
+  Case c{"merge", 70, 90, 2, 2, 64, true, 20, false, 0, 16};
+  Inputs in = make_inputs(c);
+  const auto full = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
+  const int a = 50;
+  auto part = [&](int j0, int j1, kernels::View3<T>& o, kernels::View2<T>& lse) {
+    ref::Mask m = in.mask;
+    m.kpos.assign(in.mask.kpos.begin() + j0, in.mask.kpos.begin() + j1);
+    const size_t w = size_t(c.Hkv) * c.D;
+    Vec kk(in.k.begin() + j0 * w, in.k.begin() + j1 * w), vv(in.v.begin() + j0 * w, in.v.begin() + j1 * w);
+    auto q = test::make_view<kernels::View3<T>>("q", in.q, c.Sq, c.H, c.D);
+    auto k = test::make_view<kernels::View3<T>>("k", kk, j1 - j0, c.Hkv, c.D);
+    auto v = test::make_view<kernels::View3<T>>("v", vv, j1 - j0, c.Hkv, c.D);
+    kernels::attention_fwd<T>(q, k, v, device_mask(m), o, lse);
+  };
+  kernels::View3<T> o1("o1", c.Sq, c.H, c.D), o2("o2", c.Sq, c.H, c.D);
+  kernels::View2<T> l1("l1", c.Sq, c.H), l2("l2", c.Sq, c.H);
+  part(0, a, o1, l1);
+  part(a, c.Sk, o2, l2);
+  // Rows with q_pos < a see no key of the second part: their LSE there is -inf.
+  const Vec l2h = test::to_vec(l2);
+  EXPECT_TRUE(std::isinf(l2h[0]) && l2h[0] < 0);
+  kernels::lse_merge<T>(o1, l1, o2, l2);
+  Kokkos::fence();
+  EXPECT_LE(ref::rel_err(test::to_vec(o1), full.o), tolerance<T>());
+  EXPECT_LE(ref::rel_err(test::to_vec(l1), full.lse), tolerance<T>());
+}
+TEST(LseMerge, SplitKeysFp32) { merge_case<float>(); }
+TEST(LseMerge, SplitKeysFp64) { merge_case<double>(); }
+
+TEST(LseMerge, BothEmptyGivesZeroNotNaN) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto o = test::make_view<kernels::View3<float>>("o", Vec(4, 7.0), 1, 1, 4);
+  auto o2 = test::make_view<kernels::View3<float>>("o2", Vec(4, 3.0), 1, 1, 4);
+  auto l = test::make_view<kernels::View2<float>>("l", Vec{ninf}, 1, 1);
+  auto l2 = test::make_view<kernels::View2<float>>("l2", Vec{ninf}, 1, 1);
+  kernels::lse_merge<float>(o, l, o2, l2);
+  for (double x : test::to_vec(o)) EXPECT_EQ(x, 0.0);
+  const double lv = test::to_vec(l)[0];
+  EXPECT_TRUE(std::isinf(lv) && lv < 0);
+  // One side empty: the other side passes through unchanged.
+  auto o3 = test::make_view<kernels::View3<float>>("o3", Vec(4, 5.0), 1, 1, 4);
+  auto l3 = test::make_view<kernels::View2<float>>("l3", Vec{1.5}, 1, 1);
+  kernels::lse_merge<float>(o, l, o3, l3);
+  for (double x : test::to_vec(o)) EXPECT_FLOAT_EQ(x, 5.0);
+  EXPECT_FLOAT_EQ(test::to_vec(l)[0], 1.5);
+}
+
+}  // namespace
