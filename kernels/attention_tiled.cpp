@@ -107,13 +107,7 @@ AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnM
               for (int c = 0; c < mk; ++c) srow[c] = T(0);
               continue;
             }
-            T sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int c = 0; c < mk; ++c) {
-              const T p = exp_fast(srow[c] - mnew);
-              srow[c] = p;
-              sum += p;
-            }
+            const T sum = exp_shift_sum(srow, mk, mnew);
             const T corr = exp_fast(mrow[r] - mnew);
             if (corr != T(1)) {
               T* arow = acc.data() + size_t(r) * D;
@@ -197,8 +191,7 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
                   for (int c = 0; c < mk; ++c) prow[c] = T(0);
                   continue;
                 }
-#pragma omp simd
-                for (int c = 0; c < mk; ++c) prow[c] = exp_fast(prow[c] - L);
+                exp_shift(prow, mk, L);
               }
               // dV += P^T dO ; dP = dO V^T
               gemm_host<T>(Trans::T, Trans::N, mk, D, mq, T(1), P, bk, dO + qoff, ldq, T(1), dVt, ldk);

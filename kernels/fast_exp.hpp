@@ -11,8 +11,14 @@ namespace minicp::kernels {
 
 inline float exp_fast(float x) {
   const float lo = -87.3f, hi = 88.3f;
-  const float xc = x < lo ? lo : (x > hi ? hi : x);
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // Two flat selects, not nested ones or fminf/fmaxf: GCC vectorises only this form.
+  float xc = x > lo ? x : lo;
+  xc = xc < hi ? xc : hi;
+  // n = round(xc / ln2) by truncating conversion (vcvttps2dq): std::floor would stay a
+  // libm call under the default -ftrapping-math and block vectorisation.
+  const float t = xc * 1.44269504088896341f;
+  const int32_t ni = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
+  const float n = static_cast<float>(ni);
   float r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -22,12 +28,86 @@ inline float exp_fast(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const int32_t bits = (ni + 127) << 23;
   float pow2n;
   std::memcpy(&pow2n, &bits, sizeof(float));
-  return x < lo ? 0.0f : p * pow2n;
+  const float res = p * pow2n;  // computed unconditionally: the select below must not guard FP work
+  return x < lo ? 0.0f : res;
 }
 
 inline double exp_fast(double x) { return std::exp(x); }
+
+}  // namespace minicp::kernels
+
+namespace minicp::kernels {
+namespace simd {
+// 16 fp32 lanes with GCC/Clang vector extensions: one zmm with AVX-512, two ymm with AVX2,
+// four xmm otherwise. Used so the exp loops vectorise whatever the autovectoriser decides.
+using f16 = float __attribute__((vector_size(64)));
+using i16 = int32_t __attribute__((vector_size(64)));
+constexpr int kLanes = 16;
+
+inline f16 load(const float* p) {
+  f16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, f16 v) { std::memcpy(p, &v, sizeof(v)); }
+inline f16 splat(float x) { return f16{} + x; }
+inline f16 select(i16 mask, f16 a, f16 b) { return (f16)(((i16)a & mask) | ((i16)b & ~mask)); }
+
+// exp_fast on 16 lanes, same constants and result as the scalar version.
+inline f16 exp_fast(f16 x) {
+  const f16 lo = splat(-87.3f), hi = splat(88.3f);
+  f16 xc = select(x > lo, x, lo);
+  xc = select(xc < hi, xc, hi);
+  const f16 t = xc * 1.44269504088896341f;
+  const i16 ni = __builtin_convertvector(t + select(t >= 0.0f, splat(0.5f), splat(-0.5f)), i16);
+  const f16 n = __builtin_convertvector(ni, f16);
+  f16 r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  f16 p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const f16 res = p * (f16)((ni + 127) << 23);
+  return select(x < lo, splat(0.0f), res);
+}
+}  // namespace simd
+
+// x[c] <- exp(x[c] - shift) for c < n; returns the sum of the new values.
+inline float exp_shift_sum(float* x, int n, float shift) {
+  simd::f16 acc{};
+  int c = 0;
+  for (; c + simd::kLanes <= n; c += simd::kLanes) {
+    const simd::f16 p = simd::exp_fast(simd::load(x + c) - shift);
+    simd::store(x + c, p);
+    acc += p;
+  }
+  float sum = 0;
+  for (int l = 0; l < simd::kLanes; ++l) sum += acc[l];
+  for (; c < n; ++c) {
+    x[c] = exp_fast(x[c] - shift);
+    sum += x[c];
+  }
+  return sum;
+}
+inline double exp_shift_sum(double* x, int n, double shift) {
+  double sum = 0;
+  for (int c = 0; c < n; ++c) {
+    x[c] = std::exp(x[c] - shift);
+    sum += x[c];
+  }
+  return sum;
+}
+
+// x[c] <- exp(x[c] - shift) for c < n.
+template <class T>
+void exp_shift(T* x, int n, T shift) {
+  exp_shift_sum(x, n, shift);
+}
 
 }  // namespace minicp::kernels

@@ -80,16 +80,25 @@ struct AttnProblem {
   }
 };
 
+// Optional args 4 and 5 (the *Tiles families) set the tiled path's q and k tile sizes.
+kk::AttnOptions tile_options(const benchmark::State& state) {
+  kk::AttnOptions opt;
+  if (state.range(3) > 0) opt.tile_q = int(state.range(3));
+  if (state.range(4) > 0) opt.tile_k = int(state.range(4));
+  return opt;
+}
+
 void BM_AttentionFwd(benchmark::State& state) {
   const int64_t S = state.range(0), D = state.range(1);
   const bool causal = state.range(2) != 0;
+  const kk::AttnOptions opt = tile_options(state);
   AttnProblem p(S, D, causal);
   kk::View3<float> o("o", S, kHeads, D);
   kk::View2<float> lse("lse", S, kHeads);
   Kokkos::fence();
   double exec_flops = 0;
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse);
+    const kk::AttnStats st = kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(o.data());
@@ -104,6 +113,7 @@ void BM_AttentionFwd(benchmark::State& state) {
 void BM_AttentionBwd(benchmark::State& state) {
   const int64_t S = state.range(0), D = state.range(1);
   const bool causal = state.range(2) != 0;
+  const kk::AttnOptions opt = tile_options(state);
   AttnProblem p(S, D, causal);
   kk::View3<float> o("o", S, kHeads, D), dout("dout", S, kHeads, D);
   kk::View2<float> lse("lse", S, kHeads);
@@ -114,7 +124,7 @@ void BM_AttentionBwd(benchmark::State& state) {
   double exec_flops = 0;
   // dq, dk, dv accumulate across iterations; the cost does not depend on their values.
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_bwd<float>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv);
+    const kk::AttnStats st = kk::attention_bwd<float>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(dq.data());
@@ -130,7 +140,14 @@ void BM_AttentionBwd(benchmark::State& state) {
 void AttentionArgs(benchmark::internal::Benchmark* b) {
   for (int64_t S : {1024, 4096})
     for (int64_t D : {64, 128})
-      for (int64_t causal : {0, 1}) b->Args({S, D, causal});
+      for (int64_t causal : {0, 1}) b->Args({S, D, causal, 0, 0});
+}
+
+// Tile-size sweep at S=4096, D=128 (args: S, D, causal, tile_q, tile_k).
+void TileArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t causal : {0, 1})
+    for (int64_t tq : {64, 128, 256})
+      for (int64_t tk : {64, 128, 256, 512}) b->Args({4096, 128, causal, tq, tk});
 }
 
 }  // namespace
@@ -138,6 +155,8 @@ void AttentionArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionFwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionBwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionFwd)->Name("BM_AttentionFwdTiles")->Apply(TileArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBwd)->Name("BM_AttentionBwdTiles")->Apply(TileArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
