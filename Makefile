@@ -30,7 +30,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
 run: build
-	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json
+	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json $(RUN_ARGS)
 
 bench: build
 	mkdir -p results

@@ -1,6 +1,7 @@
 // GEMM, RMSNorm, RoPE and SwiGLU forward kernels against the fp64 references, fp32 and fp64.
 #include <gtest/gtest.h>
 
+#include "kernels/fast_exp.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -92,4 +93,32 @@ TYPED_TEST(LayerKernels, SwiGlu) {
   EXPECT_LE(ref::rel_err(test::to_vec(Y), ref::swiglu(a, b)), 2 * TestFixture::tol());
 }
 
+}  // namespace
+
+namespace {
+// exp_fast (scalar and 16-lane) against std::exp: relative error, exact zero below the range.
+TEST(FastExp, MatchesStdExp) {
+  using minicp::kernels::exp_fast;
+  double worst = 0;
+  std::vector<float> xs;
+  for (int i = 0; i <= 200000; ++i) xs.push_back(-87.0f + 167.0f * float(i) / 200000.0f);  // sum stays finite
+  std::vector<float> v = xs;
+  const float sum = minicp::kernels::exp_shift_sum(v.data(), int(v.size()), 0.0f);
+  double ref_sum = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double want = std::exp(double(xs[i]));
+    ref_sum += want;
+    worst = std::max(worst, std::abs(double(exp_fast(xs[i])) - want) / want);
+    ASSERT_EQ(v[i], exp_fast(xs[i])) << "vector and scalar paths differ at x=" << xs[i];
+  }
+  EXPECT_LE(worst, 4e-7);
+  EXPECT_NEAR(sum / ref_sum, 1.0, 1e-5);
+  EXPECT_EQ(exp_fast(-INFINITY), 0.0f);
+  EXPECT_EQ(exp_fast(-100.0f), 0.0f);
+  EXPECT_EQ(exp_fast(0.0f), 1.0f);
+  EXPECT_NEAR(exp_fast(88.0f) / std::exp(88.0), 1.0, 4e-7);
+  std::vector<float> masked(37, -INFINITY);
+  EXPECT_EQ(minicp::kernels::exp_shift_sum(masked.data(), 37, 1.5f), 0.0f);
+  for (float m : masked) EXPECT_EQ(m, 0.0f);
+}
 }  // namespace

@@ -5,7 +5,10 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
@@ -43,8 +46,9 @@ Kokkos::View<const int64_t*, kk::Mem> iota_positions(int64_t S) {
   return pos;
 }
 
-constexpr int kHeads = 8;
-constexpr int kKvHeads = 8;
+// Heads of every attention benchmark; --heads=N changes both (kv_heads = heads).
+int kHeads = 8;
+int kKvHeads = 8;
 
 void BM_Sgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
@@ -137,10 +141,13 @@ void BM_AttentionBwd(benchmark::State& state) {
   state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Attention sizes: defaults, or the lists given by --seq=... --head_dim=... (see main).
+std::vector<int64_t> g_seq = {1024, 4096}, g_dim = {64, 128}, g_causal = {0, 1};
+
 void AttentionArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t S : {1024, 4096})
-    for (int64_t D : {64, 128})
-      for (int64_t causal : {0, 1}) b->Args({S, D, causal, 0, 0});
+  for (int64_t S : g_seq)
+    for (int64_t D : g_dim)
+      for (int64_t causal : g_causal) b->Args({S, D, causal, 0, 0});
 }
 
 // Tile-size sweep at S=4096, D=128 (args: S, D, causal, tile_q, tile_k).
@@ -150,21 +157,87 @@ void TileArgs(benchmark::internal::Benchmark* b) {
       for (int64_t tk : {64, 128, 256, 512}) b->Args({4096, 128, causal, tq, tk});
 }
 
+// Parses "--name=a,b,c" into out; returns false if arg is not that flag.
+bool list_flag(const char* arg, const std::string& name, std::vector<int64_t>& out) {
+  const std::string a(arg), pre = "--" + name + "=";
+  if (a.compare(0, pre.size(), pre) != 0) return false;
+  out.clear();
+  std::string rest = a.substr(pre.size());
+  size_t pos = 0;
+  while (pos <= rest.size()) {
+    const size_t comma = rest.find(',', pos);
+    const std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) {
+      std::fprintf(stderr, "minicp-kernels-bench: %s: '%s' is not a list of non-negative integers\n", pre.c_str(),
+                   rest.c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
-BENCHMARK(BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionFwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionBwd)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionFwd)->Name("BM_AttentionFwdTiles")->Apply(TileArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionBwd)->Name("BM_AttentionBwdTiles")->Apply(TileArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
-
 int main(int argc, char** argv) {
+  // miniCP flags first (removed from argv), then Kokkos', then Google Benchmark's.
+  std::vector<int64_t> heads = {8};
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "minicp-kernels-bench: Google Benchmark timings of the miniCP kernels (fp32).\n"
+          "  --seq=LIST        attention sequence lengths S in tokens (default 1024,4096)\n"
+          "  --head_dim=LIST   attention head dims D (default 64,128)\n"
+          "  --causal=LIST     0 full, 1 causal (default 0,1)\n"
+          "  --heads=N         query heads = kv heads (default 8)\n"
+          "Counters: FLOPS = useful FLOP/s (README formulas), exec_FLOPS = executed FLOP/s.\n"
+          "Kokkos flags (--kokkos-num-threads=N) and Google Benchmark flags follow:\n\n");
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (list_flag(argv[i], "seq", g_seq) || list_flag(argv[i], "head_dim", g_dim) ||
+        list_flag(argv[i], "causal", g_causal) || list_flag(argv[i], "heads", heads))
+      continue;
+    argv[kept++] = argv[i];
+  }
+  argc = kept;
+  if (heads.size() != 1 || heads[0] < 1) {
+    std::fprintf(stderr, "minicp-kernels-bench: --heads must be one positive integer\n");
+    return 2;
+  }
+  kHeads = kKvHeads = int(heads[0]);
+
   Kokkos::ScopeGuard kokkos(argc, argv);
+  benchmark::RegisterBenchmark("BM_Sgemm", BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(
+      benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_AttentionFwd", BM_AttentionFwd)
+      ->Apply(AttentionArgs)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_AttentionBwd", BM_AttentionBwd)
+      ->Apply(AttentionArgs)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_AttentionFwdTiles", BM_AttentionFwd)
+      ->Apply(TileArgs)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_AttentionBwdTiles", BM_AttentionBwd)
+      ->Apply(TileArgs)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::AddCustomContext("kokkos_exec_space", kk::Exec::name());
   benchmark::AddCustomContext("kokkos_concurrency", std::to_string(kk::Exec().concurrency()));
   benchmark::AddCustomContext("gemm_backend", kk::gemm_backend());
+  benchmark::AddCustomContext("attention_heads", std::to_string(kHeads));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
