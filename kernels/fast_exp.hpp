@@ -1,45 +1,42 @@
-// Branch-free exp for the softmax inner loops: the compiler vectorises loops over it,
-// which std::exp does not allow. fp32: Cephes-style range reduction and degree-6
-// polynomial (max rel. error ~2 ulp); returns exactly 0 below -87.3 and for -inf.
-// fp64 keeps std::exp: the fp64 paths are the references and must stay exact.
+// Branch-free fp32 exp for the softmax loops, scalar and on 16 lanes (GCC/Clang vector
+// extensions, so the loops vectorise whatever the autovectoriser decides): Cephes-style
+// range reduction and degree-6 polynomial, max rel. error ~4e-7, exactly 0 below -87.3 and
+// for -inf. fp64 keeps std::exp: the fp64 paths are the references and must stay exact.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 namespace minicp::kernels {
-
-inline float exp_fast(float x) {
-  const float lo = -87.3f, hi = 88.3f;
-  // Two flat selects, not nested ones or fminf/fmaxf: GCC vectorises only this form.
-  float xc = x > lo ? x : lo;
-  xc = xc < hi ? xc : hi;
-  // n = round(xc / ln2) by truncating conversion (vcvttps2dq): std::floor would stay a
-  // libm call under the default -ftrapping-math and block vectorisation.
-  const float t = xc * 1.44269504088896341f;
-  const int32_t ni = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));
-  const float n = static_cast<float>(ni);
-  float r = xc - n * 0.693359375f;
+namespace detail {
+constexpr float kExpLo = -87.3f, kExpHi = 88.3f;
+// exp(xc - n ln2) for |xc - n ln2| <= ln2/2, on a float or on lanes of floats.
+template <class V>
+inline V exp_reduced(V xc, V n) {
+  V r = xc - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
+  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+}  // namespace detail
+
+inline float exp_fast(float x) {
+  const float xc = std::min(std::max(x, detail::kExpLo), detail::kExpHi);
+  const float t = xc * 1.44269504088896341f;
+  const int32_t ni = static_cast<int32_t>(t + (t >= 0.0f ? 0.5f : -0.5f));  // round(xc / ln2)
   const int32_t bits = (ni + 127) << 23;
   float pow2n;
   std::memcpy(&pow2n, &bits, sizeof(float));
-  const float res = p * pow2n;  // computed unconditionally: the select below must not guard FP work
-  return x < lo ? 0.0f : res;
+  return x < detail::kExpLo ? 0.0f : detail::exp_reduced(xc, static_cast<float>(ni)) * pow2n;
 }
 
 inline double exp_fast(double x) { return std::exp(x); }
 
-}  // namespace minicp::kernels
-
-namespace minicp::kernels {
 namespace simd {
 // 16 fp32 lanes with GCC/Clang vector extensions: one zmm with AVX-512, two ymm with AVX2,
 // four xmm otherwise. Used so the exp loops vectorise whatever the autovectoriser decides.
@@ -56,24 +53,14 @@ inline void store(float* p, f16 v) { std::memcpy(p, &v, sizeof(v)); }
 inline f16 splat(float x) { return f16{} + x; }
 inline f16 select(i16 mask, f16 a, f16 b) { return (f16)(((i16)a & mask) | ((i16)b & ~mask)); }
 
-// exp_fast on 16 lanes, same constants and result as the scalar version.
+// exp_fast on 16 lanes: the same operations in the same order as the scalar version.
 inline f16 exp_fast(f16 x) {
-  const f16 lo = splat(-87.3f), hi = splat(88.3f);
+  const f16 lo = splat(detail::kExpLo), hi = splat(detail::kExpHi);
   f16 xc = select(x > lo, x, lo);
   xc = select(xc < hi, xc, hi);
   const f16 t = xc * 1.44269504088896341f;
   const i16 ni = __builtin_convertvector(t + select(t >= 0.0f, splat(0.5f), splat(-0.5f)), i16);
-  const f16 n = __builtin_convertvector(ni, f16);
-  f16 r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  f16 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const f16 res = p * (f16)((ni + 127) << 23);
+  const f16 res = detail::exp_reduced(xc, __builtin_convertvector(ni, f16)) * (f16)((ni + 127) << 23);
   return select(x < lo, splat(0.0f), res);
 }
 }  // namespace simd
