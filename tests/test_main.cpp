@@ -4,12 +4,25 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <cstring>
+#include <string>
+
+// Set by --scheme=NAME (used by the CP tests; other binaries ignore it).
+std::string g_scheme = "none";
 
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--scheme=", 9) == 0)
+      g_scheme = argv[i] + 9;
+    else
+      argv[kept++] = argv[i];
+  }
+  argc = kept;
   ::testing::InitGoogleTest(&argc, argv);
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -1,0 +1,91 @@
+// The communicator every CP scheme talks through: groups built from a rank grid,
+// non-blocking send/recv pairs, (non-blocking) all-gather and reduce-scatter, all-to-all(v),
+// all-reduce, barrier. Every call is recorded in the per-rank Trace. Backends: MPI (host or
+// GPU-aware buffers) and, under MINICP_ENABLE_CUDA, NCCL (comm/nccl_comm.cpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/trace.hpp"
+
+namespace minicp::comm {
+
+enum class DType { F32, F64, I64 };
+enum class ReduceOp { Sum, Max };
+size_t dtype_size(DType t);
+
+// How outstanding non-blocking operations make progress while the caller computes.
+//   none   - only inside MPI calls (Open MPI's shared-memory transport then moves large
+//            messages only when wait() is reached: no overlap).
+//   thread - a progress thread calls MPI_Testall on outstanding requests every poll_us.
+enum class Progress { None, Thread };
+
+// A set of ranks that communicate together (a sub-communicator). Ranks are group ranks.
+struct Group {
+  int id = 0;            // small integer recorded in trace events
+  std::string name;      // "world", "ring", "ulysses", "node", "cross"
+  int rank = 0, size = 1;
+  std::vector<int> world_ranks;  // world rank of each group rank
+  void* native = nullptr;        // backend handle (MPI_Comm*)
+};
+
+// Handle of a non-blocking operation; complete it with Communicator::wait. The state is
+// the backend's own (MPI requests, CUDA events).
+struct RequestState {
+  virtual ~RequestState() = default;
+};
+struct Request {
+  std::shared_ptr<RequestState> state;
+  bool active() const { return state != nullptr; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string backend() const = 0;
+  const Group& world() const { return world_; }
+
+  // Splits the world into groups of `size` consecutive-rank members (color = rank / size)
+  // or strided members (color = rank % (P/size)) - the two axes of a 2D rank grid.
+  virtual Group split_contiguous(int size, const std::string& name) = 0;
+  virtual Group split_strided(int size, const std::string& name) = 0;
+
+  // Sends `bytes` from send to group rank dst and receives `bytes` into recv from group
+  // rank src, non-blocking (the ring step). Deadlock-free in any ring.
+  virtual Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
+                            const Group& g, int step = -1) = 0;
+  // Gathers `bytes` from every group rank into recv (rank i at offset i*bytes).
+  virtual Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step = -1) = 0;
+  // recv[count] = sum over ranks of send[rank*count .. (rank+1)*count) for this rank.
+  virtual Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, const Group& g,
+                                  int step = -1) = 0;
+  virtual void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step = -1) = 0;
+  // Counts and displacements in bytes, one entry per group rank.
+  virtual void alltoallv(const void* send, const std::vector<size_t>& send_bytes,
+                         const std::vector<size_t>& send_displ, void* recv, const std::vector<size_t>& recv_bytes,
+                         const std::vector<size_t>& recv_displ, const Group& g, int step = -1) = 0;
+  virtual void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step = -1) = 0;
+  virtual void barrier(const Group& g) = 0;
+  // Blocks until the operation is complete; records a Wait event and the op's own event.
+  virtual void wait(Request& r) = 0;
+
+  Trace& trace() { return trace_; }
+  Progress progress() const { return progress_; }
+
+ protected:
+  Group world_;
+  Trace trace_;
+  Progress progress_ = Progress::None;
+};
+
+// MPI backend on MPI_COMM_WORLD (MPI must be initialised with MPI_THREAD_MULTIPLE when
+// progress = Thread). poll_us: progress-thread polling interval in microseconds.
+std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50);
+
+// Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
+Progress parse_progress(const std::string& s);
+
+}  // namespace minicp::comm

@@ -1,0 +1,287 @@
+// MPI backend of the communicator. Progress strategy (see comm.hpp): with Progress::Thread
+// a helper thread calls MPI_Testall on every outstanding request each poll interval, so
+// rendezvous transfers of large messages advance while the caller computes; wait() then
+// finds them done. Needs MPI_THREAD_MULTIPLE (checked at construction).
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include "comm/comm.hpp"
+
+namespace minicp::comm {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::I64: return 8;
+  }
+  return 0;
+}
+
+Progress parse_progress(const std::string& s) {
+  if (s == "none") return Progress::None;
+  if (s == "thread") return Progress::Thread;
+  throw std::invalid_argument("progress '" + s + "' is not one of: none, thread");
+}
+
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+MPI_Comm comm_of(const Group& g) { return *static_cast<MPI_Comm*>(g.native); }
+
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw std::runtime_error(std::string("MPI ") + what + " failed: " + std::string(msg, len));
+  }
+}
+
+// Byte counts above INT_MAX are sent as blocks of 1 MiB elements.
+struct Count {
+  int n;
+  MPI_Datatype type;
+};
+Count byte_count(size_t bytes, MPI_Datatype& block) {
+  constexpr size_t kBlock = 1 << 20;
+  if (bytes <= size_t(INT32_MAX)) return {int(bytes), MPI_BYTE};
+  if (bytes % kBlock != 0) throw std::invalid_argument("message over 2 GiB must be a multiple of 1 MiB");
+  if (block == MPI_DATATYPE_NULL) {
+    MPI_Type_contiguous(int(kBlock), MPI_BYTE, &block);
+    MPI_Type_commit(&block);
+  }
+  return {int(bytes / kBlock), block};
+}
+
+struct MpiRequest : RequestState {
+  std::vector<MPI_Request> reqs;
+  Event ev{};
+  std::atomic<bool> done{false};
+  double t_done = 0;
+};
+
+}  // namespace
+
+class MpiComm final : public Communicator {
+ public:
+  MpiComm(Progress progress, int poll_us) : poll_us_(poll_us) {
+    progress_ = progress;
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (progress == Progress::Thread && provided < MPI_THREAD_MULTIPLE)
+      throw std::runtime_error("progress=thread needs MPI initialised with MPI_THREAD_MULTIPLE");
+    world_ = make_group(MPI_COMM_WORLD, "world", /*dup=*/true);
+    if (progress == Progress::Thread) thread_ = std::thread([this] { progress_loop(); });
+  }
+
+  ~MpiComm() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+      for (auto& c : comms_) MPI_Comm_free(c.get());
+      if (big_block_ != MPI_DATATYPE_NULL) MPI_Type_free(&big_block_);
+    }
+  }
+
+  std::string backend() const override { return "mpi"; }
+
+  Group split_contiguous(int size, const std::string& name) override {
+    check_split(size, name);
+    return split(world_.rank / size, name);
+  }
+  Group split_strided(int size, const std::string& name) override {
+    check_split(size, name);
+    return split(world_.rank % (world_.size / size), name);
+  }
+
+  Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
+                    const Group& g, int step) override {
+    auto r = std::make_shared<MpiRequest>();
+    r->ev = Event{EventKind::SendRecv, dst, g.id, step, int64_t(send_bytes), 0, MPI_Wtime(), 0};
+    r->reqs.resize(2);
+    const Count rc = byte_count(recv_bytes, big_block_), sc = byte_count(send_bytes, big_block_);
+    check(MPI_Irecv(recv, rc.n, rc.type, src, kTag, comm_of(g), &r->reqs[0]), "Irecv");
+    check(MPI_Isend(send, sc.n, sc.type, dst, kTag, comm_of(g), &r->reqs[1]), "Isend");
+    return post(r);
+  }
+
+  Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step) override {
+    auto r = std::make_shared<MpiRequest>();
+    r->ev = Event{EventKind::AllGather, -1, g.id, step, int64_t(bytes), 0, MPI_Wtime(), 0};
+    r->reqs.resize(1);
+    const Count c = byte_count(bytes, big_block_);
+    check(MPI_Iallgather(send, c.n, c.type, recv, c.n, c.type, comm_of(g), &r->reqs[0]), "Iallgather");
+    return post(r);
+  }
+
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, const Group& g, int step) override {
+    auto r = std::make_shared<MpiRequest>();
+    r->ev = Event{EventKind::ReduceScatter, -1, g.id, step, int64_t(count * dtype_size(t) * g.size), 0, MPI_Wtime(),
+                  0};
+    r->reqs.resize(1);
+    if (count > size_t(INT32_MAX)) throw std::invalid_argument("reduce_scatter count over 2^31");
+    check(MPI_Ireduce_scatter_block(send, recv, int(count), mpi_type(t), MPI_SUM, comm_of(g), &r->reqs[0]),
+          "Ireduce_scatter_block");
+    return post(r);
+  }
+
+  void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step) override {
+    const double t0 = MPI_Wtime();
+    const Count c = byte_count(bytes_per_rank, big_block_);
+    check(MPI_Alltoall(send, c.n, c.type, recv, c.n, c.type, comm_of(g)), "Alltoall");
+    trace_.add(Event{EventKind::AllToAll, -1, g.id, step, int64_t(bytes_per_rank * g.size), 0, t0, MPI_Wtime()});
+  }
+
+  void alltoallv(const void* send, const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_displ,
+                 void* recv, const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_displ,
+                 const Group& g, int step) override {
+    const double t0 = MPI_Wtime();
+    const size_t n = size_t(g.size);
+    if (send_bytes.size() != n || send_displ.size() != n || recv_bytes.size() != n || recv_displ.size() != n)
+      throw std::invalid_argument("alltoallv: counts and displacements need one entry per group rank");
+    // MPI_Alltoallv takes int counts and displacements (bytes here).
+    std::vector<int> si(n), sdi(n), ri(n), rdi(n);
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (send_displ[i] + send_bytes[i] > size_t(INT32_MAX) || recv_displ[i] + recv_bytes[i] > size_t(INT32_MAX))
+        throw std::invalid_argument("alltoallv: buffers over 2 GiB are not supported");
+      si[i] = int(send_bytes[i]);
+      sdi[i] = int(send_displ[i]);
+      ri[i] = int(recv_bytes[i]);
+      rdi[i] = int(recv_displ[i]);
+      total += int64_t(send_bytes[i]);
+    }
+    check(MPI_Alltoallv(send, si.data(), sdi.data(), MPI_BYTE, recv, ri.data(), rdi.data(), MPI_BYTE, comm_of(g)),
+          "Alltoallv");
+    trace_.add(Event{EventKind::AllToAllV, -1, g.id, step, total, 0, t0, MPI_Wtime()});
+  }
+
+  void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
+    const double t0 = MPI_Wtime();
+    if (count > size_t(INT32_MAX)) throw std::invalid_argument("allreduce count over 2^31");
+    check(MPI_Allreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), mpi_op(op), comm_of(g)), "Allreduce");
+    trace_.add(Event{EventKind::AllReduce, -1, g.id, step, int64_t(count * dtype_size(t)), 0, t0, MPI_Wtime()});
+  }
+
+  void barrier(const Group& g) override {
+    const double t0 = MPI_Wtime();
+    check(MPI_Barrier(comm_of(g)), "Barrier");
+    trace_.add(Event{EventKind::Barrier, -1, g.id, -1, 0, 0, t0, MPI_Wtime()});
+  }
+
+  void wait(Request& req) override {
+    if (!req.state) return;
+    auto r = std::static_pointer_cast<MpiRequest>(req.state);
+    const double t0 = MPI_Wtime();
+    if (thread_.joinable()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.remove(r);
+    }
+    if (!r->done) {
+      check(MPI_Waitall(int(r->reqs.size()), r->reqs.data(), MPI_STATUSES_IGNORE), "Waitall");
+      r->t_done = MPI_Wtime();
+      r->done = true;
+    }
+    const double t1 = MPI_Wtime();
+    Event ev = r->ev;
+    ev.t_end = r->t_done;
+    trace_.add(ev);
+    trace_.add(Event{EventKind::Wait, ev.peer, ev.group, ev.step, 0, 0, t0, t1});
+    req.state.reset();
+  }
+
+ private:
+  static constexpr int kTag = 4242;
+
+  void check_split(int size, const std::string& name) const {
+    if (size < 1 || world_.size % size != 0)
+      throw std::invalid_argument("group '" + name + "' size " + std::to_string(size) + " must divide the " +
+                                  std::to_string(world_.size) + " ranks");
+  }
+
+  Group split(int color, const std::string& name) {
+    MPI_Comm c;
+    check(MPI_Comm_split(comm_of(world_), color, world_.rank, &c), "Comm_split");
+    return make_group(c, name, /*dup=*/false);
+  }
+
+  Group make_group(MPI_Comm c, const std::string& name, bool dup) {
+    auto owned = std::make_unique<MPI_Comm>();
+    if (dup)
+      check(MPI_Comm_dup(c, owned.get()), "Comm_dup");
+    else
+      *owned = c;
+    Group g;
+    g.id = int(comms_.size());
+    g.name = name;
+    MPI_Comm_rank(*owned, &g.rank);
+    MPI_Comm_size(*owned, &g.size);
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    g.world_ranks.resize(g.size);
+    MPI_Allgather(&wr, 1, MPI_INT, g.world_ranks.data(), 1, MPI_INT, *owned);
+    g.native = owned.get();
+    comms_.push_back(std::move(owned));
+    return g;
+  }
+
+  Request post(const std::shared_ptr<MpiRequest>& r) {
+    if (thread_.joinable()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(r);
+    }
+    return Request{r};
+  }
+
+  void progress_loop() {
+    while (!stop_) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+          int flag = 0;
+          MPI_Testall(int((*it)->reqs.size()), (*it)->reqs.data(), &flag, MPI_STATUSES_IGNORE);
+          if (flag) {
+            (*it)->t_done = MPI_Wtime();
+            (*it)->done = true;
+            it = pending_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(poll_us_));
+    }
+  }
+
+  int poll_us_;
+  std::vector<std::unique_ptr<MPI_Comm>> comms_;
+  MPI_Datatype big_block_ = MPI_DATATYPE_NULL;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::list<std::shared_ptr<MpiRequest>> pending_;
+};
+
+std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us) {
+  return std::make_unique<MpiComm>(progress, poll_us);
+}
+
+}  // namespace minicp::comm

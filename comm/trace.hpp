@@ -1,0 +1,51 @@
+// Per-rank trace buffer: one Event per communication call (and, from the schemes, per
+// compute block), with wall-clock times from MPI_Wtime. Part 3 writes it to HDF5.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minicp::comm {
+
+enum class EventKind : int32_t {
+  SendRecv = 0,   // one non-blocking send/recv pair (t_end = when wait returned)
+  AllToAll,       // all-to-all (equal blocks)
+  AllToAllV,      // all-to-all with per-peer counts
+  AllGather,      // (i)allgather
+  ReduceScatter,  // (i)reduce-scatter
+  AllReduce,      // all-reduce
+  Barrier,
+  Compute,        // a compute block recorded by a scheme (bytes = 0, flops set)
+  Wait,           // time the caller spent blocked in wait()
+};
+const char* to_string(EventKind k);
+
+struct Event {
+  EventKind kind;
+  int32_t peer;      // destination rank in the group (p2p) or -1
+  int32_t group;     // id of the group the call ran on
+  int32_t step;      // scheme step, or -1
+  int64_t bytes;     // bytes this rank sent
+  double flops;      // compute events: executed FLOPs
+  double t_begin, t_end;  // MPI_Wtime seconds
+};
+
+class Trace {
+ public:
+  void add(const Event& e) {
+    if (enabled_) events_.push_back(e);
+  }
+  const std::vector<Event>& events() const { return events_; }
+  void clear() { events_.clear(); }
+  void set_enabled(bool on) { enabled_ = on; }
+  bool enabled() const { return enabled_; }
+  // Sum of (t_end - t_begin) and of bytes over events of one kind.
+  double seconds(EventKind k) const;
+  int64_t bytes(EventKind k) const;
+
+ private:
+  std::vector<Event> events_;
+  bool enabled_ = true;
+};
+
+}  // namespace minicp::comm

@@ -1,0 +1,16 @@
+// Shared scheme helpers (see common.hpp).
+#include "miniapp/cp/common.hpp"
+
+namespace minicp::cp {
+
+std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
+                                                      const std::vector<int64_t>& mine) {
+  std::vector<int64_t> all(mine.size() * g.size);
+  comm::Request r = ctx.comm.iallgather(mine.data(), all.data(), mine.size() * sizeof(int64_t), g);
+  ctx.comm.wait(r);
+  std::vector<std::vector<int64_t>> out(g.size);
+  for (int i = 0; i < g.size; ++i) out[i].assign(all.begin() + i * mine.size(), all.begin() + (i + 1) * mine.size());
+  return out;
+}
+
+}  // namespace minicp::cp

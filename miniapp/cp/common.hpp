@@ -1,0 +1,68 @@
+// Pieces every scheme file uses: timed compute and waits (into Context::stats and the
+// trace), views over raw buffers, position all-gathers, and copies between tensors.
+#pragma once
+#include <mpi.h>
+
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "miniapp/cp/scheme.hpp"
+
+namespace minicp::cp {
+
+inline bool computes(const Context& c) { return c.cfg.mode != Mode::CommOnly; }
+inline bool communicates(const Context& c) { return c.cfg.mode != Mode::ComputeOnly; }
+
+// Runs f() (an attention call returning AttnStats), fenced and timed as a Compute event.
+template <class F>
+void timed_compute(Context& ctx, F&& f) {
+  const double t0 = MPI_Wtime();
+  const kernels::AttnStats st = f();
+  Kokkos::fence();
+  const double t1 = MPI_Wtime();
+  ctx.stats.compute_s += t1 - t0;
+  ctx.stats.flops += st.flops;
+  ++ctx.stats.blocks_computed;
+  ctx.comm.trace().add(comm::Event{comm::EventKind::Compute, -1, -1, ctx.step, 0, st.flops, t0, t1});
+}
+
+// Other compute (merges, adds, packing) counted in compute time but not as a block.
+template <class F>
+void timed_aux(Context& ctx, F&& f) {
+  const double t0 = MPI_Wtime();
+  f();
+  Kokkos::fence();
+  ctx.stats.compute_s += MPI_Wtime() - t0;
+}
+
+inline void timed_wait(Context& ctx, comm::Request& r) {
+  if (!r.active()) return;
+  const double t0 = MPI_Wtime();
+  ctx.comm.wait(r);
+  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+}
+
+// A View over n0*n1*n2 elements at p (unmanaged: p must outlive it).
+template <class T>
+View3<T> view3(T* p, size_t n0, size_t n1, size_t n2) {
+  return View3<T>(p, n0, n1, n2);
+}
+
+// Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.
+std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
+                                                      const std::vector<int64_t>& mine);
+
+// dst += src, elementwise over the whole span.
+template <class T>
+void add_into(View1<T> dst, Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> src) {
+  Kokkos::parallel_for(
+      "cp::add_into", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(dst.extent(0))),
+      KOKKOS_LAMBDA(const int64_t i) { dst(i) += src(i); });
+}
+
+template <class T>
+View1<T> flat(const View3<T>& v) {
+  return View1<T>(v.data(), v.span());
+}
+
+}  // namespace minicp::cp

@@ -1,0 +1,49 @@
+// Scheme `none`: one rank holds the whole sequence and calls the kernels directly. It is
+// the reference every other scheme is checked against.
+#include "miniapp/cp/common.hpp"
+#include "miniapp/layout.hpp"
+
+namespace minicp::cp {
+namespace {
+
+template <class T>
+class None final : public Scheme<T> {
+ public:
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    if (!computes(ctx)) return;
+    const auto pos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
+    const auto mask = make_mask(ctx.cfg, pos, pos);
+    timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, k, v, mask, o, lse, ctx.cfg.attn); });
+  }
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk, View3<T> dv) override {
+    Kokkos::deep_copy(dq, T(0));
+    Kokkos::deep_copy(dk, T(0));
+    Kokkos::deep_copy(dv, T(0));
+    if (!computes(ctx)) return;
+    const auto pos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
+    const auto mask = make_mask(ctx.cfg, pos, pos);
+    timed_compute(ctx,
+                  [&] { return kernels::attention_bwd<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, ctx.cfg.attn); });
+  }
+};
+
+}  // namespace
+
+SchemeInfo none_scheme() {
+  SchemeInfo s;
+  s.name = "none";
+  s.summary = "single rank, no communication (the reference)";
+  s.check = [](const Config& c) -> std::string {
+    return c.ranks == 1 ? "" : "none needs ranks == 1 (got " + std::to_string(c.ranks) + ")";
+  };
+  s.shard = [](const Config& c, int r) {
+    const auto t = layout::contiguous(c.seq_len, 1, r);
+    return Shard{t, t};
+  };
+  s.make_f32 = [] { return std::make_unique<None<float>>(); };
+  s.make_f64 = [] { return std::make_unique<None<double>>(); };
+  return s;
+}
+
+}  // namespace minicp::cp

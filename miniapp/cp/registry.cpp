@@ -1,0 +1,22 @@
+// The registry table: one line per scheme. tests/CMakeLists.txt reads the names from the
+// lines below to generate cp.<scheme>.np<P> tests, so keep the "  <name>_scheme()," form.
+#include "miniapp/cp/scheme.hpp"
+
+namespace minicp::cp {
+
+SchemeInfo none_scheme();
+SchemeInfo ring_scheme();
+SchemeInfo zigzag_scheme();
+SchemeInfo stripe_scheme();
+
+const std::vector<SchemeInfo>& registry() {
+  static const std::vector<SchemeInfo> table = {
+  none_scheme(),
+  ring_scheme(),
+  zigzag_scheme(),
+  stripe_scheme(),
+  };
+  return table;
+}
+
+}  // namespace minicp::cp

@@ -1,0 +1,94 @@
+// Scheme lookup, common checks and the small helpers the scheme files share.
+#include "miniapp/cp/scheme.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace minicp::cp {
+
+Mode parse_mode(const std::string& s) {
+  if (s == "full") return Mode::Full;
+  if (s == "compute-only") return Mode::ComputeOnly;
+  if (s == "comm-only") return Mode::CommOnly;
+  throw std::invalid_argument("mode '" + s + "' is not one of: full, compute-only, comm-only");
+}
+
+const char* to_string(Mode m) {
+  switch (m) {
+    case Mode::Full: return "full";
+    case Mode::ComputeOnly: return "compute-only";
+    case Mode::CommOnly: return "comm-only";
+  }
+  return "?";
+}
+
+const SchemeInfo& find(const std::string& name) {
+  std::string names;
+  for (const auto& s : registry()) {
+    if (s.name == name) return s;
+    names += (names.empty() ? "" : ", ") + s.name;
+  }
+  throw std::invalid_argument("scheme '" + name + "' is not one of: " + names);
+}
+
+std::string check(const SchemeInfo& s, const Config& c) {
+  auto num = [](auto v) { return std::to_string(v); };
+  if (c.seq_len < 1) return "seq_len (" + num(c.seq_len) + ") must be >= 1";
+  if (c.heads < 1 || c.kv_heads < 1) return "heads and kv_heads must be >= 1";
+  if (c.head_dim < 2 || c.head_dim % 2) return "head_dim (" + num(c.head_dim) + ") must be even and >= 2";
+  if (c.heads % c.kv_heads)
+    return "heads (" + num(c.heads) + ") must be a multiple of kv_heads (" + num(c.kv_heads) + ")";
+  if (c.ranks < 1) return "ranks must be >= 1";
+  if (c.window < 0) return "window must be >= 0";
+  if (c.doc_len < 0) return "doc_len must be >= 0";
+  return s.check(c);
+}
+
+int64_t global_q_tokens(const Config& cfg, const std::string& scheme) {
+  return scheme == "tree" ? cfg.decode_tokens : cfg.seq_len;
+}
+
+Kokkos::View<int64_t*, kernels::Mem> to_device(const std::vector<int64_t>& v, const char* label) {
+  Kokkos::View<int64_t*, kernels::Mem> d(std::string(label), v.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+namespace {
+Kokkos::View<int32_t*, kernels::Mem> docs_of(const std::vector<int64_t>& pos, int64_t doc_len, const char* label) {
+  Kokkos::View<int32_t*, kernels::Mem> d(std::string(label), pos.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (size_t i = 0; i < pos.size(); ++i) h(i) = int32_t(pos[i] / doc_len);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+}  // namespace
+
+kernels::AttnMask make_mask(const Config& cfg, const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos) {
+  kernels::AttnMask m;
+  m.q_pos = to_device(qpos, "q_pos");
+  m.k_pos = to_device(kpos, "k_pos");
+  if (cfg.doc_len > 0) {
+    m.q_doc = docs_of(qpos, cfg.doc_len, "q_doc");
+    m.k_doc = docs_of(kpos, cfg.doc_len, "k_doc");
+  }
+  m.causal = cfg.causal;
+  m.window = cfg.window;
+  return m;
+}
+
+bool fully_masked(const Config& cfg, const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos) {
+  if (qpos.empty() || kpos.empty()) return true;
+  const auto [qmin, qmax] = std::minmax_element(qpos.begin(), qpos.end());
+  const auto [kmin, kmax] = std::minmax_element(kpos.begin(), kpos.end());
+  const bool causal = cfg.causal || cfg.window > 0;
+  if (causal && *kmin > *qmax) return true;
+  if (cfg.window > 0 && *kmax <= *qmin - cfg.window) return true;
+  if (cfg.doc_len > 0 && (*kmax / cfg.doc_len < *qmin / cfg.doc_len || *kmin / cfg.doc_len > *qmax / cfg.doc_len))
+    return true;
+  return false;
+}
+
+}  // namespace minicp::cp

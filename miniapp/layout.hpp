@@ -1,0 +1,30 @@
+// Token layouts: which global tokens a rank holds, in local order. One function per
+// layout, used by the schemes and by the tests alike (they slice the global reference with
+// it). Positions are also the tokens' global indices.
+//   contiguous - rank r holds [r*S/P, (r+1)*S/P)
+//   zigzag     - 2P chunks, rank r holds chunks r and 2P-1-r (balances causal work)
+//   striped    - token t on rank t mod P
+//   usp        - zigzag over R ring ranks; each ring chunk pair split evenly over U Ulysses
+//                ranks (rank = ring * U + ulysses), so an all-to-all over the Ulysses group
+//                gives each member the whole zigzag shard of its ring rank
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minicp::layout {
+
+enum class Kind { Contiguous, Zigzag, Striped };
+
+std::vector<int64_t> contiguous(int64_t S, int P, int r);
+std::vector<int64_t> zigzag(int64_t S, int P, int r);
+std::vector<int64_t> striped(int64_t S, int P, int r);
+std::vector<int64_t> usp(int64_t S, int ring, int ulysses, int r);
+std::vector<int64_t> of(Kind k, int64_t S, int P, int r);
+const char* name(Kind k);
+
+// Divisibility each layout needs, as "" or a reason ("zigzag needs seq_len (100)
+// divisible by 2*ranks (8)").
+std::string check(Kind k, int64_t S, int P, const std::string& scheme);
+
+}  // namespace minicp::layout

@@ -1,0 +1,226 @@
+// Every CP scheme against the single-rank reference, at the rank count this binary runs
+// with (ctest runs it at np = 1, 2, 3, 4, 8). Inputs come from a generator seeded by the
+// global token index; the scheme's own shard function slices them. The DESIGN.md rule: the
+// fp32 error of the scheme against fp64 `none` must be within 2x the fp32 error of `none`
+// (O, LSE, dQ, dK, dV), none's error counted as at least 4 fp32 ulps (2^-21 relative to the
+// tensor's largest entry): below that both are rounding noise and summing P partials in a
+// different order alone moves the result by a few ulps. The fp64 scheme must match fp64
+// `none` to 1e-11.
+// Usage: minicp-test-cp --scheme=NAME [gtest flags]
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "comm/comm.hpp"
+#include "miniapp/cp/scheme.hpp"
+#include "tests/reference.hpp"
+#include "tests/view_util.hpp"
+
+extern std::string g_scheme;  // from test_main.cpp (--scheme=NAME)
+
+namespace {
+using namespace minicp;
+using ref::Vec;
+
+int world_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Global tensor X[tokens, heads, D]: element (t, h, d) depends on the global token t only.
+Vec global_tensor(uint64_t seed, int64_t tokens, int heads, int D, double amp) {
+  Vec v(size_t(tokens) * heads * D);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = amp * ref::hash_uniform(seed, i);
+  return v;
+}
+
+Vec rows(const Vec& g, const std::vector<int64_t>& idx, int64_t offset, int width) {
+  Vec out;
+  out.reserve(idx.size() * width);
+  for (int64_t t : idx) out.insert(out.end(), g.begin() + (t - offset) * width, g.begin() + (t - offset + 1) * width);
+  return out;
+}
+
+struct Outputs {
+  Vec o, lse, dq, dk, dv;
+};
+
+// Runs a scheme (or `none` through the registry when P == 1) on local rows.
+template <class T>
+Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm, const Vec& q, const Vec& k,
+            const Vec& v, const Vec& dout, size_t sq, size_t skv) {
+  using V3 = kernels::View3<T>;
+  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
+  auto Q = test::make_view<V3>("q", q, sq, H, D), K = test::make_view<V3>("k", k, skv, Hkv, D),
+       Vv = test::make_view<V3>("v", v, skv, Hkv, D), dO = test::make_view<V3>("dout", dout, sq, H, D);
+  V3 O("o", sq, H, D), dQ("dq", sq, H, D), dK("dk", skv, Hkv, D), dV("dv", skv, Hkv, D);
+  kernels::View2<T> L("lse", sq, H);
+  cp::Context ctx{comm, cfg, {}, 0};
+  auto scheme = [&] {
+    if constexpr (std::is_same<T, float>::value)
+      return info.make_f32();
+    else
+      return info.make_f64();
+  }();
+  scheme->forward(ctx, Q, K, Vv, O, L);
+  Outputs out{test::to_vec(O), test::to_vec(L), {}, {}, {}};
+  if (info.has_backward) {
+    scheme->backward(ctx, Q, K, Vv, O, L, dO, dQ, dK, dV);
+    out.dq = test::to_vec(dQ);
+    out.dk = test::to_vec(dK);
+    out.dv = test::to_vec(dV);
+  }
+  return out;
+}
+
+// max |a - b| over local entries divided by max(1, max |ref_global|), max over ranks.
+double err(const Vec& got, const Vec& want_rows, double norm) {
+  double e = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want_rows[i]) && std::isinf(got[i]) && (want_rows[i] < 0) == (got[i] < 0)) continue;
+    const double d = std::abs(got[i] - want_rows[i]);
+    e = std::max(e, std::isnan(d) ? INFINITY : d);
+  }
+  double g = 0;
+  MPI_Allreduce(&e, &g, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return g / norm;
+}
+double norm_of(const Vec& v) {
+  double m = 1.0;
+  for (double x : v)
+    if (!std::isinf(x)) m = std::max(m, std::abs(x));
+  return m;
+}
+
+struct CpCase {
+  const char* name;
+  int kv_heads;
+  bool causal;
+  int64_t window;
+  int64_t doc_len;
+};
+
+class CpScheme : public ::testing::TestWithParam<CpCase> {};
+
+TEST_P(CpScheme, MatchesSingleRankReference) {
+  const CpCase c = GetParam();
+  const int P = world_size(), r = world_rank();
+  const cp::SchemeInfo& info = cp::find(g_scheme);
+  cp::Config cfg;
+  cfg.seq_len = 96;
+  cfg.heads = 8;
+  cfg.kv_heads = c.kv_heads;
+  cfg.head_dim = 32;
+  cfg.causal = c.causal;
+  cfg.window = c.window;
+  cfg.doc_len = c.doc_len;
+  cfg.ranks = P;
+  cfg.decode_tokens = 3;
+  cfg.attn.tile_q = cfg.attn.tile_k = 16;
+
+  const std::string why = cp::check(info, cfg);
+  const bool expect_refusal = (g_scheme == "none" && P > 1) || (g_scheme == "ulysses" && cfg.heads % P != 0);
+  if (expect_refusal) {
+    ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
+    EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
+    if (g_scheme == "ulysses")
+      EXPECT_NE(why.find("heads (8) divisible by ranks (" + std::to_string(P) + ")"), std::string::npos) << why;
+    if (g_scheme == "none") EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
+    if (r == 0) std::printf("[ refused  ] %s np=%d: %s\n", g_scheme.c_str(), P, why.c_str());
+    return;
+  }
+  ASSERT_TRUE(why.empty()) << g_scheme << " refused a runnable case: " << why;
+
+  // The global problem; tree decodes decode_tokens queries placed after the cache.
+  const bool tree = g_scheme == "tree";
+  const int64_t Sq = cp::global_q_tokens(cfg, g_scheme), Sk = cfg.seq_len, q0 = tree ? Sk : 0;
+  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
+  const Vec Qg = global_tensor(101, Sq, H, D, 2.0), Kg = global_tensor(102, Sk, Hkv, D, 2.0),
+            Vg = global_tensor(103, Sk, Hkv, D, 1.0), dOg = global_tensor(104, Sq, H, D, 1.0);
+
+  // Reference: `none` semantics on the whole problem, fp64 and fp32 (kernels called directly
+  // so that tree's queries-after-cache problem is covered too).
+  cp::Config one = cfg;
+  one.ranks = 1;
+  std::vector<int64_t> qidx(Sq), kidx(Sk);
+  for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
+  for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
+  auto reference = [&](auto tag) {
+    using T = decltype(tag);
+    using V3 = kernels::View3<T>;
+    auto Q = test::make_view<V3>("q", Qg, Sq, H, D), K = test::make_view<V3>("k", Kg, Sk, Hkv, D),
+         Vv = test::make_view<V3>("v", Vg, Sk, Hkv, D), dO = test::make_view<V3>("do", dOg, Sq, H, D);
+    V3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
+    kernels::View2<T> L("lse", Sq, H);
+    const auto mask = cp::make_mask(one, qidx, kidx);
+    kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
+    kernels::attention_bwd<T>(Q, K, Vv, O, L, dO, mask, dQ, dK, dV, cfg.attn);
+    return Outputs{test::to_vec(O), test::to_vec(L), test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
+  };
+  const Outputs ref64 = reference(double{}), ref32 = reference(float{});
+
+  const cp::Shard sh = info.shard(cfg, r);
+  auto comm = comm::make_mpi_comm(comm::Progress::None);
+  const Vec q = rows(Qg, sh.q, q0, H * D), k = rows(Kg, sh.kv, 0, Hkv * D), v = rows(Vg, sh.kv, 0, Hkv * D),
+            dout = rows(dOg, sh.q, q0, H * D);
+  const Outputs got32 = run<float>(info, cfg, *comm, q, k, v, dout, sh.q.size(), sh.kv.size());
+  const Outputs got64 = run<double>(info, cfg, *comm, q, k, v, dout, sh.q.size(), sh.kv.size());
+
+  struct Item {
+    const char* what;
+    const Vec Outputs::*field;
+    const std::vector<int64_t>* idx;
+    int64_t offset;
+    int width;
+  };
+  std::vector<Item> items = {{"O", &Outputs::o, &sh.q, q0, H * D}, {"LSE", &Outputs::lse, &sh.q, q0, H}};
+  if (info.has_backward) {
+    items.push_back({"dQ", &Outputs::dq, &sh.q, q0, H * D});
+    items.push_back({"dK", &Outputs::dk, &sh.kv, 0, Hkv * D});
+    items.push_back({"dV", &Outputs::dv, &sh.kv, 0, Hkv * D});
+  }
+  for (const Item& it : items) {
+    const Vec& want64 = ref64.*(it.field);
+    const double norm = norm_of(want64);
+    const Vec want_local = rows(want64, *it.idx, it.offset, it.width);
+    const double e_none = err(rows(ref32.*(it.field), *it.idx, it.offset, it.width), want_local, norm);
+    const double e32 = err(got32.*(it.field), want_local, norm);
+    const double e64 = err(got64.*(it.field), want_local, norm);
+    const double floor_ulps = std::ldexp(1.0, -21);
+    EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps))
+        << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
+    EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
+    if (r == 0 && ::testing::Test::HasFailure())
+      std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g\n", g_scheme.c_str(), P, it.what, e32, e_none, e64);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
+                         ::testing::Values(CpCase{"causal", 8, true, 0, 0}, CpCase{"full", 8, false, 0, 0},
+                                           CpCase{"causal_gqa2", 2, true, 0, 0},
+                                           CpCase{"causal_mqa", 1, true, 0, 0},
+                                           CpCase{"window10_gqa2", 2, true, 10, 0},
+                                           CpCase{"docs20", 8, true, 0, 20},
+                                           CpCase{"full_gqa4", 4, false, 0, 0}),
+                         [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
+
+TEST(CpRegistry, UnknownSchemeIsNamed) {
+  try {
+    cp::find("nosuch");
+    FAIL() << "an unknown scheme must be refused";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("nosuch"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("ring"), std::string::npos) << "the message lists the schemes";
+  }
+}
+
+}  // namespace
