@@ -8,6 +8,12 @@ SchemeInfo none_scheme();
 SchemeInfo ring_scheme();
 SchemeInfo zigzag_scheme();
 SchemeInfo stripe_scheme();
+SchemeInfo ulysses_scheme();
+SchemeInfo usp_scheme();
+SchemeInfo allgather_scheme();
+SchemeInfo passq_scheme();
+SchemeInfo tree_scheme();
+SchemeInfo doublering_scheme();
 
 const std::vector<SchemeInfo>& registry() {
   static const std::vector<SchemeInfo> table = {
@@ -15,6 +21,12 @@ const std::vector<SchemeInfo>& registry() {
   ring_scheme(),
   zigzag_scheme(),
   stripe_scheme(),
+  ulysses_scheme(),
+  usp_scheme(),
+  allgather_scheme(),
+  passq_scheme(),
+  tree_scheme(),
+  doublering_scheme(),
   };
   return table;
 }
