@@ -3,6 +3,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -46,6 +48,21 @@ inline void timed_wait(Context& ctx, comm::Request& r) {
 template <class T>
 View3<T> view3(T* p, size_t n0, size_t n1, size_t n2) {
   return View3<T>(p, n0, n1, n2);
+}
+
+// A named scratch buffer of n elements, kept across calls so that page first-touch and the
+// MPI library's registration of the pages are paid once, not on every step. Contents are
+// undefined on return. Buffers are released by a Kokkos finalize hook.
+template <class T>
+View1<T> scratch(const std::string& name, size_t n) {
+  static std::map<std::string, View1<T>>* cache = [] {
+    auto* c = new std::map<std::string, View1<T>>();
+    Kokkos::push_finalize_hook([c] { c->clear(); });
+    return c;
+  }();
+  View1<T>& buf = (*cache)[name];
+  if (buf.extent(0) < n) buf = View1<T>(Kokkos::view_alloc(name, Kokkos::WithoutInitializing), n);
+  return View1<T>(buf.data(), n);
 }
 
 // Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.

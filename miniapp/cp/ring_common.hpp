@@ -19,8 +19,8 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
   const auto allpos = allgather_positions(ctx, g, kpos);
-  View1<T> buf[2] = {View1<T>(Kokkos::view_alloc("ring_kv0", Kokkos::WithoutInitializing), 2 * n),
-                     View1<T>(Kokkos::view_alloc("ring_kv1", Kokkos::WithoutInitializing), 2 * n)};
+  const std::string gid = ":g" + std::to_string(g.id);
+  View1<T> buf[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
   Kokkos::deep_copy(View1<T>(buf[0].data(), n), Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>(k.data(), n));
   Kokkos::deep_copy(View1<T>(buf[0].data() + n, n),
                     Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>(v.data(), n));
@@ -47,8 +47,8 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
           have = true;
         } else {
           if (!o_blk.data()) {
-            o_blk = View3<T>("ring_o_blk", o.extent(0), o.extent(1), o.extent(2));
-            lse_blk = View2<T>("ring_lse_blk", lse.extent(0), lse.extent(1));
+            o_blk = view3<T>(scratch<T>("ring_o_blk" + gid, o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
+            lse_blk = View2<T>(scratch<T>("ring_lse_blk" + gid, lse.span()).data(), lse.extent(0), lse.extent(1));
           }
           timed_compute(ctx,
                         [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o_blk, lse_blk, ctx.cfg.attn); });
@@ -73,9 +73,10 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   const size_t bytes = 2 * n * sizeof(T);
   const auto allpos = allgather_positions(ctx, g, kpos);
   using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
-  View1<T> kv[2] = {View1<T>("ring_kv0", 2 * n), View1<T>("ring_kv1", 2 * n)};
-  View1<T> dkv[2] = {View1<T>("ring_dkv0", 2 * n), View1<T>("ring_dkv1", 2 * n)};
-  View1<T> dkv_recv("ring_dkv_recv", 2 * n);
+  const std::string gid = ":g" + std::to_string(g.id);
+  View1<T> kv[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
+  View1<T> dkv[2] = {scratch<T>("ring_dkv0" + gid, 2 * n), scratch<T>("ring_dkv1" + gid, 2 * n)};
+  View1<T> dkv_recv = scratch<T>("ring_dkv_recv" + gid, 2 * n);
   Kokkos::deep_copy(View1<T>(kv[0].data(), n), CV1(k.data(), n));
   Kokkos::deep_copy(View1<T>(kv[0].data() + n, n), CV1(v.data(), n));
   Kokkos::deep_copy(dq, T(0));
