@@ -85,6 +85,11 @@ class Communicator {
 // progress = Thread). poll_us: progress-thread polling interval in microseconds.
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50);
 
+#ifdef MINICP_ENABLE_NCCL
+// NCCL backend (device buffers); throws std::runtime_error when no CUDA device is visible.
+std::unique_ptr<Communicator> make_nccl_comm();
+#endif
+
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);
 

@@ -1,0 +1,196 @@
+// NCCL backend of the communicator (built with MINICP_ENABLE_NCCL): buffers are device
+// pointers; every operation is enqueued on one CUDA stream and completed by wait() on a
+// CUDA event recorded after it. MPI bootstraps the NCCL communicators and their splits.
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "comm/comm.hpp"
+
+namespace minicp::comm {
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
+}
+void nccl_check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) throw std::runtime_error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+}
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+struct NcclRequest : RequestState {
+  cudaEvent_t done = nullptr;
+  Event ev{};
+  ~NcclRequest() override {
+    if (done) cudaEventDestroy(done);
+  }
+};
+
+}  // namespace
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm() {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+      throw std::runtime_error("nccl backend: no CUDA device visible");
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    int local_rank = 0;
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+    cuda_check(cudaSetDevice(local_rank % devices), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ncclUniqueId id;
+    if (rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t world;
+    nccl_check(ncclCommInitRank(&world, size, id, rank), "ncclCommInitRank");
+    world_ = make_group(world, "world", rank, size);
+  }
+  ~NcclComm() override {
+    for (auto& c : comms_) ncclCommDestroy(*c);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string backend() const override { return "nccl"; }
+
+  Group split_contiguous(int size, const std::string& name) override {
+    check_split(size, name);
+    return split(world_.rank / size, name);
+  }
+  Group split_strided(int size, const std::string& name) override {
+    check_split(size, name);
+    return split(world_.rank % (world_.size / size), name);
+  }
+
+  Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
+                    const Group& g, int step) override {
+    auto r = start(EventKind::SendRecv, dst, g, step, send_bytes);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    nccl_check(ncclSend(send, send_bytes, ncclUint8, dst, nc(g), stream_), "ncclSend");
+    nccl_check(ncclRecv(recv, recv_bytes, ncclUint8, src, nc(g), stream_), "ncclRecv");
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    return finish(r);
+  }
+  Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step) override {
+    auto r = start(EventKind::AllGather, -1, g, step, bytes);
+    nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, nc(g), stream_), "ncclAllGather");
+    return finish(r);
+  }
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, const Group& g, int step) override {
+    auto r = start(EventKind::ReduceScatter, -1, g, step, count * dtype_size(t) * g.size);
+    nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, nc(g), stream_), "ncclReduceScatter");
+    return finish(r);
+  }
+  void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step) override {
+    std::vector<size_t> counts(g.size, bytes_per_rank), displ(g.size);
+    for (int i = 0; i < g.size; ++i) displ[i] = bytes_per_rank * i;
+    exchange(EventKind::AllToAll, send, counts, displ, recv, counts, displ, g, step);
+  }
+  void alltoallv(const void* send, const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_displ,
+                 void* recv, const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_displ,
+                 const Group& g, int step) override {
+    exchange(EventKind::AllToAllV, send, send_bytes, send_displ, recv, recv_bytes, recv_displ, g, step);
+  }
+  void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
+    auto r = start(EventKind::AllReduce, -1, g, step, count * dtype_size(t));
+    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), op == ReduceOp::Sum ? ncclSum : ncclMax, nc(g), stream_),
+               "ncclAllReduce");
+    Request q = finish(r);
+    wait(q);
+  }
+  void barrier(const Group& g) override {
+    auto& scratch = barrier_buf();
+    allreduce(scratch, 1, DType::F32, ReduceOp::Sum, g, -1);
+  }
+  void wait(Request& req) override {
+    if (!req.state) return;
+    auto r = std::static_pointer_cast<NcclRequest>(req.state);
+    const double t0 = MPI_Wtime();
+    cuda_check(cudaEventSynchronize(r->done), "cudaEventSynchronize");
+    const double t1 = MPI_Wtime();
+    Event ev = r->ev;
+    ev.t_end = t1;
+    trace_.add(ev);
+    trace_.add(Event{EventKind::Wait, ev.peer, ev.group, ev.step, 0, 0, t0, t1});
+    req.state.reset();
+  }
+
+ private:
+  ncclComm_t nc(const Group& g) const { return *static_cast<ncclComm_t*>(g.native); }
+
+  void check_split(int size, const std::string& name) const {
+    if (size < 1 || world_.size % size != 0)
+      throw std::invalid_argument("group '" + name + "' size " + std::to_string(size) + " must divide the " +
+                                  std::to_string(world_.size) + " ranks");
+  }
+  Group split(int color, const std::string& name) {
+    ncclComm_t c;
+    nccl_check(ncclCommSplit(nc(world_), color, world_.rank, &c, nullptr), "ncclCommSplit");
+    int rank = 0, size = 1;
+    ncclCommUserRank(c, &rank);
+    ncclCommCount(c, &size);
+    return make_group(c, name, rank, size);
+  }
+  Group make_group(ncclComm_t c, const std::string& name, int rank, int size) {
+    auto owned = std::make_unique<ncclComm_t>(c);
+    Group g;
+    g.id = int(comms_.size());
+    g.name = name;
+    g.rank = rank;
+    g.size = size;
+    g.native = owned.get();
+    comms_.push_back(std::move(owned));
+    return g;
+  }
+  std::shared_ptr<NcclRequest> start(EventKind k, int peer, const Group& g, int step, size_t bytes) {
+    auto r = std::make_shared<NcclRequest>();
+    r->ev = Event{k, peer, g.id, step, int64_t(bytes), 0, MPI_Wtime(), 0};
+    cuda_check(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
+    return r;
+  }
+  Request finish(const std::shared_ptr<NcclRequest>& r) {
+    cuda_check(cudaEventRecord(r->done, stream_), "cudaEventRecord");
+    return Request{r};
+  }
+  void exchange(EventKind k, const void* send, const std::vector<size_t>& sb, const std::vector<size_t>& sd,
+                void* recv, const std::vector<size_t>& rb, const std::vector<size_t>& rd, const Group& g, int step) {
+    size_t total = 0;
+    for (size_t b : sb) total += b;
+    auto r = start(k, -1, g, step, total);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int p = 0; p < g.size; ++p) {
+      nccl_check(ncclSend(static_cast<const char*>(send) + sd[p], sb[p], ncclUint8, p, nc(g), stream_), "ncclSend");
+      nccl_check(ncclRecv(static_cast<char*>(recv) + rd[p], rb[p], ncclUint8, p, nc(g), stream_), "ncclRecv");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    Request q = finish(r);
+    wait(q);
+  }
+  float*& barrier_buf() {
+    if (!barrier_) cuda_check(cudaMalloc(reinterpret_cast<void**>(&barrier_), sizeof(float)), "cudaMalloc");
+    return barrier_;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  float* barrier_ = nullptr;
+  std::vector<std::unique_ptr<ncclComm_t>> comms_;
+};
+
+std::unique_ptr<Communicator> make_nccl_comm() { return std::make_unique<NcclComm>(); }
+
+}  // namespace minicp::comm
