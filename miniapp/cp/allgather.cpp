@@ -1,14 +1,216 @@
-// Scheme `allgather`: placeholder until its implementation lands (refuses every case).
+// Scheme `allgather` (Llama 3): each rank all-gathers K,V and attends its zigzag queries to all of it.
+// Unlike one up-front gather, K,V rows go in chunks pipelined with compute (double-buffered); the
+// backward re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
+
 #include "miniapp/cp/common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
+namespace {
+
+// Row chunks of the local K,V: chunk c is local rows [begin(c), begin(c) + size(c)); sizes
+// differ by at most one and are the same on every rank (all shards are equal-sized).
+struct Chunks {
+  int64_t rows = 0, count = 1;
+  int64_t size(int64_t c) const { return rows / count + (c < rows % count ? 1 : 0); }
+  int64_t begin(int64_t c) const { return c * (rows / count) + std::min(c, rows % count); }
+  int64_t max_size() const { return size(0); }
+};
+
+// Key positions of gathered chunk c: chunk c's rows of every rank, in rank order.
+std::vector<int64_t> chunk_positions(const std::vector<std::vector<int64_t>>& all, const Chunks& ch, int64_t c) {
+  std::vector<int64_t> out;
+  for (const auto& p : all) out.insert(out.end(), p.begin() + ch.begin(c), p.begin() + ch.begin(c) + ch.size(c));
+  return out;
+}
+
+// The chunked, double-buffered all-gather of K,V rows [Sl,Hkv,D] into [P*rows_c,Hkv,D] per
+// chunk (two requests per chunk: K and V land contiguous, no packing). Without
+// communication every chunk reuses slot 0.
+template <class T>
+class KVGather {
+ public:
+  KVGather(Context& ctx, CView3<T> k, CView3<T> v, const Chunks& ch)
+      : ctx_(ctx), k_(k), v_(v), ch_(ch), P_(ctx.comm.world().size), row_(k.extent(1) * k.extent(2)) {
+    const size_t n = size_t(P_) * size_t(ch.max_size()) * row_;
+    for (int i = 0; i < 2; ++i) {
+      // Without communication the buffers are never filled: zero them so compute sees numbers.
+      k_buf_[i] = communicates(ctx) ? View1<T>(Kokkos::view_alloc("cp::allgather::k", Kokkos::WithoutInitializing), n)
+                                    : View1<T>("cp::allgather::k", n);
+      v_buf_[i] = communicates(ctx) ? View1<T>(Kokkos::view_alloc("cp::allgather::v", Kokkos::WithoutInitializing), n)
+                                    : View1<T>("cp::allgather::v", n);
+      if (!communicates(ctx)) break;
+    }
+  }
+  // Starts the gather of chunk c (no-op past the last chunk or without communication).
+  void post(int64_t c) {
+    if (c >= ch_.count || !communicates(ctx_)) return;
+    const size_t off = size_t(ch_.begin(c)) * row_, bytes = size_t(ch_.size(c)) * row_ * sizeof(T);
+    const int s = slot(c);
+    req_[s][0] = ctx_.comm.iallgather(k_.data() + off, k_buf_[s].data(), bytes, ctx_.comm.world(), int(c));
+    req_[s][1] = ctx_.comm.iallgather(v_.data() + off, v_buf_[s].data(), bytes, ctx_.comm.world(), int(c));
+    ctx_.stats.bytes_sent += 2 * int64_t(bytes) * (P_ - 1);
+  }
+  void wait(int64_t c) {
+    timed_wait(ctx_, req_[slot(c)][0]);
+    timed_wait(ctx_, req_[slot(c)][1]);
+  }
+  // Gathered K, V of chunk c: [P*rows_c, Hkv, D].
+  View3<T> k(int64_t c) const { return view3<T>(k_buf_[slot(c)].data(), rows(c), k_.extent(1), k_.extent(2)); }
+  View3<T> v(int64_t c) const { return view3<T>(v_buf_[slot(c)].data(), rows(c), v_.extent(1), v_.extent(2)); }
+
+ private:
+  int slot(int64_t c) const { return communicates(ctx_) ? int(c % 2) : 0; }
+  size_t rows(int64_t c) const { return size_t(P_) * size_t(ch_.size(c)); }
+  Context& ctx_;
+  CView3<T> k_, v_;
+  Chunks ch_;
+  int P_;
+  size_t row_;  // elements per K/V row (Hkv*D)
+  View1<T> k_buf_[2], v_buf_[2];
+  comm::Request req_[2][2];
+};
+
+template <class T>
+class AllGather final : public Scheme<T> {
+ public:
+  // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    const auto& g = ctx.comm.world();
+    const auto all = positions(ctx.cfg, g.size);
+    const std::vector<int64_t>& qpos = all[g.rank];
+    const Chunks ch = chunks(ctx.cfg, k.extent(0));
+    KVGather<T> gather(ctx, k, v, ch);
+    View3<T> o_blk;
+    View2<T> lse_blk;
+    bool have = false;
+    gather.post(0);
+    for (int64_t c = 0; c < ch.count; ++c) {
+      ctx.step = int(c);
+      gather.post(c + 1);
+      gather.wait(c);
+      if (!computes(ctx)) continue;
+      const auto kpos = chunk_positions(all, ch, c);
+      if (fully_masked(ctx.cfg, qpos, kpos)) {
+        ++ctx.stats.blocks_skipped;
+        continue;
+      }
+      const auto mask = make_mask(ctx.cfg, qpos, kpos);
+      const auto Kc = gather.k(c), Vc = gather.v(c);
+      if (!have) {
+        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o, lse, ctx.cfg.attn); });
+        have = true;
+      } else {
+        if (!o_blk.data()) {
+          o_blk = View3<T>("cp::allgather::o_blk", o.extent(0), o.extent(1), o.extent(2));
+          lse_blk = View2<T>("cp::allgather::lse_blk", lse.extent(0), lse.extent(1));
+        }
+        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o_blk, lse_blk, ctx.cfg.attn); });
+        timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_blk, lse_blk); });
+      }
+    }
+    if (!have) {  // nothing visible to any local row (or no compute)
+      Kokkos::deep_copy(o, T(0));
+      Kokkos::deep_copy(lse, kernels::neg_inf<T>());
+    }
+  }
+
+  // Given o, lse, dout[Sl,H,D] -> dq[Sl,H,D], dk, dv[Sl,Hkv,D] (overwritten).
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk, View3<T> dv) override {
+    using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+    const auto& g = ctx.comm.world();
+    const int P = g.size;
+    const auto all = positions(ctx.cfg, P);
+    const std::vector<int64_t>& qpos = all[g.rank];
+    const Chunks ch = chunks(ctx.cfg, k.extent(0));
+    const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
+    const size_t n = size_t(P) * size_t(ch.max_size()) * row;
+    const comm::DType dt = std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
+    KVGather<T> gather(ctx, k, v, ch);
+    // Per-chunk dK,dV of the gathered rows [P*rows_c,Hkv,D], double-buffered so chunk c's
+    // reduce-scatter stays in flight while chunk c+1 computes.
+    View1<T> dk_buf[2] = {View1<T>("cp::allgather::dk0", n), View1<T>("cp::allgather::dk1", n)};
+    View1<T> dv_buf[2] = {View1<T>("cp::allgather::dv0", n), View1<T>("cp::allgather::dv1", n)};
+    comm::Request rs[2][2];
+    Kokkos::deep_copy(dq, T(0));
+    if (!communicates(ctx)) {  // nothing will be reduce-scattered into them
+      Kokkos::deep_copy(dk, T(0));
+      Kokkos::deep_copy(dv, T(0));
+    }
+    gather.post(0);
+    for (int64_t c = 0; c < ch.count; ++c) {
+      ctx.step = int(c);
+      const int s = int(c % 2);
+      const size_t rows = size_t(ch.size(c)), cnt = rows * row, off = size_t(ch.begin(c)) * row;
+      gather.post(c + 1);
+      gather.wait(c);
+      auto dKc = view3<T>(dk_buf[s].data(), P * rows, Hkv, D), dVc = view3<T>(dv_buf[s].data(), P * rows, Hkv, D);
+      timed_aux(ctx, [&] {
+        Kokkos::deep_copy(View1<T>(dk_buf[s].data(), P * cnt), T(0));
+        Kokkos::deep_copy(View1<T>(dv_buf[s].data(), P * cnt), T(0));
+      });
+      if (computes(ctx)) {
+        const auto kpos = chunk_positions(all, ch, c);
+        if (fully_masked(ctx.cfg, qpos, kpos)) {
+          ++ctx.stats.blocks_skipped;
+        } else {
+          const auto mask = make_mask(ctx.cfg, qpos, kpos);
+          const auto Kc = gather.k(c), Vc = gather.v(c);
+          timed_compute(ctx, [&] {
+            return kernels::attention_bwd<T>(q, Kc, Vc, o, lse, dout, mask, dq, dKc, dVc, ctx.cfg.attn);
+          });
+        }
+      }
+      if (communicates(ctx)) {
+        // Block i of the gathered rows belongs to rank i: each rank gets the sum of its own.
+        rs[s][0] = ctx.comm.ireduce_scatter(dk_buf[s].data(), dk.data() + off, cnt, dt, g, int(c));
+        rs[s][1] = ctx.comm.ireduce_scatter(dv_buf[s].data(), dv.data() + off, cnt, dt, g, int(c));
+        ctx.stats.bytes_sent += 2 * int64_t(cnt * sizeof(T)) * (P - 1);
+        timed_wait(ctx, rs[1 - s][0]);  // chunk c-1's, whose buffers chunk c+1 reuses
+        timed_wait(ctx, rs[1 - s][1]);
+      } else {  // local block only (numbers wrong, the copy stands in for the reduction)
+        timed_aux(ctx, [&] {
+          Kokkos::deep_copy(View1<T>(dk.data() + off, cnt), CV1(dk_buf[s].data() + g.rank * cnt, cnt));
+          Kokkos::deep_copy(View1<T>(dv.data() + off, cnt), CV1(dv_buf[s].data() + g.rank * cnt, cnt));
+        });
+      }
+    }
+    for (auto& pair : rs)
+      for (auto& r : pair) timed_wait(ctx, r);
+  }
+
+ private:
+  static std::vector<std::vector<int64_t>> positions(const Config& cfg, int P) {
+    std::vector<std::vector<int64_t>> all(P);
+    for (int i = 0; i < P; ++i) all[i] = layout::zigzag(cfg.seq_len, P, i);
+    return all;
+  }
+  static Chunks chunks(const Config& cfg, size_t rows) {
+    return Chunks{int64_t(rows), std::max<int64_t>(1, std::min<int64_t>(cfg.chunks, int64_t(rows)))};
+  }
+};
+
+}  // namespace
 
 SchemeInfo allgather_scheme() {
   SchemeInfo s;
   s.name = "allgather";
-  s.summary = "not implemented yet";
-  s.check = [](const Config&) -> std::string { return "allgather needs an implementation"; };
-  s.shard = [](const Config&, int) { return Shard{}; };
+  s.summary = "all-gather K,V in chunks overlapped with compute (Llama 3), zigzag layout; backward reduce-scatters dK,dV";
+  s.check = [](const Config& c) -> std::string {
+    if (c.chunks < 1) return "allgather needs chunks (" + std::to_string(c.chunks) + ") >= 1";
+    return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather");
+  };
+  s.shard = [](const Config& c, int r) {
+    const auto t = layout::zigzag(c.seq_len, c.ranks, r);
+    return Shard{t, t};
+  };
+  s.make_f32 = [] { return std::make_unique<AllGather<float>>(); };
+  s.make_f64 = [] { return std::make_unique<AllGather<double>>(); };
   return s;
 }
 

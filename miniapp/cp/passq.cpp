@@ -1,14 +1,171 @@
-// Scheme `passq`: placeholder until its implementation lands (refuses every case).
+// Scheme `passq` (Meta's pass-Q): K,V stay, Q blocks travel a ring (next in flight during compute).
+// Unlike pass-KV, a visited rank only makes a partial (O, LSE); one all-to-all returns the partials to
+// their owners, which merge by LSE. Backward: Q travels with dout, o, lse; dQ partials return the same way.
+#include <string>
+#include <vector>
+
 #include "miniapp/cp/common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
+namespace {
+
+// out[n] = sum over p < P of slots[p*n + i] (the dQ partials of one block, in rank order).
+template <class T>
+void sum_slots(View1<T> out, View1<T> slots, int P) {
+  const int64_t n = int64_t(out.extent(0));
+  Kokkos::parallel_for(
+      "cp::passq::sum_dq", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n),
+      KOKKOS_LAMBDA(const int64_t i) {
+        T acc = 0;
+        for (int p = 0; p < P; ++p) acc += slots(p * n + i);
+        out(i) = acc;
+      });
+}
+
+// dst[0, n) = src[0, n) (same memory space).
+template <class T>
+void copy_into(T* dst, const T* src, size_t n) {
+  Kokkos::deep_copy(View1<T>(dst, n), Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>(src, n));
+}
+
+template <class T>
+class PassQ final : public Scheme<T> {
+ public:
+  // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    const auto& g = ctx.comm.world();
+    const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
+    const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
+    const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
+    const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
+    const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
+    View1<T> qbuf[2] = {View1<T>(Kokkos::view_alloc("cp::passq::q0", Kokkos::WithoutInitializing), n),
+                        View1<T>(Kokkos::view_alloc("cp::passq::q1", Kokkos::WithoutInitializing), n)};
+    copy_into<T>(qbuf[0].data(), q.data(), n);
+    // parts[b] = this rank's partial for Q block b (slot b goes to rank b).
+    View1<T> parts(Kokkos::view_alloc("cp::passq::parts", Kokkos::WithoutInitializing), P * slot);
+    auto O_of = [&](View1<T> buf, int b) { return view3<T>(buf.data() + b * slot, Sl, H, D); };
+    auto L_of = [&](View1<T> buf, int b) { return View2<T>(buf.data() + b * slot + n, Sl, H); };
+    for (int s = 0; s < P; ++s) {
+      ctx.step = s;
+      View1<T> cur = communicates(ctx) ? qbuf[s % 2] : qbuf[0], nxt = qbuf[(s + 1) % 2];
+      comm::Request req;
+      if (s < P - 1 && communicates(ctx)) {
+        req = ctx.comm.isendrecv(cur.data(), n * sizeof(T), next, nxt.data(), n * sizeof(T), prev, g, s);
+        ctx.stats.bytes_sent += int64_t(n * sizeof(T));
+      }
+      const int b = (r - s + P) % P;
+      if (computes(ctx)) {
+        auto Ob = O_of(parts, b);
+        auto Lb = L_of(parts, b);
+        if (fully_masked(ctx.cfg, qpos[b], kvpos)) {
+          ++ctx.stats.blocks_skipped;
+          timed_aux(ctx, [&] {
+            Kokkos::deep_copy(Ob, T(0));
+            Kokkos::deep_copy(Lb, kernels::neg_inf<T>());
+          });
+        } else {
+          const auto Qb = view3<T>(cur.data(), Sl, H, D);
+          const auto mask = make_mask(ctx.cfg, qpos[b], kvpos);
+          timed_compute(ctx, [&] { return kernels::attention_fwd<T>(Qb, k, v, mask, Ob, Lb, ctx.cfg.attn); });
+        }
+      }
+      timed_wait(ctx, req);
+    }
+    // Partials home: recv slot j = rank j's partial for my Q block.
+    View1<T> recv = parts;
+    if (communicates(ctx)) {
+      recv = View1<T>(Kokkos::view_alloc("cp::passq::recv", Kokkos::WithoutInitializing), P * slot);
+      const double t0 = MPI_Wtime();
+      ctx.comm.alltoall(parts.data(), recv.data(), slot * sizeof(T), g, P);
+      ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+      ctx.stats.bytes_sent += int64_t(slot * sizeof(T)) * (P - 1);
+    }
+    if (!computes(ctx)) {
+      Kokkos::deep_copy(o, T(0));
+      Kokkos::deep_copy(lse, kernels::neg_inf<T>());
+      return;
+    }
+    timed_aux(ctx, [&] {
+      Kokkos::deep_copy(o, O_of(recv, 0));
+      Kokkos::deep_copy(lse, L_of(recv, 0));
+      for (int j = 1; j < P; ++j) kernels::lse_merge<T>(o, lse, O_of(recv, j), L_of(recv, j));
+    });
+  }
+
+  // Given o, lse, dout[Sl,H,D] -> dq[Sl,H,D], dk, dv[Sl,Hkv,D] (overwritten).
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk, View3<T> dv) override {
+    const auto& g = ctx.comm.world();
+    const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
+    const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
+    const size_t blk = 3 * n + Sl * H;  // one travelling block: Q, dOut, O [Sl,H,D] then LSE [Sl,H]
+    const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
+    const auto qpos = allgather_positions(ctx, g, kvpos);
+    View1<T> buf[2] = {View1<T>(Kokkos::view_alloc("cp::passq::qblk0", Kokkos::WithoutInitializing), blk),
+                       View1<T>(Kokkos::view_alloc("cp::passq::qblk1", Kokkos::WithoutInitializing), blk)};
+    timed_aux(ctx, [&] {
+      copy_into<T>(buf[0].data(), q.data(), n);
+      copy_into<T>(buf[0].data() + n, dout.data(), n);
+      copy_into<T>(buf[0].data() + 2 * n, o.data(), n);
+      copy_into<T>(buf[0].data() + 3 * n, lse.data(), Sl * H);
+    });
+    // dq_parts[b] = this rank's dQ contribution for Q block b [Sl,H,D].
+    View1<T> dq_parts("cp::passq::dq_parts", P * n);
+    Kokkos::deep_copy(dk, T(0));
+    Kokkos::deep_copy(dv, T(0));
+    for (int s = 0; s < P; ++s) {
+      ctx.step = s;
+      View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
+      comm::Request req;
+      if (s < P - 1 && communicates(ctx)) {
+        req = ctx.comm.isendrecv(cur.data(), blk * sizeof(T), next, nxt.data(), blk * sizeof(T), prev, g, s);
+        ctx.stats.bytes_sent += int64_t(blk * sizeof(T));
+      }
+      const int b = (r - s + P) % P;
+      if (computes(ctx)) {
+        if (fully_masked(ctx.cfg, qpos[b], kvpos)) {
+          ++ctx.stats.blocks_skipped;
+        } else {
+          const T* p = cur.data();
+          const CView3<T> Qb(p, Sl, H, D), dOb(p + n, Sl, H, D), Ob(p + 2 * n, Sl, H, D);
+          const CView2<T> Lb(p + 3 * n, Sl, H);
+          auto dQb = view3<T>(dq_parts.data() + b * n, Sl, H, D);
+          const auto mask = make_mask(ctx.cfg, qpos[b], kvpos);
+          timed_compute(ctx, [&] {
+            return kernels::attention_bwd<T>(Qb, k, v, Ob, Lb, dOb, mask, dQb, dk, dv, ctx.cfg.attn);
+          });
+        }
+      }
+      timed_wait(ctx, req);
+    }
+    // dQ partials home: recv slot j = rank j's contribution to my dQ.
+    View1<T> recv = dq_parts;
+    if (communicates(ctx)) {
+      recv = View1<T>(Kokkos::view_alloc("cp::passq::dq_recv", Kokkos::WithoutInitializing), P * n);
+      const double t0 = MPI_Wtime();
+      ctx.comm.alltoall(dq_parts.data(), recv.data(), n * sizeof(T), g, P);
+      ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+      ctx.stats.bytes_sent += int64_t(n * sizeof(T)) * (P - 1);
+    }
+    timed_aux(ctx, [&] { sum_slots<T>(flat(dq), recv, P); });
+  }
+};
+
+}  // namespace
 
 SchemeInfo passq_scheme() {
   SchemeInfo s;
   s.name = "passq";
-  s.summary = "not implemented yet";
-  s.check = [](const Config&) -> std::string { return "passq needs an implementation"; };
-  s.shard = [](const Config&, int) { return Shard{}; };
+  s.summary = "Q blocks around a ring, K,V stay (Meta's pass-Q), zigzag layout; partial (O, LSE) and dQ return by all-to-all";
+  s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq"); };
+  s.shard = [](const Config& c, int r) {
+    const auto t = layout::zigzag(c.seq_len, c.ranks, r);
+    return Shard{t, t};
+  };
+  s.make_f32 = [] { return std::make_unique<PassQ<float>>(); };
+  s.make_f64 = [] { return std::make_unique<PassQ<double>>(); };
   return s;
 }
 

@@ -1,14 +1,51 @@
-// Scheme `ulysses`: placeholder until its implementation lands (refuses every case).
-#include "miniapp/cp/common.hpp"
+// Scheme `ulysses` (DeepSpeed-Ulysses): an all-to-all over all P ranks turns the contiguous
+// sequence shards into head shards (H/P heads, all S tokens), one local attention runs on
+// those, and an all-to-all turns the output back. Beyond the simplest version: K/V heads are
+// replicated when kv_heads < P (their gradients summed back), and the head-sharded tensors
+// of the forward are kept for the backward. The exchange code is shared with usp.
+#include "miniapp/cp/ulysses_common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
+namespace {
+
+template <class T>
+class Ulysses final : public Scheme<T> {
+ public:
+  // q[S/P,H,D], k,v[S/P,Hkv,D] (contiguous rows) -> o[S/P,H,D], lse[S/P,H].
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    const auto& g = ctx.comm.world();
+    engine_.forward(ctx, g, nullptr, positions(ctx), q, k, v, o, lse);
+  }
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk, View3<T> dv) override {
+    const auto& g = ctx.comm.world();
+    engine_.backward(ctx, g, nullptr, positions(ctx), q, k, v, o, lse, dout, dq, dk, dv);
+  }
+
+ private:
+  // After the all-to-all every rank holds all S tokens in order.
+  static std::vector<int64_t> positions(const Context& ctx) { return layout::contiguous(ctx.cfg.seq_len, 1, 0); }
+  UlyssesEngine<T> engine_;
+};
+
+}  // namespace
 
 SchemeInfo ulysses_scheme() {
   SchemeInfo s;
   s.name = "ulysses";
-  s.summary = "not implemented yet";
-  s.check = [](const Config&) -> std::string { return "ulysses needs an implementation"; };
-  s.shard = [](const Config&, int) { return Shard{}; };
+  s.summary = "all-to-all sequence -> heads, local attention, all-to-all back (DeepSpeed-Ulysses)";
+  s.check = [](const Config& c) -> std::string {
+    std::string why = ulysses_head_check("ulysses", c.heads, c.kv_heads, c.ranks, "ranks");
+    if (why.empty()) why = layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "ulysses");
+    return why;
+  };
+  s.shard = [](const Config& c, int r) {
+    const auto t = layout::contiguous(c.seq_len, c.ranks, r);
+    return Shard{t, t};
+  };
+  s.make_f32 = [] { return std::make_unique<Ulysses<float>>(); };
+  s.make_f64 = [] { return std::make_unique<Ulysses<double>>(); };
   return s;
 }
 

@@ -1,14 +1,75 @@
-// Scheme `usp`: placeholder until its implementation lands (refuses every case).
-#include "miniapp/cp/common.hpp"
+// Scheme `usp` (Unified Sequence Parallel): ranks form a grid of R ring groups x U Ulysses
+// ranks (world rank = ring_index*U + ulysses_index). A Ulysses all-to-all inside each group
+// gives every member its H/U heads for the whole zigzag shard of its ring index; ring
+// attention then runs across the R groups, and the all-to-all goes back. U = P gives plain
+// Ulysses (local attention), U = 1 a zigzag ring.
+// Group size U: cfg.ulysses when set (it must divide P); otherwise the largest divisor U of P
+// with U <= P/2, so the ring keeps >= 2 ranks, that meets the head rules (heads % U == 0,
+// and kv_heads % U == 0 or U % kv_heads == 0); U = 1 when P == 1 or no divisor qualifies.
+#include <optional>
+
+#include "miniapp/cp/ulysses_common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
+namespace {
+
+template <class T>
+class Usp final : public Scheme<T> {
+ public:
+  // q[S/P,H,D], k,v[S/P,Hkv,D] (layout::usp rows) -> o[S/P,H,D], lse[S/P,H].
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    setup(ctx);
+    engine_.forward(ctx, *ulysses_, &*ring_, pos_, q, k, v, o, lse);
+  }
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk, View3<T> dv) override {
+    setup(ctx);
+    engine_.backward(ctx, *ulysses_, &*ring_, pos_, q, k, v, o, lse, dout, dq, dk, dv);
+  }
+
+ private:
+  // Splits the world into the two group axes once per object (collective: every rank
+  // reaches it on its first call) and lists the positions of the head-sharded rows: the
+  // shards of the Ulysses group's members in member order, as the all-to-all delivers them.
+  void setup(Context& ctx) {
+    if (ulysses_) return;
+    Config c = ctx.cfg;
+    c.ranks = ctx.comm.world().size;
+    const int U = usp_ulysses_size(c), R = c.ranks / U;
+    ulysses_ = ctx.comm.split_contiguous(U, "ulysses");
+    ring_ = ctx.comm.split_strided(R, "ring");
+    pos_.clear();
+    for (int w : ulysses_->world_ranks) {
+      const auto part = layout::usp(c.seq_len, R, U, w);
+      pos_.insert(pos_.end(), part.begin(), part.end());
+    }
+  }
+  std::optional<comm::Group> ulysses_, ring_;
+  std::vector<int64_t> pos_;
+  UlyssesEngine<T> engine_;
+};
+
+}  // namespace
 
 SchemeInfo usp_scheme() {
   SchemeInfo s;
   s.name = "usp";
-  s.summary = "not implemented yet";
-  s.check = [](const Config&) -> std::string { return "usp needs an implementation"; };
-  s.shard = [](const Config&, int) { return Shard{}; };
+  s.summary = "Ulysses all-to-all inside groups x zigzag ring across groups (2D)";
+  s.check = [](const Config& c) -> std::string {
+    if (c.ulysses < 0 || (c.ulysses > 0 && c.ranks % c.ulysses != 0))
+      return "usp needs ulysses (" + std::to_string(c.ulysses) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
+    std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
+    if (why.empty()) why = ulysses_head_check("usp", c.heads, c.kv_heads, usp_ulysses_size(c), "ulysses");
+    return why;
+  };
+  s.shard = [](const Config& c, int r) {
+    const int U = usp_ulysses_size(c);
+    const auto t = layout::usp(c.seq_len, c.ranks / U, U, r);
+    return Shard{t, t};
+  };
+  s.make_f32 = [] { return std::make_unique<Usp<float>>(); };
+  s.make_f64 = [] { return std::make_unique<Usp<double>>(); };
   return s;
 }
 

@@ -1,0 +1,236 @@
+// The Ulysses all-to-all shared by `ulysses` and `usp`: a group of U ranks trades its
+// sequence shards x[n,H,D] for head shards x_h[U*n,H/U,D] (all the group's tokens, in
+// member order), runs attention on those (locally, or as a ring across groups for usp),
+// and trades the results back. K/V heads are replicated when kv_heads < U, and their
+// gradients are summed on the way back. Each tensor moves in its own all-to-all: into the
+// head-sharded tensor directly after a pack, and out of it directly before an unpack.
+#pragma once
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "miniapp/cp/common.hpp"
+#include "miniapp/cp/ring_common.hpp"
+
+namespace minicp::cp {
+
+// Which heads group rank w holds after the exchange: `per` heads from first(w) on.
+//   query heads, or kv_heads >= U: first(w) = w*per, per = heads/U (disjoint blocks)
+//   kv_heads < U: the one kv head of w's first query head, first(w) = (w*H/U) / (H/Hkv);
+//                 U/Hkv consecutive ranks share it.
+struct HeadSplit {
+  int ranks = 1, per = 1, num = 1, den = 1;  // first(w) = w*num/den
+  KOKKOS_INLINE_FUNCTION int first(int w) const { return w * num / den; }
+  // The group ranks [lo, hi) that hold head c.
+  KOKKOS_INLINE_FUNCTION void holders(int c, int& lo, int& hi) const {
+    if (den == 1) {
+      lo = c / per;
+      hi = lo + 1;
+    } else {  // per == 1: first(w) == c  <=>  c*den/num <= w < (c+1)*den/num
+      lo = (c * den + num - 1) / num;
+      hi = ((c + 1) * den + num - 1) / num;
+      if (hi > ranks) hi = ranks;
+    }
+  }
+  static HeadSplit query(int H, int U) { return {U, H / U, H / U, 1}; }
+  static HeadSplit kv(int H, int Hkv, int U) {
+    return Hkv >= U ? HeadSplit{U, Hkv / U, Hkv / U, 1} : HeadSplit{U, 1, H / U, H / Hkv};
+  }
+};
+
+// The head rules of a Ulysses group of U ranks ("" when met); `unit` names U in the message
+// ("ranks" for ulysses, "ulysses" for usp).
+inline std::string ulysses_head_check(const std::string& scheme, int H, int Hkv, int U, const std::string& unit) {
+  const auto num = [](int v) { return std::to_string(v); };
+  if (H % U != 0) return scheme + " needs heads (" + num(H) + ") divisible by " + unit + " (" + num(U) + ")";
+  if (Hkv % U != 0 && U % Hkv != 0)
+    return scheme + " needs kv_heads (" + num(Hkv) + ") divisible by " + unit + " (" + num(U) + ") or " + unit +
+           " divisible by kv_heads";
+  return "";
+}
+
+// usp's Ulysses group size for cfg: cfg.ulysses when set; otherwise the largest divisor U
+// of ranks with U <= ranks/2 (so the ring keeps >= 2 ranks) that meets the head rules;
+// 1 when ranks == 1 or none does. The ring size is ranks / U.
+inline int usp_ulysses_size(const Config& cfg) {
+  if (cfg.ulysses > 0) return cfg.ulysses;
+  for (int U = cfg.ranks / 2; U > 1; --U)
+    if (cfg.ranks % U == 0 && ulysses_head_check("usp", cfg.heads, cfg.kv_heads, U, "ulysses").empty()) return U;
+  return 1;
+}
+
+// send[w][t][j][:] = x[t, first(w)+j, :] for w < U, t < n, j < per (one block per destination).
+template <class T>
+void ulysses_pack(CView3<T> x, const HeadSplit& s, View1<T> send) {
+  const int64_t n = x.extent(0), D = x.extent(2), per = s.per;
+  Kokkos::parallel_for(
+      "cp::ulysses::pack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, s.ranks * n * per),
+      KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t j = row % per, t = (row / per) % n, w = row / (per * n);
+        const int64_t h = s.first(int(w)) + j;
+        for (int64_t d = 0; d < D; ++d) send(row * D + d) = x(t, h, d);
+      });
+}
+
+// out[t, c, :] = sum over the ranks w holding head c of recv[w][t][c-first(w)][:] (one term
+// unless heads were replicated). Overwrites out[n,Hx,D].
+template <class T>
+void ulysses_unpack(Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> recv, const HeadSplit& s,
+                    View3<T> out) {
+  const int64_t n = out.extent(0), Hx = out.extent(1), D = out.extent(2), per = s.per;
+  Kokkos::parallel_for(
+      "cp::ulysses::unpack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n * Hx),
+      KOKKOS_LAMBDA(const int64_t row) {
+        const int64_t t = row / Hx, c = row % Hx;
+        int lo = 0, hi = 0;
+        s.holders(int(c), lo, hi);
+        for (int64_t d = 0; d < D; ++d) {
+          T acc = 0;
+          for (int w = lo; w < hi; ++w) acc += recv(((w * n + t) * per + c - s.first(w)) * D + d);
+          out(t, c, d) = acc;
+        }
+      });
+}
+
+// Head-sharded attention over Ulysses group `ug`, then locally (rg == nullptr or of size 1)
+// or as a ring over group *rg. pos: positions of the head-sharded rows, the members' shards
+// in member order.
+// The head-sharded tensors of the forward stay for the backward (same object).
+template <class T>
+class UlyssesEngine {
+ public:
+  // q[n,H,D], k,v[n,Hkv,D] sequence-sharded -> o[n,H,D], lse[n,H].
+  void forward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos,
+               CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) {
+    scatter_inputs(ctx, ug, q, k, v);
+    if (!rg || rg->size == 1) {
+      ctx.step = 0;
+      if (computes(ctx)) {
+        const auto mask = make_mask(ctx.cfg, pos, pos);
+        timed_compute(ctx,
+                      [&] { return kernels::attention_fwd<T>(q_h_, k_h_, v_h_, mask, o_h_, lse_h_, ctx.cfg.attn); });
+      }
+    } else {
+      ring_forward<T>(ctx, *rg, q_h_, k_h_, v_h_, pos, pos, o_h_, lse_h_);
+    }
+    to_seq(ctx, ug, o_h_, qs_, o);
+    to_seq(ctx, ug, lse3(lse_h_), qs_, lse3(lse));
+    have_fwd_ = true;
+  }
+
+  // dout[n,H,D] -> dq[n,H,D], dk, dv[n,Hkv,D] (overwritten; replicated kv heads summed).
+  void backward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos,
+                CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout, View3<T> dq,
+                View3<T> dk, View3<T> dv) {
+    if (!have_fwd_ || q_h_.extent(0) != size_t(ug.size) * q.extent(0)) {  // no forward on this object
+      scatter_inputs(ctx, ug, q, k, v);
+      to_heads(ctx, ug, o, qs_, o_h_);
+      to_heads(ctx, ug, lse3(lse), qs_, lse3(lse_h_));
+    }
+    const size_t N = q_h_.extent(0), D = q_h_.extent(2);
+    realloc(dout_h_, "ulysses_dout_h", N, size_t(qs_.per), D);
+    realloc(dq_h_, "ulysses_dq_h", N, size_t(qs_.per), D);
+    realloc(dk_h_, "ulysses_dk_h", N, size_t(ks_.per), D);
+    realloc(dv_h_, "ulysses_dv_h", N, size_t(ks_.per), D);
+    to_heads(ctx, ug, dout, qs_, dout_h_);
+    if (!rg || rg->size == 1) {
+      ctx.step = 0;
+      timed_aux(ctx, [&] {
+        Kokkos::deep_copy(dq_h_, T(0));
+        Kokkos::deep_copy(dk_h_, T(0));
+        Kokkos::deep_copy(dv_h_, T(0));
+      });
+      if (computes(ctx)) {
+        const auto mask = make_mask(ctx.cfg, pos, pos);
+        timed_compute(ctx, [&] {
+          return kernels::attention_bwd<T>(q_h_, k_h_, v_h_, o_h_, lse_h_, dout_h_, mask, dq_h_, dk_h_, dv_h_,
+                                           ctx.cfg.attn);
+        });
+      }
+    } else {
+      ring_backward<T>(ctx, *rg, q_h_, k_h_, v_h_, o_h_, lse_h_, dout_h_, pos, pos, dq_h_, dk_h_, dv_h_);
+    }
+    to_seq(ctx, ug, dq_h_, qs_, dq);
+    to_seq(ctx, ug, dk_h_, ks_, dk);
+    to_seq(ctx, ug, dv_h_, ks_, dv);
+  }
+
+ private:
+  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+
+  static void realloc(View3<T>& x, const char* label, size_t n0, size_t n1, size_t n2) {
+    if (x.extent(0) != n0 || x.extent(1) != n1 || x.extent(2) != n2)
+      x = View3<T>(Kokkos::view_alloc(std::string(label)), n0, n1, n2);
+  }
+  void scratch(size_t n) {
+    if (buf_.extent(0) < n) buf_ = View1<T>(Kokkos::view_alloc("ulysses_buf", Kokkos::WithoutInitializing), n);
+  }
+  // [n,H] seen as [n,H,1], so LSE moves through the same code as the tensors.
+  static View3<T> lse3(const View2<T>& x) { return View3<T>(x.data(), x.extent(0), x.extent(1), 1); }
+  static CView3<T> lse3(const CView2<T>& x) { return CView3<T>(x.data(), x.extent(0), x.extent(1), 1); }
+
+  void scatter_inputs(Context& ctx, const comm::Group& ug, CView3<T> q, CView3<T> k, CView3<T> v) {
+    const int U = ug.size, H = int(q.extent(1)), Hkv = int(k.extent(1));
+    const std::string why = ulysses_head_check("ulysses group", H, Hkv, U, "its size");
+    if (!why.empty()) throw std::invalid_argument(why);
+    qs_ = HeadSplit::query(H, U);
+    ks_ = HeadSplit::kv(H, Hkv, U);
+    const size_t N = size_t(U) * q.extent(0), D = q.extent(2);
+    realloc(q_h_, "ulysses_q_h", N, size_t(qs_.per), D);
+    realloc(k_h_, "ulysses_k_h", N, size_t(ks_.per), D);
+    realloc(v_h_, "ulysses_v_h", N, size_t(ks_.per), D);
+    realloc(o_h_, "ulysses_o_h", N, size_t(qs_.per), D);
+    if (lse_h_.extent(0) != N || lse_h_.extent(1) != size_t(qs_.per))
+      lse_h_ = View2<T>("ulysses_lse_h", N, size_t(qs_.per));
+    to_heads(ctx, ug, q, qs_, q_h_);
+    to_heads(ctx, ug, k, ks_, k_h_);
+    to_heads(ctx, ug, v, ks_, v_h_);
+  }
+
+  // Moves blocks of count_per_rank elements from send to recv over ug (a local copy when comm is skipped).
+  void exchange(Context& ctx, const comm::Group& ug, const T* send, T* recv, size_t count_per_rank) {
+    const size_t bytes = count_per_rank * sizeof(T);
+    if (communicates(ctx)) {
+      ctx.comm.alltoall(send, recv, bytes, ug);
+      ctx.stats.bytes_sent += int64_t(bytes) * (ug.size - 1);  // the own block stays local
+    } else {
+      timed_aux(ctx, [&] {
+        Kokkos::deep_copy(View1<T>(recv, count_per_rank * ug.size), CV1(send, count_per_rank * ug.size));
+      });
+    }
+  }
+
+  // x[n,Hx,D] sequence-sharded -> x_h[U*n,per,D] head-sharded.
+  void to_heads(Context& ctx, const comm::Group& ug, CView3<T> x, const HeadSplit& s, View3<T> x_h) {
+    const size_t total = x_h.span();
+    if (ug.size == 1) {
+      timed_aux(ctx, [&] { ulysses_pack<T>(x, s, View1<T>(x_h.data(), total)); });
+      return;
+    }
+    scratch(total);
+    timed_aux(ctx, [&] { ulysses_pack<T>(x, s, buf_); });
+    exchange(ctx, ug, buf_.data(), x_h.data(), total / ug.size);
+  }
+
+  // x_h[U*n,per,D] head-sharded -> x[n,Hx,D] sequence-sharded (replicated heads summed).
+  void to_seq(Context& ctx, const comm::Group& ug, CView3<T> x_h, const HeadSplit& s, View3<T> x) {
+    const size_t total = x_h.span();
+    if (ug.size == 1) {
+      timed_aux(ctx, [&] { ulysses_unpack<T>(CV1(x_h.data(), total), s, x); });
+      return;
+    }
+    scratch(total);
+    exchange(ctx, ug, x_h.data(), buf_.data(), total / ug.size);
+    timed_aux(ctx, [&] { ulysses_unpack<T>(CV1(buf_.data(), total), s, x); });
+  }
+
+  HeadSplit qs_, ks_;
+  View3<T> q_h_, k_h_, v_h_, o_h_;
+  View2<T> lse_h_;
+  View3<T> dout_h_, dq_h_, dk_h_, dv_h_;
+  View1<T> buf_;
+  bool have_fwd_ = false;
+};
+
+}  // namespace minicp::cp
