@@ -1,14 +1,133 @@
-// Scheme `tree`: placeholder until its implementation lands (refuses every case).
+// Scheme `tree`: tree attention for decode. The T query tokens are replicated on every rank
+// and the KV cache is sharded contiguously; each rank computes a local (O, LSE), then one
+// all-reduce MAX of the LSE and one all-reduce SUM of [w*O | w] combine them in O(log P) steps
+// through MPI's reduction tree, instead of passing KV blocks around a ring (P steps).
+#include <stdexcept>
+#include <type_traits>
+
 #include "miniapp/cp/common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
+namespace {
+
+// Positions of the decoded queries: right after the S cache tokens.
+std::vector<int64_t> query_positions(const Config& cfg) {
+  std::vector<int64_t> pos(size_t(cfg.decode_tokens));
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = cfg.seq_len + int64_t(i);
+  return pos;
+}
+
+template <class T>
+constexpr comm::DType dtype_of() {
+  return std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
+}
+
+// A blocking all-reduce over the world, counted as communication wait; its payload counts as sent.
+template <class T>
+void timed_allreduce(Context& ctx, T* buf, size_t count, comm::ReduceOp op) {
+  const double t0 = MPI_Wtime();
+  ctx.comm.allreduce(buf, count, dtype_of<T>(), op, ctx.comm.world(), ctx.step);
+  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+  ctx.stats.bytes_sent += int64_t(count * sizeof(T));
+}
+
+// o[Tq,H,D], lse[Tq,H] local; m[Tq,H] the global max LSE -> packed[Tq*H*D + Tq*H] = [w*o | w],
+// w = exp(lse - m) (0 for an empty local row or an empty global row).
+template <class T>
+void pack_weighted(CView3<T> o, CView2<T> lse, CView2<T> m, View1<T> packed) {
+  using A = std::common_type_t<T, float>;
+  const int H = int(o.extent(1)), D = int(o.extent(2));
+  const int64_t rows = int64_t(o.extent(0)) * H, nO = rows * D;
+  Kokkos::parallel_for(
+      "cp::tree::weight", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, rows),
+      KOKKOS_LAMBDA(const int64_t idx) {
+        const int s = int(idx / H), h = int(idx % H);
+        const A l = A(lse(s, h)), mx = A(m(s, h));
+        const A w = (l == kernels::neg_inf<A>() || mx == kernels::neg_inf<A>()) ? A(0) : kernels::exp(l - mx);
+        for (int d = 0; d < D; ++d) packed(idx * D + d) = T(w * A(o(s, h, d)));
+        packed(nO + idx) = T(w);
+      });
+}
+
+// packed = [sum w*o | sum w] over ranks, m[Tq,H] -> o = sum(w*o)/sum(w), lse = m + log(sum w);
+// rows with m = -inf (no key visible on any rank) give o = 0, lse = -inf.
+template <class T>
+void unpack_normalised(View1<T> packed, CView2<T> m, View3<T> o, View2<T> lse) {
+  using A = std::common_type_t<T, float>;
+  const int H = int(o.extent(1)), D = int(o.extent(2));
+  const int64_t rows = int64_t(o.extent(0)) * H, nO = rows * D;
+  Kokkos::parallel_for(
+      "cp::tree::normalise", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, rows),
+      KOKKOS_LAMBDA(const int64_t idx) {
+        const int s = int(idx / H), h = int(idx % H);
+        const A mx = A(m(s, h)), wsum = A(packed(nO + idx));
+        if (mx == kernels::neg_inf<A>() || !(wsum > A(0))) {
+          for (int d = 0; d < D; ++d) o(s, h, d) = T(0);
+          lse(s, h) = kernels::neg_inf<T>();
+          return;
+        }
+        const A inv = A(1) / wsum;
+        for (int d = 0; d < D; ++d) o(s, h, d) = T(A(packed(idx * D + d)) * inv);
+        lse(s, h) = T(mx + kernels::log(wsum));
+      });
+}
+
+template <class T>
+class Tree final : public Scheme<T> {
+ public:
+  // q[Tq,H,D] (the same on every rank), k,v[S/P,Hkv,D] (contiguous shard) -> o[Tq,H,D],
+  // lse[Tq,H], the full result on every rank.
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+    const auto& g = ctx.comm.world();
+    const auto qpos = query_positions(ctx.cfg);
+    const auto kpos = layout::contiguous(ctx.cfg.seq_len, g.size, g.rank);
+    ctx.step = 0;
+    bool have = false;
+    if (computes(ctx)) {
+      if (fully_masked(ctx.cfg, qpos, kpos)) {
+        ++ctx.stats.blocks_skipped;
+      } else {
+        const auto mask = make_mask(ctx.cfg, qpos, kpos);
+        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, k, v, mask, o, lse, ctx.cfg.attn); });
+        have = true;
+      }
+    }
+    if (!have) {  // nothing visible to any query on this shard (or compute skipped)
+      Kokkos::deep_copy(o, T(0));
+      Kokkos::deep_copy(lse, kernels::neg_inf<T>());
+    }
+
+    const size_t Tq = o.extent(0), H = o.extent(1), D = o.extent(2);
+    View2<T> m(Kokkos::view_alloc("cp::tree::lse_max", Kokkos::WithoutInitializing), Tq, H);
+    View1<T> packed(Kokkos::view_alloc("cp::tree::packed", Kokkos::WithoutInitializing), Tq * H * D + Tq * H);
+    timed_aux(ctx, [&] { Kokkos::deep_copy(m, lse); });
+    if (communicates(ctx)) timed_allreduce<T>(ctx, m.data(), Tq * H, comm::ReduceOp::Max);
+    timed_aux(ctx, [&] { pack_weighted<T>(o, lse, m, packed); });
+    if (communicates(ctx)) timed_allreduce<T>(ctx, packed.data(), packed.span(), comm::ReduceOp::Sum);
+    timed_aux(ctx, [&] { unpack_normalised<T>(packed, m, o, lse); });
+  }
+
+  void backward(Context&, CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>, CView3<T>, View3<T>, View3<T>,
+                View3<T>) override {
+    throw std::logic_error("tree is decode only: it has no backward pass");
+  }
+};
+
+}  // namespace
 
 SchemeInfo tree_scheme() {
   SchemeInfo s;
   s.name = "tree";
-  s.summary = "not implemented yet";
-  s.check = [](const Config&) -> std::string { return "tree needs an implementation"; };
-  s.shard = [](const Config&, int) { return Shard{}; };
+  s.summary = "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps";
+  s.has_backward = false;
+  s.check = [](const Config& c) -> std::string {
+    if (c.decode_tokens < 1) return "tree needs decode_tokens (" + std::to_string(c.decode_tokens) + ") >= 1";
+    return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree");
+  };
+  s.shard = [](const Config& c, int r) { return Shard{query_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
+  s.make_f32 = [] { return std::make_unique<Tree<float>>(); };
+  s.make_f64 = [] { return std::make_unique<Tree<double>>(); };
   return s;
 }
 
