@@ -1,0 +1,470 @@
+// MPI tests of the communicator (comm/comm.hpp): the data every op delivers on the world and
+// on split groups, under both progress modes, and the trace events each call records.
+// ctest runs it at np = 1, 2, 3, 4; the split-group cases need an even rank count.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "comm/comm.hpp"
+
+namespace minicp::comm {
+// Names the progress mode in gtest's failure messages.
+void PrintTo(Progress p, std::ostream* os) { *os << (p == Progress::None ? "none" : "thread"); }
+}  // namespace minicp::comm
+
+namespace {
+namespace mc = minicp::comm;
+using mc::EventKind;
+
+int world_size() {
+  int p = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  return p;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+MPI_Comm native(const mc::Group& g) { return *static_cast<MPI_Comm*>(g.native); }
+
+// Deterministic byte stamped by (a, b, index): splitmix64 finaliser, so blocks from
+// different ranks or for different peers differ.
+uint8_t stamp(uint64_t a, uint64_t b, uint64_t i) {
+  uint64_t z = i + a * 0x9E3779B97F4A7C15ull + b * 0xC2B2AE3D27D4EB4Full + 0x165667B19E3779F9ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<uint8_t>(z >> 56);
+}
+void fill(uint8_t* p, size_t n, uint64_t a, uint64_t b) {
+  for (size_t i = 0; i < n; ++i) p[i] = stamp(a, b, i);
+}
+// Number of bytes of p[0..n) that differ from the stamp (a, b); first bad index in *first.
+size_t mismatches(const uint8_t* p, size_t n, uint64_t a, uint64_t b, size_t* first) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] != stamp(a, b, i) && bad++ == 0) *first = i;
+  return bad;
+}
+
+constexpr size_t kGuard = 16;     // bytes after each receive buffer that must stay untouched
+constexpr uint8_t kSentinel = 0xEE;
+bool guard_intact(const uint8_t* p) {
+  for (size_t i = 0; i < kGuard; ++i)
+    if (p[i] != kSentinel) return false;
+  return true;
+}
+
+// Checks one trace event (kind compared by name so failures read well).
+void expect_event(const mc::Event& e, EventKind kind, const mc::Group& g, int64_t bytes, int step, int peer) {
+  EXPECT_STREQ(mc::to_string(e.kind), mc::to_string(kind));
+  EXPECT_EQ(e.group, g.id) << "group " << g.name;
+  EXPECT_EQ(e.bytes, bytes) << mc::to_string(kind);
+  EXPECT_EQ(e.step, step) << mc::to_string(kind);
+  EXPECT_EQ(e.peer, peer) << mc::to_string(kind);
+  EXPECT_GE(e.t_end, e.t_begin) << mc::to_string(kind);
+  EXPECT_GE(e.t_begin, 0.0) << mc::to_string(kind);
+}
+
+// Exactly one event added since `before` (blocking ops), and it is the expected one. No
+// ASSERT here: a failure must not skip the collectives that follow on this rank only.
+void expect_one(const mc::Trace& t, size_t before, EventKind kind, const mc::Group& g, int64_t bytes, int step) {
+  EXPECT_EQ(t.events().size(), before + 1) << mc::to_string(kind);
+  if (t.events().size() == before + 1) expect_event(t.events()[before], kind, g, bytes, step, -1);
+}
+
+// After wait(): the op's event followed by a Wait event on the same group/step/peer.
+void expect_waited(const mc::Trace& t, size_t before, EventKind kind, const mc::Group& g, int64_t bytes, int step,
+                   int peer) {
+  EXPECT_EQ(t.events().size(), before + 2) << "wait() adds the op's event and a Wait event";
+  if (t.events().size() != before + 2) return;
+  const mc::Event& op = t.events()[before];
+  const mc::Event& w = t.events()[before + 1];
+  expect_event(op, kind, g, bytes, step, peer);
+  expect_event(w, EventKind::Wait, g, 0, step, peer);
+  EXPECT_LE(op.t_begin, w.t_begin) << "posted before waited on";
+  EXPECT_LE(op.t_end, w.t_end) << "complete before wait() returned";
+}
+
+std::string progress_name(const ::testing::TestParamInfo<mc::Progress>& p) {
+  return p.param == mc::Progress::None ? "none" : "thread";
+}
+
+// One communicator per test, with the groups the data tests loop over: the world and, when
+// the rank count is even, pairs of consecutive ranks and pairs of ranks P/2 apart.
+class Comm : public ::testing::TestWithParam<mc::Progress> {
+ protected:
+  void SetUp() override {
+    c_ = mc::make_mpi_comm(GetParam(), 50);
+    groups_.push_back(c_->world());
+    if (world_size() % 2 == 0) {
+      groups_.push_back(c_->split_contiguous(2, "pair"));
+      groups_.push_back(c_->split_strided(2, "strided"));
+    }
+  }
+  mc::Trace& trace() { return c_->trace(); }
+
+  std::unique_ptr<mc::Communicator> c_;
+  std::vector<mc::Group> groups_;
+};
+
+TEST_P(Comm, GroupsMatchTheRankGrid) {
+  const int P = world_size(), wr = world_rank();
+  EXPECT_EQ(c_->backend(), "mpi");
+  EXPECT_EQ(c_->progress(), GetParam());
+  const mc::Group& w = c_->world();
+  EXPECT_EQ(w.id, 0);
+  EXPECT_EQ(w.name, "world");
+  EXPECT_EQ(w.rank, wr);
+  EXPECT_EQ(w.size, P);
+  std::vector<int> iota(P);
+  for (int i = 0; i < P; ++i) iota[i] = i;
+  EXPECT_EQ(w.world_ranks, iota);
+  if (P % 2 == 0) {
+    const mc::Group& pair = groups_[1];
+    const mc::Group& strided = groups_[2];
+    EXPECT_EQ(pair.name, "pair");
+    EXPECT_EQ(pair.size, 2);
+    EXPECT_EQ(pair.rank, wr % 2);
+    EXPECT_EQ(pair.world_ranks, (std::vector<int>{wr / 2 * 2, wr / 2 * 2 + 1}));
+    const int stride = P / 2;
+    EXPECT_EQ(strided.name, "strided");
+    EXPECT_EQ(strided.size, 2);
+    EXPECT_EQ(strided.rank, wr / stride);
+    EXPECT_EQ(strided.world_ranks, (std::vector<int>{wr % stride, wr % stride + stride}));
+    EXPECT_NE(pair.id, w.id);
+    EXPECT_NE(strided.id, w.id);
+    EXPECT_NE(pair.id, strided.id);
+  }
+  // The degenerate splits: every rank alone, and everyone together.
+  const mc::Group solo = c_->split_contiguous(1, "solo");
+  EXPECT_EQ(solo.size, 1);
+  EXPECT_EQ(solo.rank, 0);
+  EXPECT_EQ(solo.world_ranks, std::vector<int>{wr});
+  const mc::Group all = c_->split_strided(P, "all");
+  EXPECT_EQ(all.size, P);
+  EXPECT_EQ(all.rank, wr);
+}
+
+TEST_P(Comm, SplitRejectsSizeNotDividingRanks) {
+  const int P = world_size();
+  std::vector<int> bad = {0, -1, P + 1, 2 * P + 1};
+  if (P % 2 == 1) bad.push_back(2);
+  for (int size : bad) {
+    for (int strided = 0; strided < 2; ++strided) {
+      SCOPED_TRACE("size " + std::to_string(size) + (strided ? " strided" : " contiguous"));
+      try {
+        if (strided)
+          c_->split_strided(size, "bad");
+        else
+          c_->split_contiguous(size, "bad");
+        ADD_FAILURE() << "no exception";
+      } catch (const std::invalid_argument& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("size " + std::to_string(size)), std::string::npos) << msg;
+        EXPECT_NE(msg.find(std::to_string(P)), std::string::npos) << msg;
+      }
+    }
+  }
+}
+
+// Ring step: every rank sends its stamped buffer to rank+1 and checks it got rank-1's.
+TEST_P(Comm, SendRecvRing) {
+  for (const mc::Group& g : groups_) {
+    const int n = g.size, dst = (g.rank + 1) % n, src = (g.rank + n - 1) % n;
+    for (size_t bytes : {size_t(0), size_t(1), size_t(13), size_t(4096), size_t(3) << 20}) {
+      SCOPED_TRACE(g.name + " bytes " + std::to_string(bytes));
+      std::vector<uint8_t> send(bytes + kGuard), recv(bytes + kGuard, kSentinel);
+      fill(send.data(), bytes, uint64_t(g.rank), 1);
+      const size_t before = trace().events().size();
+      mc::Request r = c_->isendrecv(send.data(), bytes, dst, recv.data(), bytes, src, g, 3);
+      EXPECT_TRUE(r.active());
+      EXPECT_EQ(trace().events().size(), before) << "the event is recorded at wait()";
+      c_->wait(r);
+      EXPECT_FALSE(r.active());
+      size_t first = 0;
+      EXPECT_EQ(mismatches(recv.data(), bytes, uint64_t(src), 1, &first), 0u) << "first wrong byte " << first;
+      EXPECT_TRUE(guard_intact(recv.data() + bytes));
+      expect_waited(trace(), before, EventKind::SendRecv, g, int64_t(bytes), 3, dst);
+    }
+  }
+}
+
+// Several requests outstanding at once (both ring directions and an all-gather), completed
+// in reverse order; waiting on a finished request does nothing.
+TEST_P(Comm, OutstandingRequestsCompleteInAnyOrder) {
+  for (const mc::Group& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int n = g.size, next = (g.rank + 1) % n, prev = (g.rank + n - 1) % n;
+    const size_t fb = size_t(1) << 20, bb = size_t(64) << 10, ab = 4096;
+    std::vector<uint8_t> fs(fb), fr(fb + kGuard, kSentinel), bs(bb), br(bb + kGuard, kSentinel), as(ab),
+        ar(ab * n + kGuard, kSentinel);
+    fill(fs.data(), fb, g.rank, 2);
+    fill(bs.data(), bb, g.rank, 3);
+    fill(as.data(), ab, g.rank, 4);
+    const size_t before = trace().events().size();
+    mc::Request fwd = c_->isendrecv(fs.data(), fb, next, fr.data(), fb, prev, g, 0);
+    mc::Request bwd = c_->isendrecv(bs.data(), bb, prev, br.data(), bb, next, g, 1);
+    mc::Request gat = c_->iallgather(as.data(), ar.data(), ab, g, 2);
+    c_->wait(gat);
+    c_->wait(bwd);
+    c_->wait(fwd);
+    size_t first = 0;
+    EXPECT_EQ(mismatches(fr.data(), fb, prev, 2, &first), 0u) << "forward, first wrong byte " << first;
+    EXPECT_EQ(mismatches(br.data(), bb, next, 3, &first), 0u) << "backward, first wrong byte " << first;
+    for (int s = 0; s < n; ++s)
+      EXPECT_EQ(mismatches(ar.data() + s * ab, ab, s, 4, &first), 0u) << "gather block " << s;
+    EXPECT_TRUE(guard_intact(fr.data() + fb));
+    EXPECT_TRUE(guard_intact(br.data() + bb));
+    EXPECT_TRUE(guard_intact(ar.data() + n * ab));
+    const auto& ev = trace().events();
+    EXPECT_EQ(ev.size(), before + 6);
+    if (ev.size() != before + 6) continue;
+    expect_event(ev[before + 0], EventKind::AllGather, g, int64_t(ab), 2, -1);
+    expect_event(ev[before + 2], EventKind::SendRecv, g, int64_t(bb), 1, prev);
+    expect_event(ev[before + 4], EventKind::SendRecv, g, int64_t(fb), 0, next);
+    for (int i : {1, 3, 5}) EXPECT_STREQ(mc::to_string(ev[before + i].kind), "wait");
+    c_->wait(fwd);  // already complete: no-op
+    EXPECT_EQ(trace().events().size(), before + 6);
+  }
+}
+
+TEST_P(Comm, AllGather) {
+  for (const mc::Group& g : groups_) {
+    const int n = g.size;
+    for (size_t bytes : {size_t(0), size_t(4), size_t(1000), size_t(256) << 10}) {
+      SCOPED_TRACE(g.name + " bytes " + std::to_string(bytes));
+      std::vector<uint8_t> send(bytes + 1), recv(bytes * n + kGuard, kSentinel);
+      fill(send.data(), bytes, g.rank, 5);
+      const size_t before = trace().events().size();
+      mc::Request r = c_->iallgather(send.data(), recv.data(), bytes, g, 5);
+      EXPECT_EQ(trace().events().size(), before);
+      c_->wait(r);
+      for (int s = 0; s < n; ++s) {
+        size_t first = 0;
+        EXPECT_EQ(mismatches(recv.data() + s * bytes, bytes, s, 5, &first), 0u)
+            << "block of rank " << s << ", first wrong byte " << first;
+      }
+      EXPECT_TRUE(guard_intact(recv.data() + n * bytes));
+      expect_waited(trace(), before, EventKind::AllGather, g, int64_t(bytes), 5, -1);
+    }
+  }
+}
+
+template <class T>
+void reduce_scatter_case(mc::Communicator& c, const mc::Group& g, mc::DType t) {
+  static_assert(std::is_floating_point_v<T>);
+  const int n = g.size;
+  for (size_t count : {size_t(1), size_t(7), size_t(1000)}) {
+    SCOPED_TRACE(g.name + " count " + std::to_string(count));
+    // send[j] = (rank + 1) * (j + 1) / 4: exact in fp32 for these sizes, so the sum is exact.
+    std::vector<T> send(count * n), recv(count + 1, T(-12345));
+    for (size_t j = 0; j < send.size(); ++j) send[j] = T(g.rank + 1) * T(j + 1) * T(0.25);
+    const size_t before = c.trace().events().size();
+    mc::Request r = c.ireduce_scatter(send.data(), recv.data(), count, t, g, 6);
+    c.wait(r);
+    size_t bad = 0, first = 0;
+    for (size_t k = 0; k < count; ++k) {
+      const size_t j = size_t(g.rank) * count + k;
+      const T expect = T(j + 1) * T(0.25) * T(n * (n + 1) / 2);
+      if (recv[k] != expect && bad++ == 0) first = k;
+    }
+    EXPECT_EQ(bad, 0u) << "first wrong element " << first << ": " << recv[first];
+    EXPECT_EQ(recv[count], T(-12345)) << "wrote past count";
+    expect_waited(c.trace(), before, EventKind::ReduceScatter, g, int64_t(count * sizeof(T) * n), 6, -1);
+  }
+}
+
+TEST_P(Comm, ReduceScatterF32) {
+  for (const mc::Group& g : groups_) reduce_scatter_case<float>(*c_, g, mc::DType::F32);
+}
+TEST_P(Comm, ReduceScatterF64) {
+  for (const mc::Group& g : groups_) reduce_scatter_case<double>(*c_, g, mc::DType::F64);
+}
+
+TEST_P(Comm, AllToAll) {
+  for (const mc::Group& g : groups_) {
+    const int n = g.size;
+    for (size_t bytes : {size_t(0), size_t(4), size_t(4096), size_t(64) << 10}) {
+      SCOPED_TRACE(g.name + " bytes per rank " + std::to_string(bytes));
+      // Block for peer d carries stamp (me, d); the block from s must carry (s, me).
+      std::vector<uint8_t> send(bytes * n + 1), recv(bytes * n + kGuard, kSentinel);
+      for (int d = 0; d < n; ++d) fill(send.data() + d * bytes, bytes, g.rank, 100 + d);
+      const size_t before = trace().events().size();
+      c_->alltoall(send.data(), recv.data(), bytes, g, 7);
+      for (int s = 0; s < n; ++s) {
+        size_t first = 0;
+        EXPECT_EQ(mismatches(recv.data() + s * bytes, bytes, s, 100 + g.rank, &first), 0u)
+            << "block from rank " << s << ", first wrong byte " << first;
+      }
+      EXPECT_TRUE(guard_intact(recv.data() + n * bytes));
+      expect_one(trace(), before, EventKind::AllToAll, g, int64_t(bytes * n), 7);
+    }
+  }
+}
+
+// Unequal counts (some zero) and receive blocks separated by a gap that must stay untouched.
+TEST_P(Comm, AllToAllVUnequalCounts) {
+  for (const mc::Group& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int n = g.size, me = g.rank;
+    auto count = [](int s, int d) { return size_t((s * 3 + d * 5 + 1) % 4) * 17 + (s == d ? 3 : 0); };
+    auto value = [](int s, int d, size_t k) { return int64_t(s) * 1000000 + int64_t(d) * 10000 + int64_t(k); };
+    constexpr int64_t kGap = -7777;
+    std::vector<size_t> sb(n), sd(n), rb(n), rd(n);
+    size_t soff = 0, roff = 0;
+    int64_t sent = 0;
+    for (int p = 0; p < n; ++p) {
+      sb[p] = count(me, p) * sizeof(int64_t);
+      sd[p] = soff;
+      soff += sb[p];
+      sent += int64_t(sb[p]);
+      rb[p] = count(p, me) * sizeof(int64_t);
+      rd[p] = roff;
+      roff += rb[p] + sizeof(int64_t);  // one-element gap after each block
+    }
+    std::vector<int64_t> send(soff / sizeof(int64_t) + 1), recv(roff / sizeof(int64_t) + 1, kGap);
+    for (int d = 0; d < n; ++d)
+      for (size_t k = 0; k < count(me, d); ++k) send[sd[d] / sizeof(int64_t) + k] = value(me, d, k);
+    const size_t before = trace().events().size();
+    c_->alltoallv(send.data(), sb, sd, recv.data(), rb, rd, g, 8);
+    for (int s = 0; s < n; ++s) {
+      const int64_t* blk = recv.data() + rd[s] / sizeof(int64_t);
+      size_t bad = 0;
+      for (size_t k = 0; k < count(s, me); ++k) bad += blk[k] != value(s, me, k);
+      EXPECT_EQ(bad, 0u) << "block from rank " << s;
+      EXPECT_EQ(blk[count(s, me)], kGap) << "gap after block from rank " << s;
+    }
+    expect_one(trace(), before, EventKind::AllToAllV, g, sent, 8);
+  }
+}
+
+TEST_P(Comm, AllToAllVRejectsWrongLength) {
+  const mc::Group& g = c_->world();
+  std::vector<size_t> shortv(g.size + 1, 0), ok(g.size, 0);
+  int64_t dummy = 0;
+  EXPECT_THROW(c_->alltoallv(&dummy, shortv, ok, &dummy, ok, ok, g), std::invalid_argument);
+}
+
+// Values v(r, k) with negatives; 64-bit ones beyond 2^32 for I64. All sums are exact.
+template <class T>
+T ar_value(int r, size_t k) {
+  T v = T(int64_t((r * 7 + k * 3) % 101) - 50);
+  if constexpr (std::is_integral_v<T>) v += T(r + 1) << 40;
+  return v;
+}
+
+template <class T>
+void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::ReduceOp op) {
+  const int n = g.size;
+  for (size_t count : {size_t(1), size_t(5), size_t(1000)}) {
+    SCOPED_TRACE(g.name + " count " + std::to_string(count) + (op == mc::ReduceOp::Sum ? " sum" : " max"));
+    std::vector<T> buf(count + 1);
+    for (size_t k = 0; k < count; ++k) buf[k] = ar_value<T>(g.rank, k);
+    buf[count] = T(42);
+    const size_t before = c.trace().events().size();
+    c.allreduce(buf.data(), count, t, op, g, 9);
+    size_t bad = 0, first = 0;
+    for (size_t k = 0; k < count; ++k) {
+      T expect = ar_value<T>(0, k);
+      for (int r = 1; r < n; ++r)
+        expect = op == mc::ReduceOp::Sum ? T(expect + ar_value<T>(r, k)) : std::max(expect, ar_value<T>(r, k));
+      if (buf[k] != expect && bad++ == 0) first = k;
+    }
+    EXPECT_EQ(bad, 0u) << "first wrong element " << first;
+    EXPECT_EQ(buf[count], T(42)) << "wrote past count";
+    expect_one(c.trace(), before, EventKind::AllReduce, g, int64_t(count * sizeof(T)), 9);
+  }
+}
+
+TEST_P(Comm, AllReduceSumMax) {
+  for (const mc::Group& g : groups_) {
+    for (mc::ReduceOp op : {mc::ReduceOp::Sum, mc::ReduceOp::Max}) {
+      allreduce_case<float>(*c_, g, mc::DType::F32, op);
+      allreduce_case<double>(*c_, g, mc::DType::F64, op);
+      allreduce_case<int64_t>(*c_, g, mc::DType::I64, op);
+    }
+  }
+}
+
+// Group rank 0 arrives late; no rank may leave the barrier before it entered. Times come from
+// steady_clock (CLOCK_MONOTONIC, one clock per host; Open MPI's MPI_Wtime counts from a
+// per-process origin), so only ranks on rank 0's host compare.
+TEST_P(Comm, BarrierWaitsForLateRank) {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  for (const mc::Group& g : groups_) {
+    SCOPED_TRACE(g.name);
+    char host0[MPI_MAX_PROCESSOR_NAME];
+    std::memcpy(host0, host, sizeof host0);
+    MPI_Bcast(host0, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, native(g));
+    if (g.rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    using clock = std::chrono::steady_clock;
+    const int64_t t_enter = clock::now().time_since_epoch().count();
+    const size_t before = trace().events().size();
+    c_->barrier(g);
+    const int64_t t_exit = clock::now().time_since_epoch().count();
+    int64_t enter0 = t_enter;
+    MPI_Bcast(&enter0, 1, MPI_INT64_T, 0, native(g));
+    if (std::strcmp(host0, host) == 0) {
+      EXPECT_GE(t_exit, enter0) << "left the barrier before rank 0 came";
+    }
+    expect_one(trace(), before, EventKind::Barrier, g, 0, -1);
+  }
+}
+
+TEST_P(Comm, DisabledTraceRecordsNothing) {
+  const mc::Group& g = c_->world();
+  trace().clear();
+  trace().set_enabled(false);
+  double x = 1;
+  c_->allreduce(&x, 1, mc::DType::F64, mc::ReduceOp::Sum, g);
+  uint8_t b = 0, rb = 0;
+  mc::Request r = c_->isendrecv(&b, 1, (g.rank + 1) % g.size, &rb, 1, (g.rank + g.size - 1) % g.size, g);
+  c_->wait(r);
+  c_->barrier(g);
+  EXPECT_EQ(x, double(g.size));
+  EXPECT_TRUE(trace().events().empty());
+  trace().set_enabled(true);
+  c_->barrier(g);
+  EXPECT_EQ(trace().events().size(), 1u);
+  EXPECT_EQ(trace().bytes(EventKind::Barrier), 0);
+  EXPECT_GE(trace().seconds(EventKind::Barrier), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Progress, Comm, ::testing::Values(mc::Progress::None, mc::Progress::Thread),
+                         progress_name);
+
+TEST(CommParse, ProgressNames) {
+  EXPECT_EQ(mc::parse_progress("none"), mc::Progress::None);
+  EXPECT_EQ(mc::parse_progress("thread"), mc::Progress::Thread);
+  try {
+    mc::parse_progress("x");
+    ADD_FAILURE() << "no exception for 'x'";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("none, thread"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'x'"), std::string::npos) << msg;
+  }
+}
+
+TEST(CommParse, DTypeSizes) {
+  EXPECT_EQ(mc::dtype_size(mc::DType::F32), 4u);
+  EXPECT_EQ(mc::dtype_size(mc::DType::F64), 8u);
+  EXPECT_EQ(mc::dtype_size(mc::DType::I64), 8u);
+}
+
+}  // namespace
