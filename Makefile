@@ -4,6 +4,7 @@
 #   make test   build, then run ctest (output shown on failure)
 #   make run    the main job (today: the kernel study, see README)
 #   make bench  the full kernel benchmark suite, JSON into results/
+#   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
@@ -11,7 +12,7 @@ PY ?= /usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench cp-study clean
 
 all: build
 
@@ -36,6 +37,9 @@ bench: build
 	mkdir -p results
 	OMP_PROC_BIND=false $(BUILD)/bin/minicp-kernels-bench --benchmark_out=results/kernels_bench.json \
 	  --benchmark_out_format=json
+
+cp-study: build
+	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
 
 clean:
 	rm -rf $(BUILD)

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <list>
 #include <mutex>
@@ -91,7 +92,11 @@ class MpiComm final : public Communicator {
   }
 
   ~MpiComm() override {
-    stop_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
     if (thread_.joinable()) thread_.join();
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -245,16 +250,23 @@ class MpiComm final : public Communicator {
 
   Request post(const std::shared_ptr<MpiRequest>& r) {
     if (thread_.joinable()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(r);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.push_back(r);
+      }
+      cv_.notify_one();
     }
     return Request{r};
   }
 
+  // Sleeps on cv_ while nothing is outstanding (so compute is not disturbed), and polls
+  // every poll_us while something is.
   void progress_loop() {
     while (!stop_) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+        if (stop_) break;
         for (auto it = pending_.begin(); it != pending_.end();) {
           int flag = 0;
           MPI_Testall(int((*it)->reqs.size()), (*it)->reqs.data(), &flag, MPI_STATUSES_IGNORE);
@@ -277,6 +289,7 @@ class MpiComm final : public Communicator {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
+  std::condition_variable cv_;
   std::list<std::shared_ptr<MpiRequest>> pending_;
 };
 

@@ -156,12 +156,16 @@ int run(int argc, char** argv, int rank, int P) {
                 o.scheme.c_str(), P, threads, (long long)cfg.seq_len, H, Hkv, D,
                 cfg.causal ? "causal" : "full", o.pass.c_str(), o.progress.c_str());
 
-  std::map<cp::Mode, ModeResult> results;
-  for (cp::Mode mode : modes) {
-    cfg.mode = mode;
+  // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
+  // drifts of a shared machine hit every mode alike; medians over reps are reported.
+  struct Samples {
     std::vector<double> tmax, comp, wait, flops;
     int64_t bytes = 0;
-    for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
+  };
+  std::map<cp::Mode, Samples> samples;
+  for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
+    for (cp::Mode mode : modes) {
+      cfg.mode = mode;
       cp::Context ctx{*comm, cfg, {}, 0};
       if (o.pass == "bwd") scheme->forward(ctx, q, k, v, out, lse);
       ctx.stats.reset();
@@ -173,16 +177,24 @@ int run(int argc, char** argv, int rank, int P) {
       double t = MPI_Wtime() - t0, tm = 0;
       MPI_Allreduce(&t, &tm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       if (rep < o.warmup) continue;
-      tmax.push_back(tm);
-      comp.push_back(ctx.stats.compute_s);
-      wait.push_back(ctx.stats.comm_wait_s);
-      flops.push_back(ctx.stats.flops);
-      bytes = ctx.stats.bytes_sent;
+      Samples& sm = samples[mode];
+      sm.tmax.push_back(tm);
+      sm.comp.push_back(ctx.stats.compute_s);
+      sm.wait.push_back(ctx.stats.comm_wait_s);
+      sm.flops.push_back(ctx.stats.flops);
+      sm.bytes = ctx.stats.bytes_sent;
     }
+    if (rank == 0 && o.reps + o.warmup > 3)
+      std::fprintf(stderr, "\rminicp-cp-bench: rep %d/%d", rep + 1, o.warmup + o.reps);
+  }
+  if (rank == 0 && o.reps + o.warmup > 3) std::fprintf(stderr, "\n");
+  std::map<cp::Mode, ModeResult> results;
+  for (cp::Mode mode : modes) {
+    Samples& sm = samples[mode];
     ModeResult r;
-    r.t_max = median(tmax);
-    r.bytes = bytes;
-    double mine[3] = {median(comp), median(wait), median(flops)};
+    r.t_max = median(sm.tmax);
+    r.bytes = sm.bytes;
+    double mine[3] = {median(sm.comp), median(sm.wait), median(sm.flops)};
     std::vector<double> all(3 * size_t(P));
     MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int i = 0; i < P; ++i) {
@@ -199,12 +211,13 @@ int run(int argc, char** argv, int rank, int P) {
     for (double e : x) mx = std::max(mx, e), sum += e;
     return sum > 0 ? mx / (sum / double(x.size())) : 1.0;
   };
-  std::printf("%-13s %12s %14s %14s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]", "compute min[s]",
-              "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
+  std::printf("%-13s %10s %14s %14s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]",
+              "compute min[s]", "wait max[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
   for (const auto& [mode, r] : results)
-    std::printf("%-13s %12.4f %14.4f %14.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
+    std::printf("%-13s %10.4f %14.4f %14.4f %12.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
                 *std::max_element(r.compute.begin(), r.compute.end()),
                 *std::min_element(r.compute.begin(), r.compute.end()),
+                *std::max_element(r.wait.begin(), r.wait.end()),
                 *std::max_element(r.flops.begin(), r.flops.end()) / 1e9,
                 *std::min_element(r.flops.begin(), r.flops.end()) / 1e9, double(r.bytes) / 1048576.0);
   const bool has_full = results.count(cp::Mode::Full), has_comp = results.count(cp::Mode::ComputeOnly),

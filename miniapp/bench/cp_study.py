@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""CP study (`make cp-study`): the part-2 figures of merit on one node, from
+minicp-cp-bench runs launched here with mpiexec:
+  - overlap of zigzag (causal, forward+backward, 2 ranks x 1 thread) at a size where
+    T_compute >= 2 T_comm, for progress = thread and none;
+  - CP efficiency = T(none, 1 rank x 2 threads) / T(zigzag, 2 ranks x 1 thread), runs
+    alternated so drifts of a shared machine hit both;
+  - load imbalance (max/mean compute time per rank) of contiguous `ring` vs `zigzag`.
+Prints a table and one grep-able MINICP_CP_STUDY line; writes the raw runs as JSON."""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--bench", default="build/bin/minicp-cp-bench", help="minicp-cp-bench binary")
+    p.add_argument("--mpiexec", default="mpiexec", help="MPI launcher")
+    p.add_argument("--out", default="results/cp_study.json", help="JSON file written")
+    p.add_argument("--overlap-seq", type=int, default=2048, help="S of the overlap runs, tokens")
+    p.add_argument("--eff-seq", type=int, default=8192, help="S of the CP-efficiency and imbalance runs, tokens")
+    p.add_argument("--heads", type=int, default=8, help="heads (= kv heads)")
+    p.add_argument("--head-dim", type=int, default=128, help="head dimension D")
+    p.add_argument("--reps", type=int, default=15, help="repetitions of each overlap run (median)")
+    p.add_argument("--eff-rounds", type=int, default=3, help="alternated none/zigzag rounds for CP efficiency")
+    a = p.parse_args()
+    for k in ("overlap_seq", "eff_seq", "heads", "head_dim", "reps", "eff_rounds"):
+        if getattr(a, k) < 1:
+            p.error(f"--{k.replace('_', '-')} must be >= 1 (got {getattr(a, k)})")
+    return a
+
+
+def bench(a, ranks, threads, args):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "core" if threads == 1 else "none",
+           "-x", f"OMP_NUM_THREADS={threads}", "-x", "OMP_PROC_BIND=false", a.bench,
+           "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--json", path] + args
+    print("+ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith(("MINICP_CP", "overlap", "load imbalance")):
+            print("  " + line)
+    if p.returncode != 0:
+        print(p.stdout, file=sys.stderr)
+        raise SystemExit(f"cp_study: minicp-cp-bench failed with exit code {p.returncode}")
+    with open(path) as f:
+        out = json.load(f)
+    os.remove(path)
+    return out
+
+
+def main():
+    a = parse_args()
+    if not os.access(a.bench, os.X_OK):
+        print(f"cp_study: --bench {a.bench} is not an executable (run `make` first)", file=sys.stderr)
+        return 2
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    runs = {}
+    print(f"cp_study: overlap at S={a.overlap_seq}, CP efficiency and imbalance at S={a.eff_seq}, "
+          f"H={a.heads}, D={a.head_dim}, causal, forward+backward; takes a few minutes", flush=True)
+    for prog in ("thread", "none"):
+        runs[f"overlap_{prog}"] = bench(a, 2, 1, ["--scheme", "zigzag", "--seq", str(a.overlap_seq), "--reps",
+                                                  str(a.reps), "--warmup", "2", "--progress", prog])
+    t_none, t_zz = [], []
+    for _ in range(a.eff_rounds):
+        r1 = bench(a, 1, 2, ["--scheme", "none", "--seq", str(a.eff_seq), "--reps", "1", "--warmup", "1",
+                             "--modes", "full"])
+        r2 = bench(a, 2, 1, ["--scheme", "zigzag", "--seq", str(a.eff_seq), "--reps", "1", "--warmup", "1",
+                             "--modes", "full,compute-only"])
+        t_none.append(r1["modes"]["full"]["time_s"])
+        t_zz.append(r2["modes"]["full"]["time_s"])
+        runs.setdefault("eff_zigzag", []).append(r2)
+    runs["imbalance_ring"] = bench(a, 2, 1, ["--scheme", "ring", "--seq", str(a.eff_seq), "--reps", "1",
+                                             "--warmup", "1", "--modes", "compute-only"])
+    eff = statistics.median(t_none) / statistics.median(t_zz)
+    ov_t, ov_n = runs["overlap_thread"], runs["overlap_none"]
+    ratio = ov_t["modes"]["compute-only"]["time_s"] / ov_t["modes"]["comm-only"]["time_s"]
+    zz_imb = statistics.median(r["imbalance"] for r in runs["eff_zigzag"])
+    zz_fimb = runs["eff_zigzag"][0]["flop_imbalance"]
+    ring = runs["imbalance_ring"]
+    print()
+    print(f"{'measure':<58}{'value':>10}")
+    print(f"{'overlap, zigzag S=%d, progress=thread (T_compute/T_comm=%.1f)' % (a.overlap_seq, ratio):<58}"
+          f"{ov_t['overlap']:>10.3f}")
+    print(f"{'overlap, zigzag S=%d, progress=none' % a.overlap_seq:<58}{ov_n['overlap']:>10.3f}")
+    print(f"{'CP efficiency T(none,1x2)/T(zigzag,2x1), S=%d' % a.eff_seq:<58}{eff:>10.3f}")
+    print(f"{'imbalance (compute time max/mean), zigzag S=%d' % a.eff_seq:<58}{zz_imb:>10.3f}")
+    print(f"{'imbalance (executed FLOPs max/mean), zigzag':<58}{zz_fimb:>10.3f}")
+    print(f"{'imbalance (compute time max/mean), ring S=%d' % a.eff_seq:<58}{ring['imbalance']:>10.3f}")
+    print(f"{'imbalance (executed FLOPs max/mean), ring':<58}{ring['flop_imbalance']:>10.3f}")
+    print(f"MINICP_CP_STUDY overlap_thread={ov_t['overlap']:.3f} overlap_none={ov_n['overlap']:.3f} "
+          f"compute_over_comm={ratio:.1f} cp_efficiency={eff:.3f} t_none_s={statistics.median(t_none):.3f} "
+          f"t_zigzag_s={statistics.median(t_zz):.3f} imbalance_zigzag={zz_imb:.3f} "
+          f"imbalance_ring={ring['imbalance']:.3f} flop_imbalance_ring={ring['flop_imbalance']:.3f}")
+    with open(a.out + ".tmp", "w") as f:
+        json.dump({"t_none_s": t_none, "t_zigzag_s": t_zz, "cp_efficiency": eff, "runs": runs}, f, indent=1)
+    os.replace(a.out + ".tmp", a.out)
+    print(f"cp_study: JSON written to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
