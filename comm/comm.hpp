@@ -50,8 +50,9 @@ class Communicator {
 
   // Splits the world into groups of `size` consecutive-rank members (color = rank / size)
   // or strided members (color = rank % (P/size)) - the two axes of a 2D rank grid.
-  virtual Group split_contiguous(int size, const std::string& name) = 0;
-  virtual Group split_strided(int size, const std::string& name) = 0;
+  // Collective; throws std::invalid_argument when size does not divide the ranks.
+  Group split_contiguous(int size, const std::string& name);
+  Group split_strided(int size, const std::string& name);
 
   // Sends `bytes` from send to group rank dst and receives `bytes` into recv from group
   // rank src, non-blocking (the ring step). Deadlock-free in any ring.
@@ -76,6 +77,9 @@ class Communicator {
   Progress progress() const { return progress_; }
 
  protected:
+  // The backend's split: ranks with the same color form a group, ordered by world rank.
+  virtual Group split_color(int color, const std::string& name) = 0;
+
   Group world_;
   Trace trace_;
   Progress progress_ = Progress::None;

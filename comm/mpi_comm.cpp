@@ -17,21 +17,6 @@
 
 namespace minicp::comm {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::I64: return 8;
-  }
-  return 0;
-}
-
-Progress parse_progress(const std::string& s) {
-  if (s == "none") return Progress::None;
-  if (s == "thread") return Progress::Thread;
-  throw std::invalid_argument("progress '" + s + "' is not one of: none, thread");
-}
-
 namespace {
 
 MPI_Datatype mpi_type(DType t) {
@@ -107,15 +92,6 @@ class MpiComm final : public Communicator {
   }
 
   std::string backend() const override { return "mpi"; }
-
-  Group split_contiguous(int size, const std::string& name) override {
-    check_split(size, name);
-    return split(world_.rank / size, name);
-  }
-  Group split_strided(int size, const std::string& name) override {
-    check_split(size, name);
-    return split(world_.rank % (world_.size / size), name);
-  }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
                     const Group& g, int step) override {
@@ -216,13 +192,7 @@ class MpiComm final : public Communicator {
  private:
   static constexpr int kTag = 4242;
 
-  void check_split(int size, const std::string& name) const {
-    if (size < 1 || world_.size % size != 0)
-      throw std::invalid_argument("group '" + name + "' size " + std::to_string(size) + " must divide the " +
-                                  std::to_string(world_.size) + " ranks");
-  }
-
-  Group split(int color, const std::string& name) {
+  Group split_color(int color, const std::string& name) override {
     MPI_Comm c;
     check(MPI_Comm_split(comm_of(world_), color, world_.rank, &c), "Comm_split");
     return make_group(c, name, /*dup=*/false);

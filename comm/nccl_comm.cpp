@@ -68,15 +68,6 @@ class NcclComm final : public Communicator {
 
   std::string backend() const override { return "nccl"; }
 
-  Group split_contiguous(int size, const std::string& name) override {
-    check_split(size, name);
-    return split(world_.rank / size, name);
-  }
-  Group split_strided(int size, const std::string& name) override {
-    check_split(size, name);
-    return split(world_.rank % (world_.size / size), name);
-  }
-
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
                     const Group& g, int step) override {
     auto r = start(EventKind::SendRecv, dst, g, step, send_bytes);
@@ -133,12 +124,7 @@ class NcclComm final : public Communicator {
  private:
   ncclComm_t nc(const Group& g) const { return *static_cast<ncclComm_t*>(g.native); }
 
-  void check_split(int size, const std::string& name) const {
-    if (size < 1 || world_.size % size != 0)
-      throw std::invalid_argument("group '" + name + "' size " + std::to_string(size) + " must divide the " +
-                                  std::to_string(world_.size) + " ranks");
-  }
-  Group split(int color, const std::string& name) {
+  Group split_color(int color, const std::string& name) override {
     ncclComm_t c;
     nccl_check(ncclCommSplit(nc(world_), color, world_.rank, &c, nullptr), "ncclCommSplit");
     int rank = 0, size = 1;
