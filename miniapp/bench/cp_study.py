@@ -21,11 +21,11 @@ def parse_args():
     p.add_argument("--bench", default="build/bin/minicp-cp-bench", help="minicp-cp-bench binary")
     p.add_argument("--mpiexec", default="mpiexec", help="MPI launcher")
     p.add_argument("--out", default="results/cp_study.json", help="JSON file written")
-    p.add_argument("--overlap-seq", type=int, default=2048, help="S of the overlap runs, tokens")
+    p.add_argument("--overlap-seq", type=int, default=1024, help="S of the overlap runs, tokens")
     p.add_argument("--eff-seq", type=int, default=8192, help="S of the CP-efficiency and imbalance runs, tokens")
     p.add_argument("--heads", type=int, default=8, help="heads (= kv heads)")
     p.add_argument("--head-dim", type=int, default=128, help="head dimension D")
-    p.add_argument("--reps", type=int, default=15, help="repetitions of each overlap run (median)")
+    p.add_argument("--reps", type=int, default=41, help="repetitions of each overlap run (median)")
     p.add_argument("--eff-rounds", type=int, default=3, help="alternated none/zigzag rounds for CP efficiency")
     a = p.parse_args()
     for k in ("overlap_seq", "eff_seq", "heads", "head_dim", "reps", "eff_rounds"):
@@ -87,8 +87,9 @@ def main():
     print()
     print(f"{'measure':<58}{'value':>10}")
     print(f"{'overlap, zigzag S=%d, progress=thread (T_compute/T_comm=%.1f)' % (a.overlap_seq, ratio):<58}"
-          f"{ov_t['overlap']:>10.3f}")
-    print(f"{'overlap, zigzag S=%d, progress=none' % a.overlap_seq:<58}{ov_n['overlap']:>10.3f}")
+          f"{ov_t['overlap']:>10.3f}   quartiles {ov_t['overlap_q1']:.2f} .. {ov_t['overlap_q3']:.2f}")
+    print(f"{'overlap, zigzag S=%d, progress=none' % a.overlap_seq:<58}{ov_n['overlap']:>10.3f}"
+          f"   quartiles {ov_n['overlap_q1']:.2f} .. {ov_n['overlap_q3']:.2f}")
     print(f"{'CP efficiency T(none,1x2)/T(zigzag,2x1), S=%d' % a.eff_seq:<58}{eff:>10.3f}")
     print(f"{'imbalance (compute time max/mean), zigzag S=%d' % a.eff_seq:<58}{zz_imb:>10.3f}")
     print(f"{'imbalance (executed FLOPs max/mean), zigzag':<58}{zz_fimb:>10.3f}")

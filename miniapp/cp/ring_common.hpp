@@ -80,6 +80,7 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   Kokkos::deep_copy(View1<T>(kv[0].data(), n), CV1(k.data(), n));
   Kokkos::deep_copy(View1<T>(kv[0].data() + n, n), CV1(v.data(), n));
   Kokkos::deep_copy(dq, T(0));
+  if (!communicates(ctx)) Kokkos::deep_copy(dkv_recv, T(0));
   comm::Request req_kv, req_dkv;
   for (int s = 0; s < P; ++s) {
     ctx.step = s;
@@ -103,11 +104,12 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
         });
       }
     }
+    if (s > 0) {  // the accumulator of this block, from the previous rank (compute-only
+                  // mode adds the stale buffer instead: same work, no communication)
+      timed_wait(ctx, req_dkv);
+      if (computes(ctx)) timed_aux(ctx, [&] { add_into<T>(blk, dkv_recv); });
+    }
     if (communicates(ctx)) {
-      if (s > 0) {  // the accumulator of this block, from the previous rank
-        timed_wait(ctx, req_dkv);
-        timed_aux(ctx, [&] { add_into<T>(blk, dkv_recv); });
-      }
       req_dkv = ctx.comm.isendrecv(blk.data(), bytes, next, dkv_recv.data(), bytes, prev, g, s);
       ctx.stats.bytes_sent += int64_t(bytes);
     }
