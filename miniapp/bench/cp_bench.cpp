@@ -73,7 +73,9 @@ struct ModeResult {
 int run(int argc, char** argv, int rank, int P) {
   Options o;
   CLI::App app{"minicp-cp-bench: one CP scheme in modes full / compute-only / comm-only"};
-  app.add_option("--scheme", o.scheme, "CP scheme (see the registry)")->capture_default_str();
+  std::string names;
+  for (const auto& sc : cp::registry()) names += (names.empty() ? "" : ", ") + sc.name;
+  app.add_option("--scheme", o.scheme, "CP scheme: " + names)->capture_default_str();
   app.add_option("--seq", o.seq, "global sequence length S, tokens")->capture_default_str();
   app.add_option("--heads", o.heads, "query heads")->capture_default_str();
   app.add_option("--kv-heads", o.kv_heads, "key/value heads")->capture_default_str();
@@ -296,7 +298,11 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   int rc = 0;
-  {
+  bool help = false;  // --help: CLI11's list of options only, without Kokkos' own
+  for (int i = 1; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+  if (help) {
+    rc = run(argc, argv, rank, P);
+  } else {
     Kokkos::ScopeGuard kokkos(argc, argv);
     try {
       rc = run(argc, argv, rank, P);
