@@ -75,6 +75,9 @@ class Communicator {
 
   Trace& trace() { return trace_; }
   Progress progress() const { return progress_; }
+  // Seconds the progress thread has spent inside MPI calls (where it copies messages),
+  // since construction; 0 without a progress thread.
+  virtual double progress_busy_s() const { return 0; }
 
  protected:
   // The backend's split: ranks with the same color form a group, ordered by world rank.

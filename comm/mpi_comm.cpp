@@ -92,6 +92,7 @@ class MpiComm final : public Communicator {
   }
 
   std::string backend() const override { return "mpi"; }
+  double progress_busy_s() const override { return busy_s_; }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
                     const Group& g, int step) override {
@@ -239,7 +240,9 @@ class MpiComm final : public Communicator {
         if (stop_) break;
         for (auto it = pending_.begin(); it != pending_.end();) {
           int flag = 0;
+          const double t0 = MPI_Wtime();
           MPI_Testall(int((*it)->reqs.size()), (*it)->reqs.data(), &flag, MPI_STATUSES_IGNORE);
+          busy_s_ = busy_s_ + (MPI_Wtime() - t0);
           if (flag) {
             (*it)->t_done = MPI_Wtime();
             (*it)->done = true;
@@ -260,6 +263,7 @@ class MpiComm final : public Communicator {
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
+  std::atomic<double> busy_s_{0};
   std::list<std::shared_ptr<MpiRequest>> pending_;
 };
 

@@ -66,7 +66,7 @@ double median(std::vector<double> v) {
 
 struct ModeResult {
   double t_max = 0;                          // median over reps of the slowest rank's time
-  std::vector<double> compute, wait, flops;  // per rank (median over reps)
+  std::vector<double> compute, wait, flops, busy;  // per rank (median over reps); busy: progress thread in MPI
   int64_t bytes = 0;                         // this rank's bytes per rep (rank 0's shown)
 };
 
@@ -161,7 +161,7 @@ int run(int argc, char** argv, int rank, int P) {
   // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
   // drifts of a shared machine hit every mode alike; medians over reps are reported.
   struct Samples {
-    std::vector<double> tmax, comp, wait, flops;
+    std::vector<double> tmax, comp, wait, flops, busy;
     int64_t bytes = 0;
   };
   std::map<cp::Mode, Samples> samples;
@@ -172,6 +172,7 @@ int run(int argc, char** argv, int rank, int P) {
       if (o.pass == "bwd") scheme->forward(ctx, q, k, v, out, lse);
       ctx.stats.reset();
       MPI_Barrier(MPI_COMM_WORLD);
+      const double busy0 = comm->progress_busy_s();
       const double t0 = MPI_Wtime();
       if (o.pass != "bwd") scheme->forward(ctx, q, k, v, out, lse);
       if (o.pass != "fwd") scheme->backward(ctx, q, k, v, out, lse, dout, dq, dk, dv);
@@ -184,6 +185,7 @@ int run(int argc, char** argv, int rank, int P) {
       sm.comp.push_back(ctx.stats.compute_s);
       sm.wait.push_back(ctx.stats.comm_wait_s);
       sm.flops.push_back(ctx.stats.flops);
+      sm.busy.push_back(comm->progress_busy_s() - busy0);
       sm.bytes = ctx.stats.bytes_sent;
     }
     if (rank == 0 && o.reps + o.warmup > 3)
@@ -196,13 +198,14 @@ int run(int argc, char** argv, int rank, int P) {
     ModeResult r;
     r.t_max = median(sm.tmax);
     r.bytes = sm.bytes;
-    double mine[3] = {median(sm.comp), median(sm.wait), median(sm.flops)};
-    std::vector<double> all(3 * size_t(P));
-    MPI_Gather(mine, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double mine[4] = {median(sm.comp), median(sm.wait), median(sm.flops), median(sm.busy)};
+    std::vector<double> all(4 * size_t(P));
+    MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int i = 0; i < P; ++i) {
-      r.compute.push_back(all[3 * i]);
-      r.wait.push_back(all[3 * i + 1]);
-      r.flops.push_back(all[3 * i + 2]);
+      r.compute.push_back(all[4 * i]);
+      r.wait.push_back(all[4 * i + 1]);
+      r.flops.push_back(all[4 * i + 2]);
+      r.busy.push_back(all[4 * i + 3]);
     }
     results[mode] = r;
   }
@@ -213,13 +216,13 @@ int run(int argc, char** argv, int rank, int P) {
     for (double e : x) mx = std::max(mx, e), sum += e;
     return sum > 0 ? mx / (sum / double(x.size())) : 1.0;
   };
-  std::printf("%-13s %10s %14s %14s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]",
-              "compute min[s]", "wait max[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
+  std::printf("%-13s %10s %14s %14s %12s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]",
+              "compute min[s]", "wait max[s]", "progress[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
   for (const auto& [mode, r] : results)
-    std::printf("%-13s %10.4f %14.4f %14.4f %12.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
+    std::printf("%-13s %10.4f %14.4f %14.4f %12.4f %12.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
                 *std::max_element(r.compute.begin(), r.compute.end()),
                 *std::min_element(r.compute.begin(), r.compute.end()),
-                *std::max_element(r.wait.begin(), r.wait.end()),
+                *std::max_element(r.wait.begin(), r.wait.end()), *std::max_element(r.busy.begin(), r.busy.end()),
                 *std::max_element(r.flops.begin(), r.flops.end()) / 1e9,
                 *std::min_element(r.flops.begin(), r.flops.end()) / 1e9, double(r.bytes) / 1048576.0);
   const bool has_full = results.count(cp::Mode::Full), has_comp = results.count(cp::Mode::ComputeOnly),
