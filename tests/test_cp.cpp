@@ -213,6 +213,46 @@ INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
                                            CpCase{"full_gqa4", 4, false, 0, 0}),
                          [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
 
+// Causal work per rank, from the FLOPs each rank reports: contiguous `ring` skips the
+// P(P-1)/2 fully masked steps and is imbalanced; `zigzag` and `stripe` skip none and are
+// balanced to within the tiles on the diagonal.
+TEST(CpBalance, CausalWorkPerRank) {
+  const int P = world_size();
+  if (P < 2 || (g_scheme != "ring" && g_scheme != "zigzag" && g_scheme != "stripe")) GTEST_SKIP();
+  cp::Config cfg;
+  cfg.seq_len = 384;
+  cfg.heads = cfg.kv_heads = 2;
+  cfg.head_dim = 16;
+  cfg.ranks = P;
+  cfg.attn.tile_q = cfg.attn.tile_k = 8;
+  const cp::SchemeInfo& info = cp::find(g_scheme);
+  ASSERT_TRUE(cp::check(info, cfg).empty());
+  const cp::Shard sh = info.shard(cfg, world_rank());
+  auto comm = comm::make_mpi_comm(comm::Progress::None);
+  using V3 = kernels::View3<double>;
+  const Vec q = rows(global_tensor(1, cfg.seq_len, 2, 16, 1.0), sh.q, 0, 32);
+  auto Q = test::make_view<V3>("q", q, sh.q.size(), 2, 16);
+  V3 O("o", sh.q.size(), 2, 16);
+  kernels::View2<double> L("lse", sh.q.size(), 2);
+  cp::Context ctx{*comm, cfg, {}, 0};
+  info.make_f64()->forward(ctx, Q, Q, Q, O, L);
+  double flops = ctx.stats.flops, fmax = 0, fmin = 0;
+  int skipped = ctx.stats.blocks_skipped, total_skipped = 0;
+  MPI_Allreduce(&flops, &fmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&flops, &fmin, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&skipped, &total_skipped, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_scheme == "ring") {
+    EXPECT_EQ(total_skipped, P * (P - 1) / 2);
+    EXPECT_GT(fmax / fmin, 1.5) << "contiguous causal ring must show its imbalance";
+  } else {
+    EXPECT_EQ(total_skipped, 0);
+    EXPECT_LT(fmax / fmin, 1.1) << g_scheme << " must balance causal work";
+  }
+  if (world_rank() == 0)
+    std::printf("[ balance  ] %s np=%d: executed FLOPs max/min = %.3f, blocks skipped = %d\n", g_scheme.c_str(), P,
+                fmax / fmin, total_skipped);
+}
+
 TEST(CpRegistry, UnknownSchemeIsNamed) {
   try {
     cp::find("nosuch");
