@@ -38,12 +38,12 @@ class KVGather {
       : ctx_(ctx), k_(k), v_(v), ch_(ch), P_(ctx.comm.world().size), row_(k.extent(1) * k.extent(2)) {
     const size_t n = size_t(P_) * size_t(ch.max_size()) * row_;
     for (int i = 0; i < 2; ++i) {
-      // Without communication the buffers are never filled: zero them so compute sees numbers.
-      k_buf_[i] = communicates(ctx) ? View1<T>(Kokkos::view_alloc("cp::allgather::k", Kokkos::WithoutInitializing), n)
-                                    : View1<T>("cp::allgather::k", n);
-      v_buf_[i] = communicates(ctx) ? View1<T>(Kokkos::view_alloc("cp::allgather::v", Kokkos::WithoutInitializing), n)
-                                    : View1<T>("cp::allgather::v", n);
-      if (!communicates(ctx)) break;
+      k_buf_[i] = scratch<T>("cp::allgather::k" + std::to_string(i), n);
+      v_buf_[i] = scratch<T>("cp::allgather::v" + std::to_string(i), n);
+    }
+    if (!communicates(ctx)) {  // never filled: zero them so compute sees numbers
+      Kokkos::deep_copy(k_buf_[0], T(0));
+      Kokkos::deep_copy(v_buf_[0], T(0));
     }
   }
   // Starts the gather of chunk c (no-op past the last chunk or without communication).
@@ -106,8 +106,8 @@ class AllGather final : public Scheme<T> {
         have = true;
       } else {
         if (!o_blk.data()) {
-          o_blk = View3<T>("cp::allgather::o_blk", o.extent(0), o.extent(1), o.extent(2));
-          lse_blk = View2<T>("cp::allgather::lse_blk", lse.extent(0), lse.extent(1));
+          o_blk = view3<T>(scratch<T>("cp::allgather::o_blk", o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
+          lse_blk = View2<T>(scratch<T>("cp::allgather::lse_blk", lse.span()).data(), lse.extent(0), lse.extent(1));
         }
         timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o_blk, lse_blk, ctx.cfg.attn); });
         timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_blk, lse_blk); });
@@ -134,8 +134,8 @@ class AllGather final : public Scheme<T> {
     KVGather<T> gather(ctx, k, v, ch);
     // Per-chunk dK,dV of the gathered rows [P*rows_c,Hkv,D], double-buffered so chunk c's
     // reduce-scatter stays in flight while chunk c+1 computes.
-    View1<T> dk_buf[2] = {View1<T>("cp::allgather::dk0", n), View1<T>("cp::allgather::dk1", n)};
-    View1<T> dv_buf[2] = {View1<T>("cp::allgather::dv0", n), View1<T>("cp::allgather::dv1", n)};
+    View1<T> dk_buf[2] = {scratch<T>("cp::allgather::dk0", n), scratch<T>("cp::allgather::dk1", n)};
+    View1<T> dv_buf[2] = {scratch<T>("cp::allgather::dv0", n), scratch<T>("cp::allgather::dv1", n)};
     comm::Request rs[2][2];
     Kokkos::deep_copy(dq, T(0));
     if (!communicates(ctx)) {  // nothing will be reduce-scattered into them

@@ -40,9 +40,9 @@ class DoubleRing final : public Scheme<T> {
     const int O = outer_.size, nd = outer_.rank;
     const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span(), bytes = 2 * n * sizeof(T);
     const auto qpos = block_positions(ctx, 0);
-    View1<T> buf[2] = {View1<T>(Kokkos::view_alloc("doublering_kv0", Kokkos::WithoutInitializing), 2 * n), {}};
+    View1<T> buf[2] = {scratch<T>("doublering_kv0", 2 * n), {}};
     if (O > 1 && communicates(ctx))
-      buf[1] = View1<T>(Kokkos::view_alloc("doublering_kv1", Kokkos::WithoutInitializing), 2 * n);
+      buf[1] = scratch<T>("doublering_kv1", 2 * n);
     Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
     Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
     View3<T> o_part;
@@ -61,8 +61,8 @@ class DoubleRing final : public Scheme<T> {
         ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o, lse);
       } else {
         if (!o_part.data()) {
-          o_part = View3<T>("doublering_o_part", o.extent(0), o.extent(1), o.extent(2));
-          lse_part = View2<T>("doublering_lse_part", lse.extent(0), lse.extent(1));
+          o_part = view3<T>(scratch<T>("doublering_o_part", o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
+          lse_part = View2<T>(scratch<T>("doublering_lse_part", lse.span()).data(), lse.extent(0), lse.extent(1));
         }
         ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o_part, lse_part);
         if (computes(ctx)) timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_part, lse_part); });
@@ -82,16 +82,16 @@ class DoubleRing final : public Scheme<T> {
     Kokkos::deep_copy(dq, T(0));
     Kokkos::deep_copy(dk, T(0));
     Kokkos::deep_copy(dv, T(0));
-    View1<T> kv[2] = {View1<T>(Kokkos::view_alloc("doublering_kv0", Kokkos::WithoutInitializing), 2 * n), {}};
-    View1<T> dkv[2] = {View1<T>(Kokkos::view_alloc("doublering_dkv0", Kokkos::WithoutInitializing), 2 * n), {}};
+    View1<T> kv[2] = {scratch<T>("doublering_kv0", 2 * n), {}};
+    View1<T> dkv[2] = {scratch<T>("doublering_dkv0", 2 * n), {}};
     View1<T> dkv_recv;
     if (outer_comm) {
-      kv[1] = View1<T>(Kokkos::view_alloc("doublering_kv1", Kokkos::WithoutInitializing), 2 * n);
-      dkv[1] = View1<T>(Kokkos::view_alloc("doublering_dkv1", Kokkos::WithoutInitializing), 2 * n);
-      dkv_recv = View1<T>(Kokkos::view_alloc("doublering_dkv_recv", Kokkos::WithoutInitializing), 2 * n);
+      kv[1] = scratch<T>("doublering_kv1", 2 * n);
+      dkv[1] = scratch<T>("doublering_dkv1", 2 * n);
+      dkv_recv = scratch<T>("doublering_dkv_recv", 2 * n);
     }
-    View3<T> dq_step(Kokkos::view_alloc("doublering_dq_step", Kokkos::WithoutInitializing), dq.extent(0),
-                     dq.extent(1), dq.extent(2));
+    View3<T> dq_step = view3<T>(scratch<T>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),
+                                dq.extent(2));
     Kokkos::deep_copy(View1<T>(kv[0].data(), n), CV1(k.data(), n));
     Kokkos::deep_copy(View1<T>(kv[0].data() + n, n), CV1(v.data(), n));
     // dk, dv += a [dK | dV] buffer of 2n values.

@@ -40,11 +40,11 @@ class PassQ final : public Scheme<T> {
     const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
-    View1<T> qbuf[2] = {View1<T>(Kokkos::view_alloc("cp::passq::q0", Kokkos::WithoutInitializing), n),
-                        View1<T>(Kokkos::view_alloc("cp::passq::q1", Kokkos::WithoutInitializing), n)};
+    View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n),
+                        scratch<T>("cp::passq::q1", n)};
     copy_into<T>(qbuf[0].data(), q.data(), n);
     // parts[b] = this rank's partial for Q block b (slot b goes to rank b).
-    View1<T> parts(Kokkos::view_alloc("cp::passq::parts", Kokkos::WithoutInitializing), P * slot);
+    View1<T> parts = scratch<T>("cp::passq::parts", P * slot);
     auto O_of = [&](View1<T> buf, int b) { return view3<T>(buf.data() + b * slot, Sl, H, D); };
     auto L_of = [&](View1<T> buf, int b) { return View2<T>(buf.data() + b * slot + n, Sl, H); };
     for (int s = 0; s < P; ++s) {
@@ -76,7 +76,7 @@ class PassQ final : public Scheme<T> {
     // Partials home: recv slot j = rank j's partial for my Q block.
     View1<T> recv = parts;
     if (communicates(ctx)) {
-      recv = View1<T>(Kokkos::view_alloc("cp::passq::recv", Kokkos::WithoutInitializing), P * slot);
+      recv = scratch<T>("cp::passq::recv", P * slot);
       const double t0 = MPI_Wtime();
       ctx.comm.alltoall(parts.data(), recv.data(), slot * sizeof(T), g, P);
       ctx.stats.comm_wait_s += MPI_Wtime() - t0;
@@ -103,8 +103,8 @@ class PassQ final : public Scheme<T> {
     const size_t blk = 3 * n + Sl * H;  // one travelling block: Q, dOut, O [Sl,H,D] then LSE [Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);
-    View1<T> buf[2] = {View1<T>(Kokkos::view_alloc("cp::passq::qblk0", Kokkos::WithoutInitializing), blk),
-                       View1<T>(Kokkos::view_alloc("cp::passq::qblk1", Kokkos::WithoutInitializing), blk)};
+    View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk),
+                       scratch<T>("cp::passq::qblk1", blk)};
     timed_aux(ctx, [&] {
       copy_into<T>(buf[0].data(), q.data(), n);
       copy_into<T>(buf[0].data() + n, dout.data(), n);
@@ -143,7 +143,7 @@ class PassQ final : public Scheme<T> {
     // dQ partials home: recv slot j = rank j's contribution to my dQ.
     View1<T> recv = dq_parts;
     if (communicates(ctx)) {
-      recv = View1<T>(Kokkos::view_alloc("cp::passq::dq_recv", Kokkos::WithoutInitializing), P * n);
+      recv = scratch<T>("cp::passq::dq_recv", P * n);
       const double t0 = MPI_Wtime();
       ctx.comm.alltoall(dq_parts.data(), recv.data(), n * sizeof(T), g, P);
       ctx.stats.comm_wait_s += MPI_Wtime() - t0;
