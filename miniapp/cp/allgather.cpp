@@ -1,6 +1,7 @@
 // Scheme `allgather` (Llama 3): each rank all-gathers K,V and attends its zigzag queries to all of it.
-// Unlike one up-front gather, K,V rows go in chunks pipelined with compute (double-buffered); the
-// backward re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
+// Unlike one up-front gather, K,V rows go in chunks pipelined with compute (double-buffered),
+// each chunk holding a piece of both zigzag halves so its causal work is balanced; the backward
+// re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -12,19 +13,26 @@
 namespace minicp::cp {
 namespace {
 
-// Row chunks of the local K,V: chunk c is local rows [begin(c), begin(c) + size(c)); sizes
-// differ by at most one and are the same on every rank (all shards are equal-sized).
+// Row chunks of the local K,V. A zigzag shard is two halves (an early and a late chunk of
+// the sequence); chunk c takes the c-th piece of EACH half, so that every chunk carries
+// early and late keys and the causal work per chunk is balanced across ranks like zigzag
+// itself (chunks of one half made one rank wait for the other at every gather). Piece h of
+// chunk c is local rows [h*half + begin(c), h*half + begin(c) + size(c)); sizes differ by at
+// most one and are the same on every rank (all shards are equal-sized).
 struct Chunks {
-  int64_t rows = 0, count = 1;
-  int64_t size(int64_t c) const { return rows / count + (c < rows % count ? 1 : 0); }
-  int64_t begin(int64_t c) const { return c * (rows / count) + std::min(c, rows % count); }
+  int64_t half = 0, count = 1;  // rows per half; chunks
+  int64_t size(int64_t c) const { return half / count + (c < half % count ? 1 : 0); }
+  int64_t begin(int64_t c) const { return c * (half / count) + std::min(c, half % count); }
+  int64_t first_row(int64_t c, int h) const { return h * half + begin(c); }
   int64_t max_size() const { return size(0); }
 };
 
-// Key positions of gathered chunk c: chunk c's rows of every rank, in rank order.
+// Key positions of gathered chunk c: piece 0 of every rank in rank order, then piece 1.
 std::vector<int64_t> chunk_positions(const std::vector<std::vector<int64_t>>& all, const Chunks& ch, int64_t c) {
   std::vector<int64_t> out;
-  for (const auto& p : all) out.insert(out.end(), p.begin() + ch.begin(c), p.begin() + ch.begin(c) + ch.size(c));
+  for (int h = 0; h < 2; ++h)
+    for (const auto& p : all)
+      out.insert(out.end(), p.begin() + ch.first_row(c, h), p.begin() + ch.first_row(c, h) + ch.size(c));
   return out;
 }
 
@@ -36,7 +44,7 @@ class KVGather {
  public:
   KVGather(Context& ctx, CView3<T> k, CView3<T> v, const Chunks& ch)
       : ctx_(ctx), k_(k), v_(v), ch_(ch), P_(ctx.comm.world().size), row_(k.extent(1) * k.extent(2)) {
-    const size_t n = size_t(P_) * size_t(ch.max_size()) * row_;
+    const size_t n = 2 * size_t(P_) * size_t(ch.max_size()) * row_;
     for (int i = 0; i < 2; ++i) {
       k_buf_[i] = scratch<T>("cp::allgather::k" + std::to_string(i), n);
       v_buf_[i] = scratch<T>("cp::allgather::v" + std::to_string(i), n);
@@ -49,15 +57,18 @@ class KVGather {
   // Starts the gather of chunk c (no-op past the last chunk or without communication).
   void post(int64_t c) {
     if (c >= ch_.count || !communicates(ctx_)) return;
-    const size_t off = size_t(ch_.begin(c)) * row_, bytes = size_t(ch_.size(c)) * row_ * sizeof(T);
+    const size_t bytes = size_t(ch_.size(c)) * row_ * sizeof(T), gathered = size_t(P_) * size_t(ch_.size(c)) * row_;
     const int s = slot(c);
-    req_[s][0] = ctx_.comm.iallgather(k_.data() + off, k_buf_[s].data(), bytes, ctx_.comm.world(), int(c));
-    req_[s][1] = ctx_.comm.iallgather(v_.data() + off, v_buf_[s].data(), bytes, ctx_.comm.world(), int(c));
-    ctx_.stats.bytes_sent += 2 * int64_t(bytes) * (P_ - 1);
+    for (int h = 0; h < 2; ++h) {  // piece h lands after piece h-1 of every rank
+      const size_t off = size_t(ch_.first_row(c, h)) * row_, dst = h * gathered;
+      req_[s][2 * h] = ctx_.comm.iallgather(k_.data() + off, k_buf_[s].data() + dst, bytes, ctx_.comm.world(), int(c));
+      req_[s][2 * h + 1] =
+          ctx_.comm.iallgather(v_.data() + off, v_buf_[s].data() + dst, bytes, ctx_.comm.world(), int(c));
+      ctx_.stats.bytes_sent += 2 * int64_t(bytes) * (P_ - 1);
+    }
   }
   void wait(int64_t c) {
-    timed_wait(ctx_, req_[slot(c)][0]);
-    timed_wait(ctx_, req_[slot(c)][1]);
+    for (auto& r : req_[slot(c)]) timed_wait(ctx_, r);
   }
   // Gathered K, V of chunk c: [P*rows_c, Hkv, D].
   View3<T> k(int64_t c) const { return view3<T>(k_buf_[slot(c)].data(), rows(c), k_.extent(1), k_.extent(2)); }
@@ -65,14 +76,14 @@ class KVGather {
 
  private:
   int slot(int64_t c) const { return communicates(ctx_) ? int(c % 2) : 0; }
-  size_t rows(int64_t c) const { return size_t(P_) * size_t(ch_.size(c)); }
+  size_t rows(int64_t c) const { return 2 * size_t(P_) * size_t(ch_.size(c)); }
   Context& ctx_;
   CView3<T> k_, v_;
   Chunks ch_;
   int P_;
   size_t row_;  // elements per K/V row (Hkv*D)
   View1<T> k_buf_[2], v_buf_[2];
-  comm::Request req_[2][2];
+  comm::Request req_[2][4];  // [slot][K piece 0, V piece 0, K piece 1, V piece 1]
 };
 
 template <class T>
@@ -129,14 +140,14 @@ class AllGather final : public Scheme<T> {
     const std::vector<int64_t>& qpos = all[g.rank];
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
-    const size_t n = size_t(P) * size_t(ch.max_size()) * row;
+    const size_t n = 2 * size_t(P) * size_t(ch.max_size()) * row;
     const comm::DType dt = std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
     KVGather<T> gather(ctx, k, v, ch);
-    // Per-chunk dK,dV of the gathered rows [P*rows_c,Hkv,D], double-buffered so chunk c's
-    // reduce-scatter stays in flight while chunk c+1 computes.
+    // Per-chunk dK,dV of the gathered rows [2*P*rows_c,Hkv,D] (piece 0 of every rank, then
+    // piece 1), double-buffered so chunk c's reduce-scatters stay in flight while c+1 computes.
     View1<T> dk_buf[2] = {scratch<T>("cp::allgather::dk0", n), scratch<T>("cp::allgather::dk1", n)};
     View1<T> dv_buf[2] = {scratch<T>("cp::allgather::dv0", n), scratch<T>("cp::allgather::dv1", n)};
-    comm::Request rs[2][2];
+    comm::Request rs[2][4];
     Kokkos::deep_copy(dq, T(0));
     if (!communicates(ctx)) {  // nothing will be reduce-scattered into them
       Kokkos::deep_copy(dk, T(0));
@@ -146,13 +157,14 @@ class AllGather final : public Scheme<T> {
     for (int64_t c = 0; c < ch.count; ++c) {
       ctx.step = int(c);
       const int s = int(c % 2);
-      const size_t rows = size_t(ch.size(c)), cnt = rows * row, off = size_t(ch.begin(c)) * row;
+      const size_t rows = size_t(ch.size(c)), cnt = rows * row;
       gather.post(c + 1);
       gather.wait(c);
-      auto dKc = view3<T>(dk_buf[s].data(), P * rows, Hkv, D), dVc = view3<T>(dv_buf[s].data(), P * rows, Hkv, D);
+      auto dKc = view3<T>(dk_buf[s].data(), 2 * P * rows, Hkv, D),
+           dVc = view3<T>(dv_buf[s].data(), 2 * P * rows, Hkv, D);
       timed_aux(ctx, [&] {
-        Kokkos::deep_copy(View1<T>(dk_buf[s].data(), P * cnt), T(0));
-        Kokkos::deep_copy(View1<T>(dv_buf[s].data(), P * cnt), T(0));
+        Kokkos::deep_copy(View1<T>(dk_buf[s].data(), 2 * P * cnt), T(0));
+        Kokkos::deep_copy(View1<T>(dv_buf[s].data(), 2 * P * cnt), T(0));
       });
       if (computes(ctx)) {
         const auto kpos = chunk_positions(all, ch, c);
@@ -166,19 +178,21 @@ class AllGather final : public Scheme<T> {
           });
         }
       }
-      if (communicates(ctx)) {
-        // Block i of the gathered rows belongs to rank i: each rank gets the sum of its own.
-        rs[s][0] = ctx.comm.ireduce_scatter(dk_buf[s].data(), dk.data() + off, cnt, dt, g, int(c));
-        rs[s][1] = ctx.comm.ireduce_scatter(dv_buf[s].data(), dv.data() + off, cnt, dt, g, int(c));
-        ctx.stats.bytes_sent += 2 * int64_t(cnt * sizeof(T)) * (P - 1);
-        timed_wait(ctx, rs[1 - s][0]);  // chunk c-1's, whose buffers chunk c+1 reuses
-        timed_wait(ctx, rs[1 - s][1]);
-      } else {  // local block only (numbers wrong, the copy stands in for the reduction)
-        timed_aux(ctx, [&] {
-          Kokkos::deep_copy(View1<T>(dk.data() + off, cnt), CV1(dk_buf[s].data() + g.rank * cnt, cnt));
-          Kokkos::deep_copy(View1<T>(dv.data() + off, cnt), CV1(dv_buf[s].data() + g.rank * cnt, cnt));
-        });
+      for (int h = 0; h < 2; ++h) {
+        // Block i of each piece's gathered rows belongs to rank i: each rank gets the sum of its own.
+        const size_t off = size_t(ch.first_row(c, h)) * row, src = size_t(h) * P * cnt;
+        if (communicates(ctx)) {
+          rs[s][2 * h] = ctx.comm.ireduce_scatter(dk_buf[s].data() + src, dk.data() + off, cnt, dt, g, int(c));
+          rs[s][2 * h + 1] = ctx.comm.ireduce_scatter(dv_buf[s].data() + src, dv.data() + off, cnt, dt, g, int(c));
+          ctx.stats.bytes_sent += 2 * int64_t(cnt * sizeof(T)) * (P - 1);
+        } else {  // local block only (numbers wrong, the copy stands in for the reduction)
+          timed_aux(ctx, [&] {
+            Kokkos::deep_copy(View1<T>(dk.data() + off, cnt), CV1(dk_buf[s].data() + src + g.rank * cnt, cnt));
+            Kokkos::deep_copy(View1<T>(dv.data() + off, cnt), CV1(dv_buf[s].data() + src + g.rank * cnt, cnt));
+          });
+        }
       }
+      for (auto& r : rs[1 - s]) timed_wait(ctx, r);  // chunk c-1's, whose buffers chunk c+1 reuses
     }
     for (auto& pair : rs)
       for (auto& r : pair) timed_wait(ctx, r);
@@ -190,8 +204,9 @@ class AllGather final : public Scheme<T> {
     for (int i = 0; i < P; ++i) all[i] = layout::zigzag(cfg.seq_len, P, i);
     return all;
   }
-  static Chunks chunks(const Config& cfg, size_t rows) {
-    return Chunks{int64_t(rows), std::max<int64_t>(1, std::min<int64_t>(cfg.chunks, int64_t(rows)))};
+  static Chunks chunks(const Config& cfg, size_t rows) {  // rows = 2*half (zigzag shard)
+    const int64_t half = int64_t(rows) / 2;
+    return Chunks{half, std::max<int64_t>(1, std::min<int64_t>(cfg.chunks, half))};
   }
 };
 
