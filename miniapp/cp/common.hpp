@@ -44,6 +44,15 @@ inline void timed_wait(Context& ctx, comm::Request& r) {
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
 }
 
+// Step s of a ring of g.size steps: posts the exchange that sends `bytes` of cur to the next
+// rank and receives the same into nxt from the previous one; nothing on the last step or
+// when the mode skips communication.
+inline comm::Request ring_pass(Context& ctx, const comm::Group& g, int s, const void* cur, void* nxt, size_t bytes) {
+  if (s >= g.size - 1 || !communicates(ctx)) return {};
+  ctx.stats.bytes_sent += int64_t(bytes);
+  return ctx.comm.isendrecv(cur, bytes, (g.rank + 1) % g.size, nxt, bytes, (g.rank - 1 + g.size) % g.size, g, s);
+}
+
 // A View over n0*n1*n2 elements at p (unmanaged: p must outlive it).
 template <class T>
 View3<T> view3(T* p, size_t n0, size_t n1, size_t n2) {

@@ -35,7 +35,7 @@ class PassQ final : public Scheme<T> {
   // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
     const auto& g = ctx.comm.world();
-    const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
+    const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
     const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
@@ -50,11 +50,7 @@ class PassQ final : public Scheme<T> {
     for (int s = 0; s < P; ++s) {
       ctx.step = s;
       View1<T> cur = communicates(ctx) ? qbuf[s % 2] : qbuf[0], nxt = qbuf[(s + 1) % 2];
-      comm::Request req;
-      if (s < P - 1 && communicates(ctx)) {
-        req = ctx.comm.isendrecv(cur.data(), n * sizeof(T), next, nxt.data(), n * sizeof(T), prev, g, s);
-        ctx.stats.bytes_sent += int64_t(n * sizeof(T));
-      }
+      comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), n * sizeof(T));
       const int b = (r - s + P) % P;
       if (computes(ctx)) {
         auto Ob = O_of(parts, b);
@@ -98,7 +94,7 @@ class PassQ final : public Scheme<T> {
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
-    const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
+    const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
     const size_t blk = 3 * n + Sl * H;  // one travelling block: Q, dOut, O [Sl,H,D] then LSE [Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
@@ -118,11 +114,7 @@ class PassQ final : public Scheme<T> {
     for (int s = 0; s < P; ++s) {
       ctx.step = s;
       View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
-      comm::Request req;
-      if (s < P - 1 && communicates(ctx)) {
-        req = ctx.comm.isendrecv(cur.data(), blk * sizeof(T), next, nxt.data(), blk * sizeof(T), prev, g, s);
-        ctx.stats.bytes_sent += int64_t(blk * sizeof(T));
-      }
+      comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), blk * sizeof(T));
       const int b = (r - s + P) % P;
       if (computes(ctx)) {
         if (fully_masked(ctx.cfg, qpos[b], kvpos)) {

@@ -16,7 +16,7 @@ namespace minicp::cp {
 template <class T>
 void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v,
                   const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<T> o, View2<T> lse) {
-  const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
+  const int P = g.size, r = g.rank;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
   const auto allpos = allgather_positions(ctx, g, kpos);
   const std::string gid = ":g" + std::to_string(g.id);
@@ -30,11 +30,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   for (int s = 0; s < P; ++s) {
     ctx.step = s;
     View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
-    comm::Request req;
-    if (s < P - 1 && communicates(ctx)) {
-      req = ctx.comm.isendrecv(cur.data(), 2 * n * sizeof(T), next, nxt.data(), 2 * n * sizeof(T), prev, g, s);
-      ctx.stats.bytes_sent += int64_t(2 * n * sizeof(T));
-    }
+    comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), 2 * n * sizeof(T));
     const std::vector<int64_t>& bpos = allpos[(r - s + P) % P];
     if (computes(ctx)) {
       if (fully_masked(ctx.cfg, qpos, bpos)) {
@@ -85,10 +81,7 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   for (int s = 0; s < P; ++s) {
     ctx.step = s;
     View1<T> cur = communicates(ctx) ? kv[s % 2] : kv[0], nxt = kv[(s + 1) % 2];
-    if (s < P - 1 && communicates(ctx)) {
-      req_kv = ctx.comm.isendrecv(cur.data(), bytes, next, nxt.data(), bytes, prev, g, s);
-      ctx.stats.bytes_sent += int64_t(bytes);
-    }
+    req_kv = ring_pass(ctx, g, s, cur.data(), nxt.data(), bytes);
     View1<T> blk = dkv[s % 2];
     timed_aux(ctx, [&] { Kokkos::deep_copy(blk, T(0)); });
     const std::vector<int64_t>& bpos = allpos[(r - s + P) % P];
