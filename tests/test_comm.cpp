@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
 
 namespace minicp::comm {
@@ -27,16 +28,8 @@ namespace {
 namespace mc = minicp::comm;
 using mc::EventKind;
 
-int world_size() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using minicp::test::world_rank;
+using minicp::test::world_size;
 MPI_Comm native(const mc::Group& g) { return *static_cast<MPI_Comm*>(g.native); }
 
 // Deterministic byte stamped by (a, b, index): splitmix64 finaliser, so blocks from

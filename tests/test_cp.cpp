@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "tests/reference.hpp"
@@ -25,16 +26,8 @@ namespace {
 using namespace minicp;
 using ref::Vec;
 
-int world_size() {
-  int p = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
+using minicp::test::world_rank;
+using minicp::test::world_size;
 
 // Global tensor X[tokens, heads, D]: element (t, h, d) depends on the global token t only.
 Vec global_tensor(uint64_t seed, int64_t tokens, int heads, int D, double amp) {
