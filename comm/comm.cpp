@@ -2,7 +2,10 @@
 // the data types, parsing of the progress strategy.
 #include "comm/comm.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+
+#include <unistd.h>
 
 namespace minicp::comm {
 
@@ -19,6 +22,29 @@ Progress parse_progress(const std::string& s) {
   if (s == "none") return Progress::None;
   if (s == "thread") return Progress::Thread;
   throw std::invalid_argument("progress '" + s + "' is not one of: none, thread");
+}
+
+std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (!s.empty() && pos <= s.size()) {
+    const size_t end = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, end - pos);
+    size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (item.empty() || used != item.size() || v < 0 || v >= ncpu)
+      throw std::invalid_argument(flag + " '" + s + "': allowed is a comma list of CPU numbers 0.." +
+                                  std::to_string(ncpu - 1) + " (the CPUs online on this node), e.g. 0,1");
+    out.push_back(v);
+    pos = end + 1;
+  }
+  return out;
 }
 
 namespace {

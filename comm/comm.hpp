@@ -90,7 +90,15 @@ class Communicator {
 
 // MPI backend on MPI_COMM_WORLD (MPI must be initialised with MPI_THREAD_MULTIPLE when
 // progress = Thread). poll_us: progress-thread polling interval in microseconds.
-std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50);
+// progress_cpus: CPUs the progress thread is pinned to, one per node-local rank (local
+// rank i takes entry i mod size); empty leaves it where the OS puts it. A CPU that does
+// not exist throws std::invalid_argument.
+std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50,
+                                            const std::vector<int>& progress_cpus = {});
+
+// Parses a comma list of CPU numbers ("" -> empty); throws std::invalid_argument naming
+// the flag, the value and what is allowed.
+std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag);
 
 #ifdef MINICP_ENABLE_NCCL
 // NCCL backend (device buffers); throws std::runtime_error when no CUDA device is visible.

@@ -1,8 +1,12 @@
 // MPI backend of the communicator. Progress strategy (see comm.hpp): with Progress::Thread
 // a helper thread calls MPI_Testall on every outstanding request each poll interval, so
 // rendezvous transfers of large messages advance while the caller computes; wait() then
-// finds them done. Needs MPI_THREAD_MULTIPLE (checked at construction).
+// finds them done. Needs MPI_THREAD_MULTIPLE (checked at construction). The thread can be
+// pinned to a CPU of its own (progress_cpus), so that its message copies do not take
+// time from a core that computes.
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <functional>
@@ -81,23 +85,21 @@ void sum_blocks(const void* own, const char* staging, int nblocks, size_t count,
 
 class MpiComm final : public Communicator {
  public:
-  MpiComm(Progress progress, int poll_us) : poll_us_(poll_us) {
+  MpiComm(Progress progress, int poll_us, const std::vector<int>& progress_cpus) : poll_us_(poll_us) {
     progress_ = progress;
     int provided = 0;
     MPI_Query_thread(&provided);
     if (progress == Progress::Thread && provided < MPI_THREAD_MULTIPLE)
       throw std::runtime_error("progress=thread needs MPI initialised with MPI_THREAD_MULTIPLE");
     world_ = make_group(MPI_COMM_WORLD, "world", /*dup=*/true);
-    if (progress == Progress::Thread) thread_ = std::thread([this] { progress_loop(); });
+    if (progress == Progress::Thread) {
+      thread_ = std::thread([this] { progress_loop(); });
+      if (!progress_cpus.empty()) pin_progress_thread(progress_cpus);
+    }
   }
 
   ~MpiComm() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    stop_thread();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
@@ -261,6 +263,34 @@ class MpiComm final : public Communicator {
     return g;
   }
 
+  // Pins the progress thread to progress_cpus[local rank mod size].
+  void pin_progress_thread(const std::vector<int>& cpus) {
+    MPI_Comm node;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "Comm_split_type");
+    int local = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    const int cpu = cpus[size_t(local) % cpus.size()];
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    const int rc = pthread_setaffinity_np(thread_.native_handle(), sizeof set, &set);
+    if (rc != 0) {
+      stop_thread();
+      throw std::invalid_argument("progress CPU " + std::to_string(cpu) + " cannot be used on this node (" +
+                                  std::strerror(rc) + "); allowed: an online CPU of this process's cpuset");
+    }
+  }
+
+  void stop_thread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
   Request post(const std::shared_ptr<MpiRequest>& r) {
     if (thread_.joinable()) {
       {
@@ -309,8 +339,10 @@ class MpiComm final : public Communicator {
   std::list<std::shared_ptr<MpiRequest>> pending_;
 };
 
-std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us) {
-  return std::make_unique<MpiComm>(progress, poll_us);
+std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us, const std::vector<int>& progress_cpus) {
+  if (!progress_cpus.empty() && progress != Progress::Thread)
+    throw std::invalid_argument("progress CPUs need progress=thread (got progress=none)");
+  return std::make_unique<MpiComm>(progress, poll_us, progress_cpus);
 }
 
 }  // namespace minicp::comm

@@ -246,6 +246,60 @@ TEST(CpBalance, CausalWorkPerRank) {
                 fmax / fmin, total_skipped);
 }
 
+// backward() on a scheme object that ran no forward (so it has no K/V block kept from the
+// forward, or no scattered inputs) gives the same gradients, bit for bit, as backward()
+// after forward() on one object. The ring schemes move one K/V block less when they start
+// from the kept block: P-2 K/V blocks and P-1 dK/dV accumulators per backward.
+TEST(CpBackward, SameWithoutForwardOnTheObject) {
+  const int P = world_size(), r = world_rank();
+  const cp::SchemeInfo& info = cp::find(g_scheme);
+  cp::Config cfg;
+  cfg.seq_len = 96;
+  cfg.heads = 8;
+  cfg.kv_heads = 2;
+  cfg.head_dim = 16;
+  cfg.ranks = P;
+  cfg.attn.tile_q = cfg.attn.tile_k = 16;
+  if (!info.has_backward || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
+  const cp::Shard sh = info.shard(cfg, r);
+  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
+  using V3 = kernels::View3<double>;
+  auto Q = test::make_view<V3>("q", rows(global_tensor(201, cfg.seq_len, H, D, 2.0), sh.q, 0, H * D), sh.q.size(), H, D);
+  auto K = test::make_view<V3>("k", rows(global_tensor(202, cfg.seq_len, Hkv, D, 2.0), sh.kv, 0, Hkv * D), sh.kv.size(),
+                               Hkv, D);
+  auto Vv = test::make_view<V3>("v", rows(global_tensor(203, cfg.seq_len, Hkv, D, 1.0), sh.kv, 0, Hkv * D),
+                                sh.kv.size(), Hkv, D);
+  auto dO = test::make_view<V3>("do", rows(global_tensor(204, cfg.seq_len, H, D, 1.0), sh.q, 0, H * D), sh.q.size(),
+                                H, D);
+  V3 O("o", sh.q.size(), H, D);
+  kernels::View2<double> L("lse", sh.q.size(), H);
+  auto comm = comm::make_mpi_comm(comm::Progress::None);
+  Outputs got[2];
+  int64_t bytes[2] = {0, 0};
+  auto chained = info.make_f64(), fresh = info.make_f64();
+  {
+    cp::Context ctx{*comm, cfg, {}, 0};
+    chained->forward(ctx, Q, K, Vv, O, L);
+  }
+  for (int i = 0; i < 2; ++i) {
+    V3 dQ("dq", sh.q.size(), H, D), dK("dk", sh.kv.size(), Hkv, D), dV("dv", sh.kv.size(), Hkv, D);
+    cp::Context ctx{*comm, cfg, {}, 0};
+    (i == 0 ? chained : fresh)->backward(ctx, Q, K, Vv, O, L, dO, dQ, dK, dV);
+    got[i] = Outputs{{}, {}, test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
+    bytes[i] = ctx.stats.bytes_sent;
+  }
+  for (auto f : {&Outputs::dq, &Outputs::dk, &Outputs::dv}) {
+    double d = 0;
+    for (size_t i = 0; i < (got[0].*f).size(); ++i) d = std::max(d, std::abs((got[0].*f)[i] - (got[1].*f)[i]));
+    EXPECT_EQ(d, 0.0) << "gradients differ between a chained and a fresh backward";
+  }
+  if (g_scheme == "ring" || g_scheme == "zigzag" || g_scheme == "stripe") {
+    const int64_t block = int64_t(2 * sh.kv.size() * Hkv * D * sizeof(double));
+    EXPECT_EQ(bytes[0], P > 1 ? (2 * P - 3) * block : 0) << "chained backward: P-2 K/V blocks + P-1 accumulators";
+    EXPECT_EQ(bytes[1], P > 1 ? (2 * P - 2) * block : 0) << "fresh backward: one more K/V block";
+  }
+}
+
 TEST(CpRegistry, UnknownSchemeIsNamed) {
   try {
     cp::find("nosuch");

@@ -26,7 +26,7 @@ struct Options {
   int causal = 1;
   int64_t window = 0, doc_len = 0;
   int ulysses = 0, inner_ring = 0, decode_tokens = 1, chunks = 4, tile = 0;
-  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", json;
+  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus, json;
   int reps = 3, warmup = 1, poll_us = 50;
 };
 
@@ -95,6 +95,10 @@ int run(int argc, char** argv, int rank, int P) {
   app.add_option("--warmup", o.warmup, "untimed repetitions per mode")->capture_default_str();
   app.add_option("--progress", o.progress, "communication progress: none or thread")->capture_default_str();
   app.add_option("--poll-us", o.poll_us, "progress thread polling interval, microseconds")->capture_default_str();
+  app.add_option("--progress-cpus", o.progress_cpus,
+                 "pin each node-local rank's progress thread to a CPU of this comma list (local rank i: entry i "
+                 "mod length); default: not pinned")
+      ->capture_default_str();
   app.add_option("--json", o.json, "write the results to this JSON file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -113,10 +117,14 @@ int run(int argc, char** argv, int rank, int P) {
   if (o.causal != 0 && o.causal != 1) return fail("--causal " + std::to_string(o.causal) + " must be 0 or 1");
   std::vector<cp::Mode> modes;
   comm::Progress progress;
+  std::vector<int> progress_cpus;
   const cp::SchemeInfo* info = nullptr;
   try {
     for (const auto& m : split(o.modes)) modes.push_back(cp::parse_mode(m));
     progress = comm::parse_progress(o.progress);
+    progress_cpus = comm::parse_cpu_list(o.progress_cpus, "--progress-cpus");
+    if (!progress_cpus.empty() && progress != comm::Progress::Thread)
+      return fail("--progress-cpus needs --progress thread (got --progress " + o.progress + ")");
     info = &cp::find(o.scheme);
   } catch (const std::invalid_argument& e) {
     return fail(e.what());
@@ -149,14 +157,15 @@ int run(int argc, char** argv, int rank, int P) {
   kernels::View3<float> out("o", sh.q.size(), H, D), dq("dq", sh.q.size(), H, D), dk("dk", sh.kv.size(), Hkv, D),
       dv("dv", sh.kv.size(), Hkv, D);
   kernels::View2<float> lse("lse", sh.q.size(), H);
-  auto comm = comm::make_mpi_comm(progress, o.poll_us);
+  auto comm = comm::make_mpi_comm(progress, o.poll_us, progress_cpus);
   comm->trace().set_enabled(false);
   auto scheme = info->make_f32();
   const int threads = int(kernels::Exec().concurrency());
   if (rank == 0)
-    std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s\n",
+    std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s%s\n",
                 o.scheme.c_str(), P, threads, (long long)cfg.seq_len, H, Hkv, D,
-                cfg.causal ? "causal" : "full", o.pass.c_str(), o.progress.c_str());
+                cfg.causal ? "causal" : "full", o.pass.c_str(), o.progress.c_str(),
+                o.progress_cpus.empty() ? "" : (" progress-cpus=" + o.progress_cpus).c_str());
 
   // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
   // drifts of a shared machine hit every mode alike; medians over reps are reported.

@@ -1,9 +1,13 @@
 // Pass-KV ring attention over a group, shared by ring, zigzag, stripe (the layout is the
-// only difference), usp (over its ring group) and doublering. At step s rank r computes
-// against the K/V block that started on group rank (r - s) mod P while the next block is
-// in flight; blocks whose positions are fully masked are skipped (positions of every
-// block are all-gathered once, so they need not travel). Backward: each block's dK/dV
-// accumulator travels one step behind its block and arrives home after P steps.
+// only difference), usp (over its ring group) and doublering. Forward: at step s rank r
+// computes against the K/V block that started on group rank (r - s) mod P while the next
+// block is in flight; it ends with the block of rank r + 1, which it can keep (KeptBlock).
+// Backward runs the ring the other way and ends with the rank's own block: at step s it
+// computes block (r + 1 + s) mod P, starting from the kept block (else fetched, exposed),
+// and each block's dK/dV accumulator travels with it, one step behind, so it reaches its
+// owner during the owner's last step: every transfer overlaps a step of compute, and the
+// backward moves P-2 K/V blocks and P-1 accumulators instead of P-1 and P. Blocks whose
+// positions are fully masked are skipped (positions are all-gathered once, not sent).
 #pragma once
 #include <vector>
 
@@ -12,18 +16,36 @@
 
 namespace minicp::cp {
 
+// The [K | V] block (2 * Skv * Hkv * D values) a ring forward ended with: group rank r + 1's,
+// which the backward starts from. Owned by one scheme object (one per layer), so another
+// forward cannot overwrite it; valid after a forward that communicated, for a backward on
+// the same k (its data pointer is checked).
+template <class T>
+struct KeptBlock {
+  View1<T> buf;
+  const T* k = nullptr;
+  bool valid = false;
+};
+
 // q[Sq,H,D] at positions qpos; k,v[Skv,Hkv,D] at kpos (equal Skv on every group rank).
 template <class T>
 void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v,
-                  const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<T> o, View2<T> lse) {
+                  const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<T> o, View2<T> lse,
+                  KeptBlock<T>* keep = nullptr) {
   const int P = g.size, r = g.rank;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
+  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
   const auto allpos = allgather_positions(ctx, g, kpos);
   const std::string gid = ":g" + std::to_string(g.id);
   View1<T> buf[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
-  Kokkos::deep_copy(View1<T>(buf[0].data(), n), Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>(k.data(), n));
-  Kokkos::deep_copy(View1<T>(buf[0].data() + n, n),
-                    Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>(v.data(), n));
+  if (keep) {  // the buffer the last step computes on is the object's own
+    keep->valid = false;
+    if (keep->buf.extent(0) != 2 * n)
+      keep->buf = View1<T>(Kokkos::view_alloc(std::string("ring_kept_kv"), Kokkos::WithoutInitializing), 2 * n);
+    if (P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->buf;
+  }
+  Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
+  Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
   View3<T> o_blk;
   View2<T> lse_blk;
   bool have = false;
@@ -58,63 +80,102 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
     Kokkos::deep_copy(o, T(0));
     Kokkos::deep_copy(lse, kernels::neg_inf<T>());
   }
+  if (keep && P > 1 && communicates(ctx)) {
+    keep->k = k.data();
+    keep->valid = true;
+  }
 }
 
+// Given the forward's o, lse[Sq,H] and dout[Sq,H,D] -> dq[Sq,H,D], dk, dv[Skv,Hkv,D]
+// (overwritten). kept: the forward's KeptBlock, or null (the first block is then fetched).
 template <class T>
 void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o,
                    CView2<T> lse, CView3<T> dout, const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos,
-                   View3<T> dq, View3<T> dk, View3<T> dv) {
+                   View3<T> dq, View3<T> dk, View3<T> dv, const KeptBlock<T>* kept = nullptr) {
   const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
   const size_t bytes = 2 * n * sizeof(T);
+  const bool talk = communicates(ctx) && P > 1;
   const auto allpos = allgather_positions(ctx, g, kpos);
   using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
   const std::string gid = ":g" + std::to_string(g.id);
+  // K/V of steps 1..P-2 alternate between two scratch buffers; step 0's is the kept block
+  // (or a buffer it is fetched into); step P-1 computes on k, v themselves.
   View1<T> kv[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
   View1<T> dkv[2] = {scratch<T>("ring_dkv0" + gid, 2 * n), scratch<T>("ring_dkv1" + gid, 2 * n)};
-  View1<T> dkv_recv = scratch<T>("ring_dkv_recv" + gid, 2 * n);
-  Kokkos::deep_copy(View1<T>(kv[0].data(), n), CV1(k.data(), n));
-  Kokkos::deep_copy(View1<T>(kv[0].data() + n, n), CV1(v.data(), n));
+  View1<T> acc_in = scratch<T>("ring_dkv_recv" + gid, 2 * n);
+  auto kv_of = [&](int s) { return kv[(s - 1) % 2]; };
+  View1<T> first;
+  if (talk) {
+    if (kept && kept->valid && kept->k == k.data() && kept->buf.extent(0) == 2 * n) {
+      first = kept->buf;
+    } else {  // no forward on this object: fetch rank r+1's block now (exposed)
+      View1<T> own = scratch<T>("ring_kv_own" + gid, 2 * n);
+      first = scratch<T>("ring_kv_first" + gid, 2 * n);
+      Kokkos::deep_copy(View1<T>(own.data(), n), CV1(k.data(), n));
+      Kokkos::deep_copy(View1<T>(own.data() + n, n), CV1(v.data(), n));
+      comm::Request req = ctx.comm.isendrecv(own.data(), bytes, prev, first.data(), bytes, next, g, -1);
+      ctx.stats.bytes_sent += int64_t(bytes);
+      timed_wait(ctx, req);
+    }
+  }
   Kokkos::deep_copy(dq, T(0));
-  if (!communicates(ctx)) Kokkos::deep_copy(dkv_recv, T(0));
-  comm::Request req_kv, req_dkv;
+  if (!talk && P > 1) Kokkos::deep_copy(acc_in, T(0));
+  comm::Request req_kv, req_acc;
   for (int s = 0; s < P; ++s) {
     ctx.step = s;
-    View1<T> cur = communicates(ctx) ? kv[s % 2] : kv[0], nxt = kv[(s + 1) % 2];
-    req_kv = ring_pass(ctx, g, s, cur.data(), nxt.data(), bytes);
-    View1<T> blk = dkv[s % 2];
-    timed_aux(ctx, [&] { Kokkos::deep_copy(blk, T(0)); });
-    const std::vector<int64_t>& bpos = allpos[(r - s + P) % P];
+    const bool own = s == P - 1;
+    // This step's K/V, and the [dK | dV] buffer its partial goes to (dk, dv on the last step).
+    View3<T> Kc, Vc, dKc, dVc;
+    if (own || !talk) {  // compute-only mode computes every step on the own block: same work
+      Kc = view3<T>(const_cast<T*>(k.data()), Skv, Hkv, D);
+      Vc = view3<T>(const_cast<T*>(v.data()), Skv, Hkv, D);
+    } else {
+      View1<T> cur = s == 0 ? first : kv_of(s);
+      Kc = view3<T>(cur.data(), Skv, Hkv, D);
+      Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
+      if (s + 1 < P - 1) {  // step s+1's block; this one goes on to the previous rank
+        req_kv = ctx.comm.isendrecv(cur.data(), bytes, prev, kv_of(s + 1).data(), bytes, next, g, s);
+        ctx.stats.bytes_sent += int64_t(bytes);
+      }
+    }
+    if (own) {
+      dKc = dk;
+      dVc = dv;
+    } else {
+      dKc = view3<T>(dkv[s % 2].data(), Skv, Hkv, D);
+      dVc = view3<T>(dkv[s % 2].data() + n, Skv, Hkv, D);
+    }
+    timed_aux(ctx, [&] {
+      Kokkos::deep_copy(dKc, T(0));
+      Kokkos::deep_copy(dVc, T(0));
+    });
+    const std::vector<int64_t>& bpos = allpos[(r + 1 + s) % P];
     if (computes(ctx)) {
       if (fully_masked(ctx.cfg, qpos, bpos)) {
         ++ctx.stats.blocks_skipped;
       } else {
-        const auto Kc = view3<T>(cur.data(), Skv, Hkv, D), Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
-        auto dKc = view3<T>(blk.data(), Skv, Hkv, D), dVc = view3<T>(blk.data() + n, Skv, Hkv, D);
         const auto mask = make_mask(ctx.cfg, qpos, bpos);
         timed_compute(ctx, [&] {
           return kernels::attention_bwd<T>(q, Kc, Vc, o, lse, dout, mask, dq, dKc, dVc, ctx.cfg.attn);
         });
       }
     }
-    if (s > 0) {  // the accumulator of this block, from the previous rank (compute-only
-                  // mode adds the stale buffer instead: same work, no communication)
-      timed_wait(ctx, req_dkv);
-      if (computes(ctx)) timed_aux(ctx, [&] { add_into<T>(blk, dkv_recv); });
+    if (s > 0) {  // this block's accumulator from the next rank (compute-only mode adds a
+                  // zero buffer instead: same work, no communication)
+      timed_wait(ctx, req_acc);
+      if (computes(ctx))
+        timed_aux(ctx, [&] {
+          add_into<T>(flat(dKc), CV1(acc_in.data(), n));
+          add_into<T>(flat(dVc), CV1(acc_in.data() + n, n));
+        });
     }
-    if (communicates(ctx)) {
-      req_dkv = ctx.comm.isendrecv(blk.data(), bytes, next, dkv_recv.data(), bytes, prev, g, s);
+    if (!own && talk) {  // on to the previous rank, which computes this block next step
+      req_acc = ctx.comm.isendrecv(dkv[s % 2].data(), bytes, prev, acc_in.data(), bytes, next, g, s);
       ctx.stats.bytes_sent += int64_t(bytes);
     }
     timed_wait(ctx, req_kv);
   }
-  View1<T> result = dkv[(P - 1) % 2];
-  if (communicates(ctx)) {
-    timed_wait(ctx, req_dkv);
-    result = dkv_recv;
-  }
-  Kokkos::deep_copy(View1<T>(dk.data(), n), CV1(result.data(), n));
-  Kokkos::deep_copy(View1<T>(dv.data(), n), CV1(result.data() + n, n));
 }
 
 }  // namespace minicp::cp
@@ -131,17 +192,18 @@ class RingScheme final : public Scheme<T> {
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
     const auto& g = ctx.comm.world();
     const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
-    ring_forward<T>(ctx, g, q, k, v, pos, pos, o, lse);
+    ring_forward<T>(ctx, g, q, k, v, pos, pos, o, lse, &kept_);
   }
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
     const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
-    ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dq, dk, dv);
+    ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dq, dk, dv, &kept_);
   }
 
  private:
   layout::Kind kind_;
+  KeptBlock<T> kept_;  // the forward's last K/V block, which the backward starts from
 };
 
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {

@@ -112,7 +112,7 @@ class UlyssesEngine {
                       [&] { return kernels::attention_fwd<T>(q_h_, k_h_, v_h_, mask, o_h_, lse_h_, ctx.cfg.attn); });
       }
     } else {
-      ring_forward<T>(ctx, *rg, q_h_, k_h_, v_h_, pos, pos, o_h_, lse_h_);
+      ring_forward<T>(ctx, *rg, q_h_, k_h_, v_h_, pos, pos, o_h_, lse_h_, &kept_);
     }
     to_seq(ctx, ug, o_h_, qs_, o);
     to_seq(ctx, ug, lse3(lse_h_), qs_, lse3(lse));
@@ -124,6 +124,7 @@ class UlyssesEngine {
                 CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout, View3<T> dq,
                 View3<T> dk, View3<T> dv) {
     if (!have_fwd_ || q_h_.extent(0) != size_t(ug.size) * q.extent(0)) {  // no forward on this object
+      kept_.valid = false;
       scatter_inputs(ctx, ug, q, k, v);
       to_heads(ctx, ug, o, qs_, o_h_);
       to_heads(ctx, ug, lse3(lse), qs_, lse3(lse_h_));
@@ -149,7 +150,7 @@ class UlyssesEngine {
         });
       }
     } else {
-      ring_backward<T>(ctx, *rg, q_h_, k_h_, v_h_, o_h_, lse_h_, dout_h_, pos, pos, dq_h_, dk_h_, dv_h_);
+      ring_backward<T>(ctx, *rg, q_h_, k_h_, v_h_, o_h_, lse_h_, dout_h_, pos, pos, dq_h_, dk_h_, dv_h_, &kept_);
     }
     to_seq(ctx, ug, dq_h_, qs_, dq);
     to_seq(ctx, ug, dk_h_, ks_, dk);
@@ -231,6 +232,7 @@ class UlyssesEngine {
   View3<T> dout_h_, dq_h_, dk_h_, dv_h_;
   View1<T> buf_;
   bool have_fwd_ = false;
+  KeptBlock<T> kept_;  // the ring forward's last K/V block, for the ring backward
 };
 
 }  // namespace minicp::cp
