@@ -238,7 +238,7 @@ int run(int argc, char** argv, int rank, int P) {
              has_comm = results.count(cp::Mode::CommOnly);
   const ModeResult& basis = has_comp ? results[cp::Mode::ComputeOnly] : results.begin()->second;
   const double imb = imbalance(basis.compute), flop_imb = imbalance(basis.flops);
-  double overlap = -1, overlap_q1 = -1, overlap_q3 = -1;
+  double overlap = -1, overlap_q1 = -1, overlap_q3 = -1, exposed_s = -1;
   std::string summary = "MINICP_CP scheme=" + o.scheme + " ranks=" + std::to_string(P) +
                         " threads=" + std::to_string(threads) + " S=" + std::to_string(cfg.seq_len) +
                         " pass=" + o.pass + " progress=" + o.progress;
@@ -259,6 +259,7 @@ int run(int argc, char** argv, int rank, int P) {
     const double tm = results[cp::Mode::CommOnly].t_max, tc = results[cp::Mode::ComputeOnly].t_max;
     const double exposed = median(diff), q1 = diff[diff.size() / 4], q3 = diff[(3 * diff.size()) / 4];
     overlap = 1.0 - exposed / tm;
+    exposed_s = exposed;
     overlap_q1 = 1.0 - q3 / tm;
     overlap_q3 = 1.0 - q1 / tm;
     std::printf("overlap = 1 - (T_full - T_compute) / T_comm = 1 - %.5f / %.5f = %.3f  (quartiles %.3f .. %.3f; "
@@ -279,8 +280,9 @@ int run(int argc, char** argv, int rank, int P) {
     f << "{\"scheme\": \"" << o.scheme << "\", \"ranks\": " << P << ", \"threads\": " << threads
       << ", \"seq_len\": " << cfg.seq_len << ", \"heads\": " << H << ", \"kv_heads\": " << Hkv
       << ", \"head_dim\": " << D << ", \"causal\": " << (cfg.causal ? "true" : "false") << ", \"pass\": \""
-      << o.pass << "\", \"progress\": \"" << o.progress << "\", \"overlap\": " << overlap << ", \"overlap_q1\": " << overlap_q1
-      << ", \"overlap_q3\": " << overlap_q3
+      << o.pass << "\", \"progress\": \"" << o.progress << "\", \"progress_cpus\": \"" << o.progress_cpus
+      << "\", \"overlap\": " << overlap << ", \"overlap_q1\": " << overlap_q1
+      << ", \"overlap_q3\": " << overlap_q3 << ", \"exposed_comm_s\": " << exposed_s
       << ", \"imbalance\": " << imb << ", \"flop_imbalance\": " << flop_imb << ", \"modes\": {";
     bool first = true;
     for (const auto& [mode, r] : results) {
@@ -289,6 +291,8 @@ int run(int argc, char** argv, int rank, int P) {
       for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.compute[i];
       f << "], \"wait_s\": [";
       for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.wait[i];
+      f << "], \"progress_s\": [";
+      for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.busy[i];
       f << "], \"flops\": [";
       for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.flops[i];
       f << "]}";

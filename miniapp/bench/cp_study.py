@@ -2,7 +2,8 @@
 """CP study (`make cp-study`): the part-2 figures of merit on one node, from
 minicp-cp-bench runs launched here with mpiexec:
   - overlap of zigzag (causal, forward+backward, 2 ranks x 1 thread) at a size where
-    T_compute >= 2 T_comm, for progress = thread and none;
+    T_compute >= 2 T_comm, for progress = thread and none, and with the progress threads on
+    CPUs that do not compute;
   - CP efficiency = T(none, 1 rank x 2 threads) / T(zigzag, 2 ranks x 1 thread), runs
     alternated so drifts of a shared machine hit both;
   - load imbalance (max/mean compute time per rank) of contiguous `ring` vs `zigzag`.
@@ -34,12 +35,15 @@ def parse_args():
     return a
 
 
-def bench(a, ranks, threads, args):
+def bench(a, ranks, threads, args, bind=None, wrap=()):
+    """One minicp-cp-bench run; bind: Open MPI --bind-to (default core for 1 thread per
+    rank), wrap: a command each rank runs under (e.g. taskset -c 0)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
-    cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", "core" if threads == 1 else "none",
-           "-x", f"OMP_NUM_THREADS={threads}", "-x", "OMP_PROC_BIND=false", a.bench,
+    bind = bind or ("core" if threads == 1 else "none")
+    cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", bind,
+           "-x", f"OMP_NUM_THREADS={threads}", "-x", "OMP_PROC_BIND=false", *wrap, a.bench,
            "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--json", path] + args
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -67,6 +71,22 @@ def main():
     for prog in ("thread", "none"):
         runs[f"overlap_{prog}"] = bench(a, 2, 1, ["--scheme", "zigzag", "--seq", str(a.overlap_seq), "--reps",
                                                   str(a.reps), "--warmup", "2", "--progress", prog])
+    # The same overlap runs with the progress threads on CPUs that do not compute. A node
+    # with >= 4 CPUs: ranks on cores 0 and 1, progress threads on CPUs 2 and 3. Fewer CPUs:
+    # both ranks compute on CPU 0 (so each computes at half speed) and the progress threads
+    # run on CPU 1, against a control with the progress threads on CPU 0 as well.
+    ov_args = ["--scheme", "zigzag", "--seq", str(a.overlap_seq), "--reps", str(a.reps), "--warmup", "2"]
+    ncpu = len(os.sched_getaffinity(0))
+    if ncpu >= 4:
+        spare = [("progress threads on CPUs 2,3; ranks on cores 0,1",
+                  bench(a, 2, 1, ov_args + ["--progress-cpus", "2,3"]))]
+    else:
+        wrap = ("taskset", "-c", "0")
+        spare = [("both ranks on CPU 0, progress threads on CPU 1",
+                  bench(a, 2, 1, ov_args + ["--progress-cpus", "1"], bind="none", wrap=wrap)),
+                 ("both ranks on CPU 0, progress threads on CPU 0",
+                  bench(a, 2, 1, ov_args, bind="none", wrap=wrap))]
+    runs["overlap_spare_cpu"] = [{"placement": name, **r} for name, r in spare]
     t_none, t_zz = [], []
     for _ in range(a.eff_rounds):
         r1 = bench(a, 1, 2, ["--scheme", "none", "--seq", str(a.eff_seq), "--reps", "1", "--warmup", "1",
@@ -90,12 +110,20 @@ def main():
           f"{ov_t['overlap']:>10.3f}   quartiles {ov_t['overlap_q1']:.2f} .. {ov_t['overlap_q3']:.2f}")
     print(f"{'overlap, zigzag S=%d, progress=none' % a.overlap_seq:<58}{ov_n['overlap']:>10.3f}"
           f"   quartiles {ov_n['overlap_q1']:.2f} .. {ov_n['overlap_q3']:.2f}")
+    busy = max(ov_t["modes"]["full"]["progress_s"])
+    print(f"{'  exposed comm T_full - T_compute, progress=thread [ms]':<58}{ov_t['exposed_comm_s'] * 1e3:>10.2f}")
+    print(f"{'  progress thread time inside MPI (copies), full [ms]':<58}{busy * 1e3:>10.2f}")
+    for name, r in spare:
+        print(f"{'overlap, ' + name:<58}{r['overlap']:>10.3f}   exposed {r['exposed_comm_s'] * 1e3:.2f} ms"
+              f" of T_comm {r['modes']['comm-only']['time_s'] * 1e3:.2f} ms")
     print(f"{'CP efficiency T(none,1x2)/T(zigzag,2x1), S=%d' % a.eff_seq:<58}{eff:>10.3f}")
     print(f"{'imbalance (compute time max/mean), zigzag S=%d' % a.eff_seq:<58}{zz_imb:>10.3f}")
     print(f"{'imbalance (executed FLOPs max/mean), zigzag':<58}{zz_fimb:>10.3f}")
     print(f"{'imbalance (compute time max/mean), ring S=%d' % a.eff_seq:<58}{ring['imbalance']:>10.3f}")
     print(f"{'imbalance (executed FLOPs max/mean), ring':<58}{ring['flop_imbalance']:>10.3f}")
     print(f"MINICP_CP_STUDY overlap_thread={ov_t['overlap']:.3f} overlap_none={ov_n['overlap']:.3f} "
+          f"overlap_spare_cpu={spare[0][1]['overlap']:.3f} exposed_ms={ov_t['exposed_comm_s'] * 1e3:.2f} "
+          f"progress_copy_ms={busy * 1e3:.2f} "
           f"compute_over_comm={ratio:.1f} cp_efficiency={eff:.3f} t_none_s={statistics.median(t_none):.3f} "
           f"t_zigzag_s={statistics.median(t_zz):.3f} imbalance_zigzag={zz_imb:.3f} "
           f"imbalance_ring={ring['imbalance']:.3f} flop_imbalance_ring={ring['flop_imbalance']:.3f}")

@@ -44,6 +44,15 @@ inline void timed_wait(Context& ctx, comm::Request& r) {
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
 }
 
+// A blocking all-to-all of bytes_per_rank to every rank of g, its time counted as time
+// blocked in communication and the bytes leaving this rank as sent.
+inline void timed_alltoall(Context& ctx, const comm::Group& g, const void* send, void* recv, size_t bytes_per_rank) {
+  const double t0 = MPI_Wtime();
+  ctx.comm.alltoall(send, recv, bytes_per_rank, g, ctx.step);
+  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+  ctx.stats.bytes_sent += int64_t(bytes_per_rank) * (g.size - 1);  // the own block stays local
+}
+
 // Step s of a ring of g.size steps: posts the exchange that sends `bytes` of cur to the next
 // rank and receives the same into nxt from the previous one; nothing on the last step or
 // when the mode skips communication.

@@ -73,10 +73,8 @@ class PassQ final : public Scheme<T> {
     View1<T> recv = parts;
     if (communicates(ctx)) {
       recv = scratch<T>("cp::passq::recv", P * slot);
-      const double t0 = MPI_Wtime();
-      ctx.comm.alltoall(parts.data(), recv.data(), slot * sizeof(T), g, P);
-      ctx.stats.comm_wait_s += MPI_Wtime() - t0;
-      ctx.stats.bytes_sent += int64_t(slot * sizeof(T)) * (P - 1);
+      ctx.step = P;
+      timed_alltoall(ctx, g, parts.data(), recv.data(), slot * sizeof(T));
     }
     if (!computes(ctx)) {
       Kokkos::deep_copy(o, T(0));
@@ -136,10 +134,8 @@ class PassQ final : public Scheme<T> {
     View1<T> recv = dq_parts;
     if (communicates(ctx)) {
       recv = scratch<T>("cp::passq::dq_recv", P * n);
-      const double t0 = MPI_Wtime();
-      ctx.comm.alltoall(dq_parts.data(), recv.data(), n * sizeof(T), g, P);
-      ctx.stats.comm_wait_s += MPI_Wtime() - t0;
-      ctx.stats.bytes_sent += int64_t(n * sizeof(T)) * (P - 1);
+      ctx.step = P;
+      timed_alltoall(ctx, g, dq_parts.data(), recv.data(), n * sizeof(T));
     }
     timed_aux(ctx, [&] { sum_slots<T>(flat(dq), recv, P); });
   }
