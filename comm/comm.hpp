@@ -55,9 +55,12 @@ class Communicator {
   Group split_strided(int size, const std::string& name);
 
   // Sends `bytes` from send to group rank dst and receives `bytes` into recv from group
-  // rank src, non-blocking (the ring step). Deadlock-free in any ring.
+  // rank src, non-blocking (the ring step). Deadlock-free in any ring. channel (0..kChannels-1)
+  // keeps exchanges that are in flight between the same ranks apart: a message is received
+  // only by the exchange of its own channel, whatever order the two sides post them in.
+  static constexpr int kChannels = 1000;
   virtual Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
-                            const Group& g, int step = -1) = 0;
+                            const Group& g, int step = -1, int channel = 0) = 0;
   // Gathers `bytes` from every group rank into recv (rank i at offset i*bytes).
   virtual Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step = -1) = 0;
   // recv[count] = sum over ranks of send[rank*count .. (rank+1)*count) for this rank.

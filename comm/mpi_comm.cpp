@@ -112,13 +112,17 @@ class MpiComm final : public Communicator {
   double progress_busy_s() const override { return busy_s_; }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
-                    const Group& g, int step) override {
+                    const Group& g, int step, int channel) override {
+    if (channel < 0 || channel >= kChannels)
+      throw std::invalid_argument("isendrecv channel " + std::to_string(channel) + " is outside 0.." +
+                                  std::to_string(kChannels - 1));
+    const int tag = kTagP2P + channel;
     auto r = std::make_shared<MpiRequest>();
     r->ev = Event{EventKind::SendRecv, dst, g.id, step, int64_t(send_bytes), 0, MPI_Wtime(), 0};
     r->reqs.resize(2);
     const Count rc = byte_count(recv_bytes, big_block_), sc = byte_count(send_bytes, big_block_);
-    check(MPI_Irecv(recv, rc.n, rc.type, src, kTag, comm_of(g), &r->reqs[0]), "Irecv");
-    check(MPI_Isend(send, sc.n, sc.type, dst, kTag, comm_of(g), &r->reqs[1]), "Isend");
+    check(MPI_Irecv(recv, rc.n, rc.type, src, tag, comm_of(g), &r->reqs[0]), "Irecv");
+    check(MPI_Isend(send, sc.n, sc.type, dst, tag, comm_of(g), &r->reqs[1]), "Isend");
     return post(r);
   }
 
@@ -234,8 +238,8 @@ class MpiComm final : public Communicator {
   }
 
  private:
-  static constexpr int kTag = 4242;
-  static constexpr int kTagRS = 4243;
+  static constexpr int kTagP2P = 1000;  // isendrecv: kTagP2P + channel
+  static constexpr int kTagRS = 4243;   // reduce-scatter blocks
 
   Group split_color(int color, const std::string& name) override {
     MPI_Comm c;

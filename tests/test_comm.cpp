@@ -197,6 +197,34 @@ TEST_P(Comm, SendRecvRing) {
 
 // Several requests outstanding at once (both ring directions and an all-gather), completed
 // in reverse order; waiting on a finished request does nothing.
+// Two exchanges in flight between the same ranks, posted in opposite orders by even and
+// odd ranks, each receive their own channel's message (one tag would pair them wrongly).
+TEST_P(Comm, ChannelsKeepExchangesApartWhateverThePostingOrder) {
+  for (const mc::Group& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int n = g.size, next = (g.rank + 1) % n, prev = (g.rank + n - 1) % n;
+    const size_t b = size_t(256) << 10;
+    std::vector<uint8_t> s0(b), s1(b), r0(b + kGuard, kSentinel), r1(b + kGuard, kSentinel);
+    fill(s0.data(), b, g.rank, 10);
+    fill(s1.data(), b, g.rank, 11);
+    mc::Request q[2];
+    for (int i = 0; i < 2; ++i) {
+      const int ch = g.rank % 2 == 0 ? i : 1 - i;
+      q[ch] = c_->isendrecv(ch ? s1.data() : s0.data(), b, next, ch ? r1.data() : r0.data(), b, prev, g, 0, ch);
+    }
+    c_->wait(q[1]);
+    c_->wait(q[0]);
+    size_t first = 0;
+    EXPECT_EQ(mismatches(r0.data(), b, prev, 10, &first), 0u) << "channel 0, first wrong byte " << first;
+    EXPECT_EQ(mismatches(r1.data(), b, prev, 11, &first), 0u) << "channel 1, first wrong byte " << first;
+    EXPECT_TRUE(guard_intact(r0.data() + b));
+    EXPECT_TRUE(guard_intact(r1.data() + b));
+  }
+  uint8_t x = 0, y = 0;
+  EXPECT_THROW(c_->isendrecv(&x, 1, 0, &y, 1, 0, groups_[0], 0, mc::Communicator::kChannels),
+               std::invalid_argument);
+}
+
 TEST_P(Comm, OutstandingRequestsCompleteInAnyOrder) {
   for (const mc::Group& g : groups_) {
     SCOPED_TRACE(g.name);

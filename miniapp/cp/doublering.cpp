@@ -125,7 +125,7 @@ class DoubleRing final : public Scheme<T> {
           add_dkv(dkv_recv);
         }
         req_dkv = ctx.comm.isendrecv(part.data(), bytes, (nd - s + O) % O, dkv_recv.data(), bytes, (nd + s) % O,
-                                     outer_, s);
+                                     outer_, s, kAccChannel);
         ctx.stats.bytes_sent += int64_t(bytes);
       }
       timed_wait(ctx, req_kv);

@@ -16,6 +16,9 @@
 
 namespace minicp::cp {
 
+// isendrecv channel of the dK/dV accumulators (K/V blocks use channel 0).
+constexpr int kAccChannel = 1;
+
 // The [K | V] block (2 * Skv * Hkv * D values) a ring forward ended with: group rank r + 1's,
 // which the backward starts from. Owned by one scheme object (one per layer), so another
 // forward cannot overwrite it; valid after a forward that communicated, for a backward on
@@ -171,7 +174,7 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
         });
     }
     if (!own && talk) {  // on to the previous rank, which computes this block next step
-      req_acc = ctx.comm.isendrecv(dkv[s % 2].data(), bytes, prev, acc_in.data(), bytes, next, g, s);
+      req_acc = ctx.comm.isendrecv(dkv[s % 2].data(), bytes, prev, acc_in.data(), bytes, next, g, s, kAccChannel);
       ctx.stats.bytes_sent += int64_t(bytes);
     }
     timed_wait(ctx, req_kv);
