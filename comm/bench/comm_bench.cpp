@@ -116,7 +116,8 @@ struct Options {
   mc::Progress progress = mc::Progress::None;
   std::string progress_name = "none";
   std::vector<Op> ops;
-  std::string json;
+  std::vector<int> progress_cpus;
+  std::string json, progress_cpus_text;
 };
 
 // Parses argv (every rank does the same); throws UsageError with a one-line message.
@@ -156,6 +157,10 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
   app.add_option("--poll_us", poll, "Polling interval of the progress thread, microseconds (>= 1)")
       ->capture_default_str()
       ->type_name("INT");
+  app.add_option("--progress_cpus", o.progress_cpus_text,
+                 "Pin node-local rank i's progress thread to CPU LIST[i mod n] (needs --progress thread); "
+                 "default: not pinned")
+      ->type_name("LIST");
   app.add_option("--json", o.json, "Write all results to FILE (by rank 0, whole, then renamed into place; an old FILE is removed at start)")
       ->type_name("FILE");
   app.footer(
@@ -196,6 +201,14 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
   } catch (const std::invalid_argument&) {
     throw UsageError("--progress '" + progress + "': allowed values are none, thread");
   }
+  try {
+    o.progress_cpus = mc::parse_cpu_list(o.progress_cpus_text, "--progress_cpus");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.progress_cpus.empty() && o.progress != mc::Progress::Thread)
+    throw UsageError("--progress_cpus '" + o.progress_cpus_text + "' needs --progress thread (got --progress " +
+                     progress + ")");
   std::vector<bool> want(std::size(kOps), false);
   std::stringstream ss(ops);
   std::string item;
@@ -392,7 +405,7 @@ bool write_json(const std::string& path, const std::string& backend, const std::
   std::ostringstream js;
   js << "{\n  \"backend\": \"" << json_escape(backend) << "\",\n  \"mpi_library\": \"" << json_escape(library)
      << "\",\n  \"ranks\": " << ranks << ",\n  \"hosts\": " << hosts << ",\n  \"progress\": \"" << o.progress_name
-     << "\",\n  \"dtype\": \"float32\",\n  \"warmup_iters\": " << o.warmup << ",\n  \"iters\": " << o.iters
+     << "\",\n  \"progress_cpus\": \"" << json_escape(o.progress_cpus_text) << "\",\n  \"dtype\": \"float32\",\n  \"warmup_iters\": " << o.warmup << ",\n  \"iters\": " << o.iters
      << ",\n  \"check\": " << (o.check ? 1 : 0) << ",\n  \"skipped\": [";
   for (size_t i = 0; i < skipped.size(); ++i) js << (i ? ", " : "") << '"' << skipped[i] << '"';
   js << "],\n  \"results\": [";
@@ -416,7 +429,7 @@ bool write_json(const std::string& path, const std::string& backend, const std::
 }
 
 int run(const Options& o, int rank, int nranks) {
-  auto comm = mc::make_mpi_comm(o.progress, o.poll_us);
+  auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus);
   // Hosts: distinct processor names.
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
@@ -443,6 +456,7 @@ int run(const Options& o, int rank, int nranks) {
     std::printf("# backend: %s (%s)  ranks: %d  hosts: %zu  progress: %s", comm->backend().c_str(), library.c_str(),
                 nranks, per_host.size(), o.progress_name.c_str());
     if (o.progress == mc::Progress::Thread) std::printf(" (poll %d us)", o.poll_us);
+    if (!o.progress_cpus.empty()) std::printf(" (progress CPUs %s)", o.progress_cpus_text.c_str());
     std::printf("\n# sizes: %llu .. %llu B, step factor %d  warmup: %d  iters: %d  check: %d  dtype: float32\n",
                 (unsigned long long)o.minbytes, (unsigned long long)o.maxbytes, o.factor, o.warmup, o.iters,
                 o.check ? 1 : 0);
