@@ -24,6 +24,12 @@ Progress parse_progress(const std::string& s) {
   throw std::invalid_argument("progress '" + s + "' is not one of: none, thread");
 }
 
+Staging parse_staging(const std::string& s) {
+  if (s == "direct") return Staging::Direct;
+  if (s == "host") return Staging::Host;
+  throw std::invalid_argument("staging '" + s + "' is not one of: direct, host");
+}
+
 std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag) {
   std::vector<int> out;
   size_t pos = 0;

@@ -91,13 +91,23 @@ class Communicator {
   Progress progress_ = Progress::None;
 };
 
+// Where the MPI backend's buffers are handed to MPI:
+//   direct - MPI reads and writes the caller's buffers (host memory, or device memory with
+//            a GPU-aware MPI);
+//   host   - each buffer is copied to a host staging buffer before MPI sees it and results
+//            are copied back in wait() (blocking ops: before they return): device buffers
+//            with an MPI that is not GPU-aware. Copies use cudaMemcpy in CUDA/NCCL builds,
+//            memcpy otherwise. Backend name "mpi-staged".
+enum class Staging { Direct, Host };
+
 // MPI backend on MPI_COMM_WORLD (MPI must be initialised with MPI_THREAD_MULTIPLE when
 // progress = Thread). poll_us: progress-thread polling interval in microseconds.
 // progress_cpus: CPUs the progress thread is pinned to, one per node-local rank (local
 // rank i takes entry i mod size); empty leaves it where the OS puts it. A CPU that does
 // not exist throws std::invalid_argument.
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50,
-                                            const std::vector<int>& progress_cpus = {});
+                                            const std::vector<int>& progress_cpus = {},
+                                            Staging staging = Staging::Direct);
 
 // Parses a comma list of CPU numbers ("" -> empty); throws std::invalid_argument naming
 // the flag, the value and what is allowed.
@@ -110,5 +120,7 @@ std::unique_ptr<Communicator> make_nccl_comm();
 
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);
+// Parses "direct" / "host"; throws std::invalid_argument naming the allowed values.
+Staging parse_staging(const std::string& s);
 
 }  // namespace minicp::comm

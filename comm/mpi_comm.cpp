@@ -3,11 +3,13 @@
 // rendezvous transfers of large messages advance while the caller computes; wait() then
 // finds them done. Needs MPI_THREAD_MULTIPLE (checked at construction). The thread can be
 // pinned to a CPU of its own (progress_cpus), so that its message copies do not take
-// time from a core that computes.
+// time from a core that computes. With Staging::Host every buffer goes through a host
+// staging buffer (pooled), for device memory and an MPI that is not GPU-aware.
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <chrono>
@@ -20,9 +22,44 @@
 
 #include "comm/comm.hpp"
 
+#ifdef MINICP_ENABLE_NCCL
+#include <cuda_runtime.h>
+#endif
+
 namespace minicp::comm {
 
 namespace {
+
+#ifdef MINICP_ENABLE_NCCL
+bool is_device_ptr(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // no device, or a plain host pointer on old runtimes
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+#endif
+
+// Copies bytes between a caller's buffer (host or device memory) and host staging memory.
+void stage_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+#ifdef MINICP_ENABLE_NCCL
+  if (is_device_ptr(dst) || is_device_ptr(src)) {
+    const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    if (e != cudaSuccess) throw std::runtime_error(std::string("host staging: cudaMemcpy failed: ") + cudaGetErrorString(e));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+// A host staging buffer (uninitialised bytes).
+struct HostBuf {
+  std::unique_ptr<char[]> p;
+  size_t cap = 0;
+  char* data() { return p.get(); }
+};
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -66,6 +103,7 @@ struct MpiRequest : RequestState {
   std::atomic<bool> done{false};
   double t_done = 0;
   std::vector<char> staging;     // received blocks of a reduce-scatter
+  std::vector<HostBuf> host;     // host staging buffers (Staging::Host), back to the pool after wait
   std::function<void()> finish;  // run by wait() once the transfers are complete
 };
 
@@ -85,7 +123,8 @@ void sum_blocks(const void* own, const char* staging, int nblocks, size_t count,
 
 class MpiComm final : public Communicator {
  public:
-  MpiComm(Progress progress, int poll_us, const std::vector<int>& progress_cpus) : poll_us_(poll_us) {
+  MpiComm(Progress progress, int poll_us, const std::vector<int>& progress_cpus, Staging staging)
+      : poll_us_(poll_us), staged_(staging == Staging::Host) {
     progress_ = progress;
     int provided = 0;
     MPI_Query_thread(&provided);
@@ -108,7 +147,7 @@ class MpiComm final : public Communicator {
     }
   }
 
-  std::string backend() const override { return "mpi"; }
+  std::string backend() const override { return staged_ ? "mpi-staged" : "mpi"; }
   double progress_busy_s() const override { return busy_s_; }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
@@ -120,6 +159,10 @@ class MpiComm final : public Communicator {
     auto r = std::make_shared<MpiRequest>();
     r->ev = Event{EventKind::SendRecv, dst, g.id, step, int64_t(send_bytes), 0, MPI_Wtime(), 0};
     r->reqs.resize(2);
+    if (staged_) {
+      send = stage_in(*r, send, send_bytes);
+      recv = stage_out(*r, recv, recv_bytes);
+    }
     const Count rc = byte_count(recv_bytes, big_block_), sc = byte_count(send_bytes, big_block_);
     check(MPI_Irecv(recv, rc.n, rc.type, src, tag, comm_of(g), &r->reqs[0]), "Irecv");
     check(MPI_Isend(send, sc.n, sc.type, dst, tag, comm_of(g), &r->reqs[1]), "Isend");
@@ -130,6 +173,10 @@ class MpiComm final : public Communicator {
     auto r = std::make_shared<MpiRequest>();
     r->ev = Event{EventKind::AllGather, -1, g.id, step, int64_t(bytes), 0, MPI_Wtime(), 0};
     r->reqs.resize(1);
+    if (staged_) {
+      send = stage_in(*r, send, bytes);
+      recv = stage_out(*r, recv, bytes * size_t(g.size));
+    }
     const Count c = byte_count(bytes, big_block_);
     check(MPI_Iallgather(send, c.n, c.type, recv, c.n, c.type, comm_of(g), &r->reqs[0]), "Iallgather");
     return post(r);
@@ -144,6 +191,10 @@ class MpiComm final : public Communicator {
     // i, received blocks are summed by wait(). Host buffers only (the sum runs on the host).
     const size_t es = dtype_size(t), blk = count * es;
     const int P = g.size, me = g.rank;
+    if (staged_) {
+      send = stage_in(*r, send, blk * size_t(P));
+      recv = stage_out(*r, recv, blk);
+    }
     r->staging.resize(size_t(P - 1) * blk);
     r->reqs.reserve(2 * size_t(P - 1));
     const Count c = byte_count(blk, big_block_);
@@ -158,12 +209,14 @@ class MpiComm final : public Communicator {
     }
     const void* own = static_cast<const char*>(send) + size_t(me) * blk;
     MpiRequest* raw = r.get();
-    r->finish = [raw, own, recv, count, t, P] {
+    std::function<void()> copy_out = std::move(r->finish);  // Staging::Host: host result -> caller
+    r->finish = [raw, own, recv, count, t, P, copy_out] {
       switch (t) {
         case DType::F32: sum_blocks<float>(own, raw->staging.data(), P - 1, count, recv); break;
         case DType::F64: sum_blocks<double>(own, raw->staging.data(), P - 1, count, recv); break;
         case DType::I64: sum_blocks<int64_t>(own, raw->staging.data(), P - 1, count, recv); break;
       }
+      if (copy_out) copy_out();
     };
     return post(r);
   }
@@ -171,7 +224,13 @@ class MpiComm final : public Communicator {
   void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step) override {
     const double t0 = MPI_Wtime();
     const Count c = byte_count(bytes_per_rank, big_block_);
+    MpiRequest st;  // host staging of a blocking call
+    if (staged_) {
+      send = stage_in(st, send, bytes_per_rank * size_t(g.size));
+      recv = stage_out(st, recv, bytes_per_rank * size_t(g.size));
+    }
     check(MPI_Alltoall(send, c.n, c.type, recv, c.n, c.type, comm_of(g)), "Alltoall");
+    finish_staging(st);
     trace_.add(Event{EventKind::AllToAll, -1, g.id, step, int64_t(bytes_per_rank * g.size), 0, t0, MPI_Wtime()});
   }
 
@@ -194,15 +253,39 @@ class MpiComm final : public Communicator {
       rdi[i] = int(recv_displ[i]);
       total += int64_t(send_bytes[i]);
     }
+    MpiRequest st;  // host staging of a blocking call: whole extents of both buffers
+    if (staged_) {
+      size_t send_end = 0, recv_end = 0;
+      for (size_t i = 0; i < n; ++i) {
+        send_end = std::max(send_end, send_displ[i] + send_bytes[i]);
+        recv_end = std::max(recv_end, recv_displ[i] + recv_bytes[i]);
+      }
+      send = stage_in(st, send, send_end);
+      st.host.push_back(take(recv_end));
+      char* h = st.host.back().data();
+      char* user = static_cast<char*>(recv);
+      st.finish = [&recv_bytes, &recv_displ, h, user, n] {  // the blocks only: gaps stay untouched
+        for (size_t i = 0; i < n; ++i) stage_copy(user + recv_displ[i], h + recv_displ[i], recv_bytes[i]);
+      };
+      recv = h;
+    }
     check(MPI_Alltoallv(send, si.data(), sdi.data(), MPI_BYTE, recv, ri.data(), rdi.data(), MPI_BYTE, comm_of(g)),
           "Alltoallv");
+    finish_staging(st);
     trace_.add(Event{EventKind::AllToAllV, -1, g.id, step, total, 0, t0, MPI_Wtime()});
   }
 
   void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
     const double t0 = MPI_Wtime();
     if (count > size_t(INT32_MAX)) throw std::invalid_argument("allreduce count over 2^31");
-    check(MPI_Allreduce(MPI_IN_PLACE, buf, int(count), mpi_type(t), mpi_op(op), comm_of(g)), "Allreduce");
+    MpiRequest st;  // host staging of a blocking call (in place: in and out)
+    void* b = buf;
+    if (staged_) {
+      b = stage_out(st, buf, count * dtype_size(t));
+      stage_copy(b, buf, count * dtype_size(t));
+    }
+    check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op), comm_of(g)), "Allreduce");
+    finish_staging(st);
     trace_.add(Event{EventKind::AllReduce, -1, g.id, step, int64_t(count * dtype_size(t)), 0, t0, MPI_Wtime()});
   }
 
@@ -229,6 +312,8 @@ class MpiComm final : public Communicator {
       r->finish();
       r->t_done = MPI_Wtime();
     }
+    for (auto& h : r->host) give(std::move(h));
+    r->host.clear();
     const double t1 = MPI_Wtime();
     Event ev = r->ev;
     ev.t_end = r->t_done;
@@ -265,6 +350,51 @@ class MpiComm final : public Communicator {
     g.native = owned.get();
     comms_.push_back(std::move(owned));
     return g;
+  }
+
+  // Host staging (Staging::Host). take/give: a small pool of host buffers, so that large
+  // messages do not pay page faults on every call (posting and waiting run on the caller's
+  // thread only, so the pool needs no lock).
+  HostBuf take(size_t bytes) {
+    size_t best = pool_.size();
+    for (size_t i = 0; i < pool_.size(); ++i)
+      if (pool_[i].cap >= bytes && (best == pool_.size() || pool_[i].cap < pool_[best].cap)) best = i;
+    if (best < pool_.size()) {
+      HostBuf b = std::move(pool_[best]);
+      pool_.erase(pool_.begin() + long(best));
+      return b;
+    }
+    HostBuf b;
+    b.p.reset(new char[bytes > 0 ? bytes : 1]);
+    b.cap = bytes;
+    return b;
+  }
+  void give(HostBuf&& b) {
+    pool_.push_back(std::move(b));
+    if (pool_.size() > 16) pool_.erase(pool_.begin());  // bounded: the oldest goes
+  }
+  // A host copy of the caller's send buffer, owned by r.
+  const void* stage_in(MpiRequest& r, const void* user, size_t bytes) {
+    r.host.push_back(take(bytes));
+    stage_copy(r.host.back().data(), user, bytes);
+    return r.host.back().data();
+  }
+  // A host buffer MPI receives into; r.finish copies it to the caller's buffer.
+  void* stage_out(MpiRequest& r, void* user, size_t bytes) {
+    r.host.push_back(take(bytes));
+    char* h = r.host.back().data();
+    std::function<void()> prev = std::move(r.finish);
+    r.finish = [prev, user, h, bytes] {
+      if (prev) prev();
+      stage_copy(user, h, bytes);
+    };
+    return h;
+  }
+  // End of a blocking staged call: copies out and returns the buffers to the pool.
+  void finish_staging(MpiRequest& st) {
+    if (st.finish) st.finish();
+    for (auto& h : st.host) give(std::move(h));
+    st.host.clear();
   }
 
   // Pins the progress thread to progress_cpus[local rank mod size].
@@ -333,6 +463,8 @@ class MpiComm final : public Communicator {
   }
 
   int poll_us_;
+  bool staged_ = false;
+  std::vector<HostBuf> pool_;
   std::vector<std::unique_ptr<MPI_Comm>> comms_;
   MPI_Datatype big_block_ = MPI_DATATYPE_NULL;
   std::thread thread_;
@@ -343,10 +475,11 @@ class MpiComm final : public Communicator {
   std::list<std::shared_ptr<MpiRequest>> pending_;
 };
 
-std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us, const std::vector<int>& progress_cpus) {
+std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us, const std::vector<int>& progress_cpus,
+                                            Staging staging) {
   if (!progress_cpus.empty() && progress != Progress::Thread)
     throw std::invalid_argument("progress CPUs need progress=thread (got progress=none)");
-  return std::make_unique<MpiComm>(progress, poll_us, progress_cpus);
+  return std::make_unique<MpiComm>(progress, poll_us, progress_cpus, staging);
 }
 
 }  // namespace minicp::comm

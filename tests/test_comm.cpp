@@ -91,16 +91,23 @@ void expect_waited(const mc::Trace& t, size_t before, EventKind kind, const mc::
   EXPECT_LE(op.t_end, w.t_end) << "complete before wait() returned";
 }
 
-std::string progress_name(const ::testing::TestParamInfo<mc::Progress>& p) {
-  return p.param == mc::Progress::None ? "none" : "thread";
+// Progress strategy x staging: every data test runs on direct buffers with both progress
+// strategies, and once more through host staging.
+struct CommParam {
+  mc::Progress progress;
+  mc::Staging staging;
+};
+std::string param_name(const ::testing::TestParamInfo<CommParam>& p) {
+  return std::string(p.param.progress == mc::Progress::None ? "none" : "thread") +
+         (p.param.staging == mc::Staging::Host ? "_staged" : "");
 }
 
 // One communicator per test, with the groups the data tests loop over: the world and, when
 // the rank count is even, pairs of consecutive ranks and pairs of ranks P/2 apart.
-class Comm : public ::testing::TestWithParam<mc::Progress> {
+class Comm : public ::testing::TestWithParam<CommParam> {
  protected:
   void SetUp() override {
-    c_ = mc::make_mpi_comm(GetParam(), 50);
+    c_ = mc::make_mpi_comm(GetParam().progress, 50, {}, GetParam().staging);
     groups_.push_back(c_->world());
     if (world_size() % 2 == 0) {
       groups_.push_back(c_->split_contiguous(2, "pair"));
@@ -115,8 +122,8 @@ class Comm : public ::testing::TestWithParam<mc::Progress> {
 
 TEST_P(Comm, GroupsMatchTheRankGrid) {
   const int P = world_size(), wr = world_rank();
-  EXPECT_EQ(c_->backend(), "mpi");
-  EXPECT_EQ(c_->progress(), GetParam());
+  EXPECT_EQ(c_->backend(), GetParam().staging == mc::Staging::Host ? "mpi-staged" : "mpi");
+  EXPECT_EQ(c_->progress(), GetParam().progress);
   const mc::Group& w = c_->world();
   EXPECT_EQ(w.id, 0);
   EXPECT_EQ(w.name, "world");
@@ -466,8 +473,33 @@ TEST_P(Comm, DisabledTraceRecordsNothing) {
   EXPECT_GE(trace().seconds(EventKind::Barrier), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Progress, Comm, ::testing::Values(mc::Progress::None, mc::Progress::Thread),
-                         progress_name);
+// With host staging MPI receives into a staging buffer: the caller's buffer is written by
+// wait(), not before, even when the transfer itself completed long before.
+TEST_P(Comm, StagedReceiveLandsInWait) {
+  if (GetParam().staging != mc::Staging::Host) GTEST_SKIP() << "direct buffers";
+  const mc::Group& g = groups_[0];
+  const int n = g.size, next = (g.rank + 1) % n, prev = (g.rank + n - 1) % n;
+  const size_t b = size_t(1) << 20;
+  std::vector<uint8_t> snd(b), rcv(b + kGuard, kSentinel);
+  fill(snd.data(), b, g.rank, 7);
+  mc::Request q = c_->isendrecv(snd.data(), b, next, rcv.data(), b, prev, g, 0);
+  fill(snd.data(), b, g.rank, 8);  // the send was staged at post: later changes do not travel
+  c_->barrier(g);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the progress thread completes it
+  size_t untouched = 0;
+  for (size_t i = 0; i < b; ++i) untouched += rcv[i] == kSentinel;
+  EXPECT_EQ(untouched, b) << "the caller's receive buffer was written before wait()";
+  c_->wait(q);
+  size_t first = 0;
+  EXPECT_EQ(mismatches(rcv.data(), b, prev, 7, &first), 0u) << "first wrong byte " << first;
+  EXPECT_TRUE(guard_intact(rcv.data() + b));
+}
+
+INSTANTIATE_TEST_SUITE_P(Progress, Comm,
+                         ::testing::Values(CommParam{mc::Progress::None, mc::Staging::Direct},
+                                           CommParam{mc::Progress::Thread, mc::Staging::Direct},
+                                           CommParam{mc::Progress::Thread, mc::Staging::Host}),
+                         param_name);
 
 TEST(CommParse, ProgressNames) {
   EXPECT_EQ(mc::parse_progress("none"), mc::Progress::None);
@@ -479,6 +511,23 @@ TEST(CommParse, ProgressNames) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("none, thread"), std::string::npos) << msg;
     EXPECT_NE(msg.find("'x'"), std::string::npos) << msg;
+  }
+}
+
+TEST(CommParse, StagingNamesAndCpuLists) {
+  EXPECT_EQ(mc::parse_staging("direct"), mc::Staging::Direct);
+  EXPECT_EQ(mc::parse_staging("host"), mc::Staging::Host);
+  EXPECT_THROW(mc::parse_staging("device"), std::invalid_argument);
+  EXPECT_EQ(mc::parse_cpu_list("", "--x"), std::vector<int>{});
+  EXPECT_EQ(mc::parse_cpu_list("0", "--x"), std::vector<int>{0});
+  for (const char* bad : {"a", "0,", "-1", "0,,0", "99999"}) {
+    try {
+      mc::parse_cpu_list(bad, "--progress-cpus");
+      ADD_FAILURE() << "no exception for '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--progress-cpus '" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -117,7 +117,8 @@ struct Options {
   std::string progress_name = "none";
   std::vector<Op> ops;
   std::vector<int> progress_cpus;
-  std::string json, progress_cpus_text;
+  mc::Staging staging = mc::Staging::Direct;
+  std::string json, progress_cpus_text, staging_name = "direct";
 };
 
 // Parses argv (every rank does the same); throws UsageError with a one-line message.
@@ -161,6 +162,10 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
                  "Pin node-local rank i's progress thread to CPU LIST[i mod n] (needs --progress thread); "
                  "default: not pinned")
       ->type_name("LIST");
+  app.add_option("--staging", o.staging_name,
+                 "direct (MPI reads the buffers) or host (through host staging buffers; backend mpi-staged)")
+      ->capture_default_str()
+      ->type_name("MODE");
   app.add_option("--json", o.json, "Write all results to FILE (by rank 0, whole, then renamed into place; an old FILE is removed at start)")
       ->type_name("FILE");
   app.footer(
@@ -200,6 +205,11 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
     o.progress_name = progress;
   } catch (const std::invalid_argument&) {
     throw UsageError("--progress '" + progress + "': allowed values are none, thread");
+  }
+  try {
+    o.staging = mc::parse_staging(o.staging_name);
+  } catch (const std::invalid_argument&) {
+    throw UsageError("--staging '" + o.staging_name + "': allowed values are direct, host");
   }
   try {
     o.progress_cpus = mc::parse_cpu_list(o.progress_cpus_text, "--progress_cpus");
@@ -429,7 +439,7 @@ bool write_json(const std::string& path, const std::string& backend, const std::
 }
 
 int run(const Options& o, int rank, int nranks) {
-  auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus);
+  auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus, o.staging);
   // Hosts: distinct processor names.
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;

@@ -26,7 +26,7 @@ struct Options {
   int causal = 1;
   int64_t window = 0, doc_len = 0;
   int ulysses = 0, inner_ring = 0, decode_tokens = 1, chunks = 4, tile = 0;
-  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus, json;
+  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus, staging = "direct", json;
   int reps = 3, warmup = 1, poll_us = 50;
 };
 
@@ -99,6 +99,10 @@ int run(int argc, char** argv, int rank, int P) {
                  "pin each node-local rank's progress thread to a CPU of this comma list (local rank i: entry i "
                  "mod length); default: not pinned")
       ->capture_default_str();
+  app.add_option("--staging", o.staging,
+                 "MPI buffers: direct (MPI reads the tensors) or host (copied through host staging buffers, "
+                 "for device memory and an MPI that is not GPU-aware)")
+      ->capture_default_str();
   app.add_option("--json", o.json, "write the results to this JSON file (rank 0)");
   try {
     app.parse(argc, argv);
@@ -118,11 +122,13 @@ int run(int argc, char** argv, int rank, int P) {
   std::vector<cp::Mode> modes;
   comm::Progress progress;
   std::vector<int> progress_cpus;
+  comm::Staging staging;
   const cp::SchemeInfo* info = nullptr;
   try {
     for (const auto& m : split(o.modes)) modes.push_back(cp::parse_mode(m));
     progress = comm::parse_progress(o.progress);
     progress_cpus = comm::parse_cpu_list(o.progress_cpus, "--progress-cpus");
+    staging = comm::parse_staging(o.staging);
     if (!progress_cpus.empty() && progress != comm::Progress::Thread)
       return fail("--progress-cpus needs --progress thread (got --progress " + o.progress + ")");
     info = &cp::find(o.scheme);
@@ -157,15 +163,15 @@ int run(int argc, char** argv, int rank, int P) {
   kernels::View3<float> out("o", sh.q.size(), H, D), dq("dq", sh.q.size(), H, D), dk("dk", sh.kv.size(), Hkv, D),
       dv("dv", sh.kv.size(), Hkv, D);
   kernels::View2<float> lse("lse", sh.q.size(), H);
-  auto comm = comm::make_mpi_comm(progress, o.poll_us, progress_cpus);
+  auto comm = comm::make_mpi_comm(progress, o.poll_us, progress_cpus, staging);
   comm->trace().set_enabled(false);
   auto scheme = info->make_f32();
   const int threads = int(kernels::Exec().concurrency());
   if (rank == 0)
-    std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s%s\n",
+    std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s%s comm=%s\n",
                 o.scheme.c_str(), P, threads, (long long)cfg.seq_len, H, Hkv, D,
                 cfg.causal ? "causal" : "full", o.pass.c_str(), o.progress.c_str(),
-                o.progress_cpus.empty() ? "" : (" progress-cpus=" + o.progress_cpus).c_str());
+                o.progress_cpus.empty() ? "" : (" progress-cpus=" + o.progress_cpus).c_str(), comm->backend().c_str());
 
   // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
   // drifts of a shared machine hit every mode alike; medians over reps are reported.
@@ -280,7 +286,7 @@ int run(int argc, char** argv, int rank, int P) {
     f << "{\"scheme\": \"" << o.scheme << "\", \"ranks\": " << P << ", \"threads\": " << threads
       << ", \"seq_len\": " << cfg.seq_len << ", \"heads\": " << H << ", \"kv_heads\": " << Hkv
       << ", \"head_dim\": " << D << ", \"causal\": " << (cfg.causal ? "true" : "false") << ", \"pass\": \""
-      << o.pass << "\", \"progress\": \"" << o.progress << "\", \"progress_cpus\": \"" << o.progress_cpus
+      << o.pass << "\", \"progress\": \"" << o.progress << "\", \"progress_cpus\": \"" << o.progress_cpus << "\", \"comm\": \"" << comm->backend()
       << "\", \"overlap\": " << overlap << ", \"overlap_q1\": " << overlap_q1
       << ", \"overlap_q3\": " << overlap_q3 << ", \"exposed_comm_s\": " << exposed_s
       << ", \"imbalance\": " << imb << ", \"flop_imbalance\": " << flop_imb << ", \"modes\": {";
