@@ -41,11 +41,11 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   const auto allpos = allgather_positions(ctx, g, kpos);
   const std::string gid = ":g" + std::to_string(g.id);
   View1<T> buf[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
-  if (keep) {  // the buffer the last step computes on is the object's own
-    keep->valid = false;
+  if (keep) keep->valid = false;
+  if (keep && P > 1 && communicates(ctx)) {  // the buffer the last step computes on is the object's own
     if (keep->buf.extent(0) != 2 * n)
       keep->buf = View1<T>(Kokkos::view_alloc(std::string("ring_kept_kv"), Kokkos::WithoutInitializing), 2 * n);
-    if (P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->buf;
+    buf[(P - 1) % 2] = keep->buf;
   }
   Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
   Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
@@ -129,11 +129,9 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
     ctx.step = s;
     const bool own = s == P - 1;
     // This step's K/V, and the [dK | dV] buffer its partial goes to (dk, dv on the last step).
-    View3<T> Kc, Vc, dKc, dVc;
-    if (own || !talk) {  // compute-only mode computes every step on the own block: same work
-      Kc = view3<T>(const_cast<T*>(k.data()), Skv, Hkv, D);
-      Vc = view3<T>(const_cast<T*>(v.data()), Skv, Hkv, D);
-    } else {
+    CView3<T> Kc = k, Vc = v;  // compute-only mode computes every step on the own block: same work
+    View3<T> dKc, dVc;
+    if (!own && talk) {
       View1<T> cur = s == 0 ? first : kv_of(s);
       Kc = view3<T>(cur.data(), Skv, Hkv, D);
       Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
