@@ -188,7 +188,8 @@ class MpiComm final : public Communicator {
                   0};
     // Direct algorithm over point-to-point messages (the fast shared-memory path; Open MPI's
     // MPI_Ireduce_scatter_block was 10x slower here for large buffers): block i goes to rank
-    // i, received blocks are summed by wait(). Host buffers only (the sum runs on the host).
+    // i, received blocks are summed by wait() on the host: direct staging needs host buffers,
+    // Staging::Host takes any.
     const size_t es = dtype_size(t), blk = count * es;
     const int P = g.size, me = g.rank;
     if (staged_) {
