@@ -262,6 +262,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   cfg.head_dim = 16;
   cfg.ranks = P;
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
+  cfg.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;  // doublering: two nodes' worth of outer ring from np 4
   if (!info.has_backward || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
   const cp::Shard sh = info.shard(cfg, r);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
@@ -295,10 +296,20 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     for (size_t i = 0; i < (got[0].*f).size(); ++i) d = std::max(d, std::abs((got[0].*f)[i] - (got[1].*f)[i]));
     EXPECT_EQ(d, 0.0) << "gradients differ between a chained and a fresh backward";
   }
+  const int64_t block = int64_t(2 * sh.kv.size() * Hkv * D * sizeof(double));
   if (g_scheme == "ring" || g_scheme == "zigzag" || g_scheme == "stripe") {
-    const int64_t block = int64_t(2 * sh.kv.size() * Hkv * D * sizeof(double));
     EXPECT_EQ(bytes[0], P > 1 ? (2 * P - 3) * block : 0) << "chained backward: P-2 K/V blocks + P-1 accumulators";
     EXPECT_EQ(bytes[1], P > 1 ? (2 * P - 2) * block : 0) << "fresh backward: one more K/V block";
+  }
+  if (g_scheme == "doublering") {
+    // Outer ring of O nodes: O-2 blocks + O-1 partials (+1 block fresh). Inner rings of I:
+    // the first outer step starts from the kept inner block (2I-3; fresh 2I-2), the others
+    // fetch theirs (2I-2 each).
+    const int I = cfg.inner_ring, O = P / I;
+    auto ring = [](int n, bool kept) { return n > 1 ? 2 * n - (kept ? 3 : 2) : 0; };
+    const int64_t outer = O > 1 ? 2 * O - 3 : 0;
+    EXPECT_EQ(bytes[0], (outer + ring(I, true) + (O - 1) * ring(I, false)) * block) << "chained backward";
+    EXPECT_EQ(bytes[1], (outer + (O > 1 ? 1 : 0) + O * ring(I, false)) * block) << "fresh backward";
   }
 }
 

@@ -2,7 +2,8 @@
 // inner ring of I ranks inside a node runs the plain ring (ring_common.hpp) on the "outer
 // block" each rank holds, while the outer ring moves those blocks one node on (P/I steps)
 // in the background, so the slow cross-node hop is paid once per I inner steps, not per step.
-// Backward: each outer step's dK/dV partial goes straight back to the block's owner node.
+// Backward: both rings run the other way from the blocks the forward ended with and end
+// with the own block; each outer step's dK/dV partial goes straight back to its owner node.
 // Inner ring size I: cfg.inner_ring when > 0; else the fewest ranks sharing a node (MIN over
 // ranks) when that divides P and is < P; else 2 when P >= 4 and even; else P (one ring).
 #include <mpi.h>
@@ -39,39 +40,63 @@ class DoubleRing final : public Scheme<T> {
     setup(ctx);
     const int O = outer_.size, nd = outer_.rank;
     const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span(), bytes = 2 * n * sizeof(T);
+    const bool outer_comm = O > 1 && communicates(ctx);
     const auto qpos = block_positions(ctx, 0);
-    View1<T> buf[2] = {scratch<T>("doublering_kv0", 2 * n), {}};
-    if (O > 1 && communicates(ctx))
+    // Outer blocks of steps 1..O-1 alternate between two buffers; the last one is the
+    // object's own (kept for the backward). Step 0 computes on k, v; buf[0] holds their
+    // packed copy for the outer ring.
+    View1<T> buf[2];
+    outer_kept_.valid = false;
+    if (outer_comm) {
+      buf[0] = scratch<T>("doublering_kv0", 2 * n);
       buf[1] = scratch<T>("doublering_kv1", 2 * n);
-    Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
-    Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
+      if (outer_kept_.buf.extent(0) != 2 * n)
+        outer_kept_.buf =
+            View1<T>(Kokkos::view_alloc(std::string("doublering_kept_kv"), Kokkos::WithoutInitializing), 2 * n);
+      buf[(O - 1) % 2] = outer_kept_.buf;
+      Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
+      Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
+    }
     View3<T> o_part;
     View2<T> lse_part;
     for (int s = 0; s < O; ++s) {
-      View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0];
       comm::Request req;
-      if (s < O - 1 && communicates(ctx)) {  // next outer block, in flight during the inner ring
-        req = ctx.comm.isendrecv(cur.data(), bytes, (nd + 1) % O, buf[(s + 1) % 2].data(), bytes, (nd - 1 + O) % O,
-                                 outer_, s);
+      if (s < O - 1 && outer_comm) {  // next outer block, in flight during the inner ring
+        req = ctx.comm.isendrecv(buf[s % 2].data(), bytes, (nd + 1) % O, buf[(s + 1) % 2].data(), bytes,
+                                 (nd - 1 + O) % O, outer_, s);
         ctx.stats.bytes_sent += int64_t(bytes);
       }
       const auto kpos = block_positions(ctx, s);
-      const auto Kc = view3<T>(cur.data(), Skv, Hkv, D), Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
+      CView3<T> Kc = k, Vc = v;
+      if (s > 0 && outer_comm) {
+        Kc = view3<T>(buf[s % 2].data(), Skv, Hkv, D);
+        Vc = view3<T>(buf[s % 2].data() + n, Skv, Hkv, D);
+      }
+      // The last outer step's inner ring keeps its last block: the backward starts there.
+      KeptBlock<T>* keep = s == O - 1 ? &inner_kept_ : nullptr;
       if (s == 0) {
-        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o, lse);
+        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o, lse, keep);
       } else {
         if (!o_part.data()) {
           o_part = view3<T>(scratch<T>("doublering_o_part", o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
           lse_part = View2<T>(scratch<T>("doublering_lse_part", lse.span()).data(), lse.extent(0), lse.extent(1));
         }
-        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o_part, lse_part);
+        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o_part, lse_part, keep);
         if (computes(ctx)) timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_part, lse_part); });
       }
       timed_wait(ctx, req);
     }
+    if (outer_comm) {
+      outer_kept_.k = k.data();
+      outer_kept_.valid = true;
+    }
   }
 
-  // Given o, lse and dout[S/P,H,D] -> dq[S/P,H,D], dk, dv[S/P,Hkv,D] (overwritten).
+  // Given o, lse and dout[S/P,H,D] -> dq[S/P,H,D], dk, dv[S/P,Hkv,D] (overwritten). The outer
+  // ring runs the other way, like the inner one (ring_common.hpp): it starts from the outer
+  // block the forward ended with (node nd+1's) and ends with the node's own, so each outer
+  // step's dK/dV partial goes straight home while a later step computes, and the last
+  // partial for this rank's own block arrives during its own last step.
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     setup(ctx);
@@ -82,18 +107,30 @@ class DoubleRing final : public Scheme<T> {
     Kokkos::deep_copy(dq, T(0));
     Kokkos::deep_copy(dk, T(0));
     Kokkos::deep_copy(dv, T(0));
-    View1<T> kv[2] = {scratch<T>("doublering_kv0", 2 * n), {}};
+    View1<T> kv[2], first, dkv_recv;
     View1<T> dkv[2] = {scratch<T>("doublering_dkv0", 2 * n), {}};
-    View1<T> dkv_recv;
+    const bool kept = outer_comm && outer_kept_.valid && outer_kept_.k == k.data() && outer_kept_.buf.extent(0) == 2 * n;
     if (outer_comm) {
+      kv[0] = scratch<T>("doublering_kv0", 2 * n);
       kv[1] = scratch<T>("doublering_kv1", 2 * n);
       dkv[1] = scratch<T>("doublering_dkv1", 2 * n);
       dkv_recv = scratch<T>("doublering_dkv_recv", 2 * n);
+      if (kept) {
+        first = outer_kept_.buf;
+      } else {  // no forward on this object: fetch node nd+1's block now (exposed)
+        View1<T> own = scratch<T>("doublering_kv_own", 2 * n);
+        first = scratch<T>("doublering_kv_first", 2 * n);
+        Kokkos::deep_copy(View1<T>(own.data(), n), CV1(k.data(), n));
+        Kokkos::deep_copy(View1<T>(own.data() + n, n), CV1(v.data(), n));
+        comm::Request req = ctx.comm.isendrecv(own.data(), bytes, (nd - 1 + O) % O, first.data(), bytes,
+                                               (nd + 1) % O, outer_, -1);
+        ctx.stats.bytes_sent += int64_t(bytes);
+        timed_wait(ctx, req);
+      }
     }
+    auto kv_of = [&](int t) { return t == 0 ? first : kv[(t - 1) % 2]; };
     View3<T> dq_step = view3<T>(scratch<T>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),
                                 dq.extent(2));
-    Kokkos::deep_copy(View1<T>(kv[0].data(), n), CV1(k.data(), n));
-    Kokkos::deep_copy(View1<T>(kv[0].data() + n, n), CV1(v.data(), n));
     // dk, dv += a [dK | dV] buffer of 2n values.
     auto add_dkv = [&](View1<T> src) {
       timed_aux(ctx, [&] {
@@ -102,37 +139,39 @@ class DoubleRing final : public Scheme<T> {
       });
     };
     comm::Request req_dkv;
-    for (int s = 0; s < O; ++s) {
-      View1<T> cur = outer_comm ? kv[s % 2] : kv[0];
+    for (int t = 0; t < O; ++t) {
+      const bool own = t == O - 1;
+      const int b = (nd + 1 + t) % O;  // the node whose outer block this step computes
+      CView3<T> Kc = k, Vc = v;        // the own block (and every block in compute-only mode)
       comm::Request req_kv;
-      if (s < O - 1 && outer_comm) {
-        req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd + 1) % O, kv[(s + 1) % 2].data(), bytes,
-                                    (nd - 1 + O) % O, outer_, s);
-        ctx.stats.bytes_sent += int64_t(bytes);
-      }
-      const auto kpos = block_positions(ctx, s);
-      const auto Kc = view3<T>(cur.data(), Skv, Hkv, D), Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
-      // This node's dK/dV for the outer block this rank holds (it started on node nd - s).
-      View1<T> part = outer_comm ? dkv[s % 2] : dkv[0];
-      ring_backward<T>(ctx, inner_, q, Kc, Vc, o, lse, dout, qpos, kpos, dq_step, view3<T>(part.data(), Skv, Hkv, D),
-                       view3<T>(part.data() + n, Skv, Hkv, D));
-      timed_aux(ctx, [&] { add_into<T>(flat(dq), CV1(dq_step.data(), dq_step.span())); });
-      if (s == 0 || !outer_comm) {
-        add_dkv(part);
-      } else {
-        if (req_dkv.active()) {  // node (nd + s - 1)'s partial for this rank's own block
-          timed_wait(ctx, req_dkv);
-          add_dkv(dkv_recv);
+      if (!own && outer_comm) {
+        View1<T> cur = kv_of(t);
+        Kc = view3<T>(cur.data(), Skv, Hkv, D);
+        Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
+        if (t + 1 < O - 1) {  // step t+1's block; this one goes on to node nd-1
+          req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd - 1 + O) % O, kv_of(t + 1).data(), bytes,
+                                      (nd + 1) % O, outer_, t);
+          ctx.stats.bytes_sent += int64_t(bytes);
         }
-        req_dkv = ctx.comm.isendrecv(part.data(), bytes, (nd - s + O) % O, dkv_recv.data(), bytes, (nd + s) % O,
-                                     outer_, s, kAccChannel);
+      }
+      const auto kpos = outer_block_positions(ctx, b);
+      // This node's dK/dV partial for outer block b.
+      View1<T> part = outer_comm ? dkv[t % 2] : dkv[0];
+      ring_backward<T>(ctx, inner_, q, Kc, Vc, o, lse, dout, qpos, kpos, dq_step, view3<T>(part.data(), Skv, Hkv, D),
+                       view3<T>(part.data() + n, Skv, Hkv, D), t == 0 ? &inner_kept_ : nullptr);
+      timed_aux(ctx, [&] { add_into<T>(flat(dq), CV1(dq_step.data(), dq_step.span())); });
+      if (req_dkv.active()) {  // a partial for this rank's own block, from node nd-t
+        timed_wait(ctx, req_dkv);
+        add_dkv(dkv_recv);
+      }
+      if (own || !outer_comm) {
+        add_dkv(part);
+      } else {  // home to node b; node nd-1-t's partial for this rank's block comes back
+        req_dkv = ctx.comm.isendrecv(part.data(), bytes, b, dkv_recv.data(), bytes, (nd - 1 - t + 2 * O) % O, outer_,
+                                     t, kAccChannel);
         ctx.stats.bytes_sent += int64_t(bytes);
       }
       timed_wait(ctx, req_kv);
-    }
-    if (req_dkv.active()) {
-      timed_wait(ctx, req_dkv);
-      add_dkv(dkv_recv);
     }
   }
 
@@ -153,13 +192,20 @@ class DoubleRing final : public Scheme<T> {
     ready_ = true;
   }
 
-  // Positions of the outer block held at outer step s: it started on rank (node - s, inner rank).
+  // Positions of the outer block held at forward outer step s: it started on rank (node - s,
+  // inner rank).
   std::vector<int64_t> block_positions(const Context& ctx, int s) const {
-    const int O = outer_.size, src = (outer_.rank - s + O) % O;
-    return layout::zigzag(ctx.cfg.seq_len, ranks_, src * inner_.size + inner_.rank);
+    const int O = outer_.size;
+    return outer_block_positions(ctx, (outer_.rank - s + O) % O);
+  }
+  // Positions of node b's outer block as this inner rank holds it.
+  std::vector<int64_t> outer_block_positions(const Context& ctx, int b) const {
+    return layout::zigzag(ctx.cfg.seq_len, ranks_, b * inner_.size + inner_.rank);
   }
 
   comm::Group inner_, outer_;
+  KeptBlock<T> outer_kept_;  // the forward's last outer block (node nd+1's)
+  KeptBlock<T> inner_kept_;  // the inner ring's last block of the forward's last outer step
   bool ready_ = false;
   int ranks_ = 0, requested_ = 0;
 };
