@@ -11,6 +11,7 @@ Prints a table and one grep-able MINICP_CP_STUDY line; writes the raw runs as JS
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,16 +77,20 @@ def main():
     # both ranks compute on CPU 0 (so each computes at half speed) and the progress threads
     # run on CPU 1, against a control with the progress threads on CPU 0 as well.
     ov_args = ["--scheme", "zigzag", "--seq", str(a.overlap_seq), "--reps", str(a.reps), "--warmup", "2"]
-    ncpu = len(os.sched_getaffinity(0))
-    if ncpu >= 4:
-        spare = [("progress threads on CPUs 2,3; ranks on cores 0,1",
-                  bench(a, 2, 1, ov_args + ["--progress-cpus", "2,3"]))]
-    else:
-        wrap = ("taskset", "-c", "0")
-        spare = [("both ranks on CPU 0, progress threads on CPU 1",
-                  bench(a, 2, 1, ov_args + ["--progress-cpus", "1"], bind="none", wrap=wrap)),
-                 ("both ranks on CPU 0, progress threads on CPU 0",
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= 4:
+        pc = f"{cpus[2]},{cpus[3]}"
+        spare = [(f"progress threads on CPUs {pc}; ranks on the first two cores",
+                  bench(a, 2, 1, ov_args + ["--progress-cpus", pc]))]
+    elif len(cpus) >= 2 and shutil.which("taskset"):
+        wrap = ("taskset", "-c", str(cpus[0]))
+        spare = [(f"both ranks on CPU {cpus[0]}, progress threads on CPU {cpus[1]}",
+                  bench(a, 2, 1, ov_args + ["--progress-cpus", str(cpus[1])], bind="none", wrap=wrap)),
+                 (f"both ranks on CPU {cpus[0]}, progress threads on CPU {cpus[0]}",
                   bench(a, 2, 1, ov_args, bind="none", wrap=wrap))]
+    else:
+        print("cp_study: skipped the spare-CPU overlap runs: they need 2 CPUs and taskset, or 4 CPUs", flush=True)
+        spare = []
     runs["overlap_spare_cpu"] = [{"placement": name, **r} for name, r in spare]
     t_none, t_zz = [], []
     for _ in range(a.eff_rounds):
@@ -122,7 +127,7 @@ def main():
     print(f"{'imbalance (compute time max/mean), ring S=%d' % a.eff_seq:<58}{ring['imbalance']:>10.3f}")
     print(f"{'imbalance (executed FLOPs max/mean), ring':<58}{ring['flop_imbalance']:>10.3f}")
     print(f"MINICP_CP_STUDY overlap_thread={ov_t['overlap']:.3f} overlap_none={ov_n['overlap']:.3f} "
-          f"overlap_spare_cpu={spare[0][1]['overlap']:.3f} exposed_ms={ov_t['exposed_comm_s'] * 1e3:.2f} "
+          f"overlap_spare_cpu={spare[0][1]['overlap'] if spare else float('nan'):.3f} exposed_ms={ov_t['exposed_comm_s'] * 1e3:.2f} "
           f"progress_copy_ms={busy * 1e3:.2f} "
           f"compute_over_comm={ratio:.1f} cp_efficiency={eff:.3f} t_none_s={statistics.median(t_none):.3f} "
           f"t_zigzag_s={statistics.median(t_zz):.3f} imbalance_zigzag={zz_imb:.3f} "
