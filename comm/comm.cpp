@@ -32,6 +32,7 @@ Staging parse_staging(const std::string& s) {
 
 std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag) {
   std::vector<int> out;
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   size_t pos = 0;
   while (!s.empty() && pos <= s.size()) {
     const size_t end = std::min(s.find(',', pos), s.size());
@@ -43,7 +44,6 @@ std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag) {
     } catch (const std::exception&) {
       used = 0;
     }
-    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (item.empty() || used != item.size() || v < 0 || v >= ncpu)
       throw std::invalid_argument(flag + " '" + s + "': allowed is a comma list of CPU numbers 0.." +
                                   std::to_string(ncpu - 1) + " (the CPUs online on this node), e.g. 0,1");

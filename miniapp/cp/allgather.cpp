@@ -4,7 +4,6 @@
 // re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
 #include <algorithm>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "miniapp/cp/common.hpp"
@@ -141,7 +140,7 @@ class AllGather final : public Scheme<T> {
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
     const size_t n = 2 * size_t(P) * size_t(ch.max_size()) * row;
-    const comm::DType dt = std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
+    const comm::DType dt = dtype_of<T>();
     KVGather<T> gather(ctx, k, v, ch);
     // Per-chunk dK,dV of the gathered rows [2*P*rows_c,Hkv,D] (piece 0 of every rank, then
     // piece 1), double-buffered so chunk c's reduce-scatters stay in flight while c+1 computes.

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -42,6 +43,21 @@ inline void timed_wait(Context& ctx, comm::Request& r) {
   const double t0 = MPI_Wtime();
   ctx.comm.wait(r);
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+}
+
+// The communicator's data type of T (float or double).
+template <class T>
+constexpr comm::DType dtype_of() {
+  return std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
+}
+
+// A blocking all-reduce over the world, counted as communication wait; its payload counts as sent.
+template <class T>
+void timed_allreduce(Context& ctx, T* buf, size_t count, comm::ReduceOp op) {
+  const double t0 = MPI_Wtime();
+  ctx.comm.allreduce(buf, count, dtype_of<T>(), op, ctx.comm.world(), ctx.step);
+  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+  ctx.stats.bytes_sent += int64_t(count * sizeof(T));
 }
 
 // A blocking all-to-all of bytes_per_rank to every rank of g, its time counted as time
@@ -86,6 +102,15 @@ View1<T> scratch(const std::string& name, size_t n) {
 // Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine);
+
+// k, v[Skv,Hkv,D] -> dst[2 * Skv*Hkv*D] = [K | V], the block a pass-KV ring sends.
+template <class T>
+void pack_kv(CView3<T> k, CView3<T> v, View1<T> dst) {
+  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+  const size_t n = k.span();
+  Kokkos::deep_copy(View1<T>(dst.data(), n), CV1(k.data(), n));
+  Kokkos::deep_copy(View1<T>(dst.data() + n, n), CV1(v.data(), n));
+}
 
 // dst += src, elementwise over the whole span.
 template <class T>

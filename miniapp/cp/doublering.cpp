@@ -50,12 +50,8 @@ class DoubleRing final : public Scheme<T> {
     if (outer_comm) {
       buf[0] = scratch<T>("doublering_kv0", 2 * n);
       buf[1] = scratch<T>("doublering_kv1", 2 * n);
-      if (outer_kept_.buf.extent(0) != 2 * n)
-        outer_kept_.buf =
-            View1<T>(Kokkos::view_alloc(std::string("doublering_kept_kv"), Kokkos::WithoutInitializing), 2 * n);
-      buf[(O - 1) % 2] = outer_kept_.buf;
-      Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
-      Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
+      buf[(O - 1) % 2] = outer_kept_.reserve(2 * n);
+      pack_kv<T>(k, v, buf[0]);
     }
     View3<T> o_part;
     View2<T> lse_part;
@@ -86,10 +82,7 @@ class DoubleRing final : public Scheme<T> {
       }
       timed_wait(ctx, req);
     }
-    if (outer_comm) {
-      outer_kept_.k = k.data();
-      outer_kept_.valid = true;
-    }
+    if (outer_comm) outer_kept_.keep(k.data());
   }
 
   // Given o, lse and dout[S/P,H,D] -> dq[S/P,H,D], dk, dv[S/P,Hkv,D] (overwritten). The outer
@@ -109,24 +102,15 @@ class DoubleRing final : public Scheme<T> {
     Kokkos::deep_copy(dv, T(0));
     View1<T> kv[2], first, dkv_recv;
     View1<T> dkv[2] = {scratch<T>("doublering_dkv0", 2 * n), {}};
-    const bool kept = outer_comm && outer_kept_.valid && outer_kept_.k == k.data() && outer_kept_.buf.extent(0) == 2 * n;
     if (outer_comm) {
       kv[0] = scratch<T>("doublering_kv0", 2 * n);
       kv[1] = scratch<T>("doublering_kv1", 2 * n);
       dkv[1] = scratch<T>("doublering_dkv1", 2 * n);
       dkv_recv = scratch<T>("doublering_dkv_recv", 2 * n);
-      if (kept) {
-        first = outer_kept_.buf;
-      } else {  // no forward on this object: fetch node nd+1's block now (exposed)
-        View1<T> own = scratch<T>("doublering_kv_own", 2 * n);
-        first = scratch<T>("doublering_kv_first", 2 * n);
-        Kokkos::deep_copy(View1<T>(own.data(), n), CV1(k.data(), n));
-        Kokkos::deep_copy(View1<T>(own.data() + n, n), CV1(v.data(), n));
-        comm::Request req = ctx.comm.isendrecv(own.data(), bytes, (nd - 1 + O) % O, first.data(), bytes,
-                                               (nd + 1) % O, outer_, -1);
-        ctx.stats.bytes_sent += int64_t(bytes);
-        timed_wait(ctx, req);
-      }
+      // No forward on this object: node nd+1's block is fetched now.
+      first = outer_kept_.holds(k.data(), 2 * n)
+                  ? outer_kept_.buf
+                  : fetch_block<T>(ctx, outer_, k, v, (nd - 1 + O) % O, (nd + 1) % O, "doublering_kv_first");
     }
     auto kv_of = [&](int t) { return t == 0 ? first : kv[(t - 1) % 2]; };
     View3<T> dq_step = view3<T>(scratch<T>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),

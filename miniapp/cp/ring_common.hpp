@@ -28,7 +28,35 @@ struct KeptBlock {
   View1<T> buf;
   const T* k = nullptr;
   bool valid = false;
+  // Invalidates the block and returns its buffer, sized for n2 values (allocated once).
+  View1<T> reserve(size_t n2) {
+    valid = false;
+    if (buf.extent(0) != n2)
+      buf = View1<T>(Kokkos::view_alloc(std::string("cp_kept_kv"), Kokkos::WithoutInitializing), n2);
+    return buf;
+  }
+  // Marks the buffer as the block a forward on kd ended with.
+  void keep(const T* kd) {
+    k = kd;
+    valid = true;
+  }
+  // True when it holds the n2-value block a forward on kd ended with.
+  bool holds(const T* kd, size_t n2) const { return valid && k == kd && buf.extent(0) == n2; }
 };
+
+// A backward without a kept block: sends this rank's [K | V] to group rank `to`, receives
+// group rank `from`'s into the scratch buffer `name` and waits for it (exposed).
+template <class T>
+View1<T> fetch_block(Context& ctx, const comm::Group& g, CView3<T> k, CView3<T> v, int to, int from,
+                     const std::string& name) {
+  const size_t n2 = 2 * k.span(), bytes = n2 * sizeof(T);
+  View1<T> own = scratch<T>(name + "_own", n2), got = scratch<T>(name, n2);
+  pack_kv<T>(k, v, own);
+  comm::Request req = ctx.comm.isendrecv(own.data(), bytes, to, got.data(), bytes, from, g, -1);
+  ctx.stats.bytes_sent += int64_t(bytes);
+  timed_wait(ctx, req);
+  return got;
+}
 
 // q[Sq,H,D] at positions qpos; k,v[Skv,Hkv,D] at kpos (equal Skv on every group rank).
 template <class T>
@@ -37,18 +65,12 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
                   KeptBlock<T>* keep = nullptr) {
   const int P = g.size, r = g.rank;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
-  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
   const auto allpos = allgather_positions(ctx, g, kpos);
   const std::string gid = ":g" + std::to_string(g.id);
   View1<T> buf[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
   if (keep) keep->valid = false;
-  if (keep && P > 1 && communicates(ctx)) {  // the buffer the last step computes on is the object's own
-    if (keep->buf.extent(0) != 2 * n)
-      keep->buf = View1<T>(Kokkos::view_alloc(std::string("ring_kept_kv"), Kokkos::WithoutInitializing), 2 * n);
-    buf[(P - 1) % 2] = keep->buf;
-  }
-  Kokkos::deep_copy(View1<T>(buf[0].data(), n), CV1(k.data(), n));
-  Kokkos::deep_copy(View1<T>(buf[0].data() + n, n), CV1(v.data(), n));
+  if (keep && P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->reserve(2 * n);  // the last step's: kept
+  pack_kv<T>(k, v, buf[0]);
   View3<T> o_blk;
   View2<T> lse_blk;
   bool have = false;
@@ -83,10 +105,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
     Kokkos::deep_copy(o, T(0));
     Kokkos::deep_copy(lse, kernels::neg_inf<T>());
   }
-  if (keep && P > 1 && communicates(ctx)) {
-    keep->k = k.data();
-    keep->valid = true;
-  }
+  if (keep && P > 1 && communicates(ctx)) keep->keep(k.data());
 }
 
 // Given the forward's o, lse[Sq,H] and dout[Sq,H,D] -> dq[Sq,H,D], dk, dv[Skv,Hkv,D]
@@ -108,20 +127,10 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   View1<T> dkv[2] = {scratch<T>("ring_dkv0" + gid, 2 * n), scratch<T>("ring_dkv1" + gid, 2 * n)};
   View1<T> acc_in = scratch<T>("ring_dkv_recv" + gid, 2 * n);
   auto kv_of = [&](int s) { return kv[(s - 1) % 2]; };
-  View1<T> first;
-  if (talk) {
-    if (kept && kept->valid && kept->k == k.data() && kept->buf.extent(0) == 2 * n) {
-      first = kept->buf;
-    } else {  // no forward on this object: fetch rank r+1's block now (exposed)
-      View1<T> own = scratch<T>("ring_kv_own" + gid, 2 * n);
-      first = scratch<T>("ring_kv_first" + gid, 2 * n);
-      Kokkos::deep_copy(View1<T>(own.data(), n), CV1(k.data(), n));
-      Kokkos::deep_copy(View1<T>(own.data() + n, n), CV1(v.data(), n));
-      comm::Request req = ctx.comm.isendrecv(own.data(), bytes, prev, first.data(), bytes, next, g, -1);
-      ctx.stats.bytes_sent += int64_t(bytes);
-      timed_wait(ctx, req);
-    }
-  }
+  View1<T> first;  // no forward on this object: rank r+1's block is fetched now
+  if (talk)
+    first = kept && kept->holds(k.data(), 2 * n) ? kept->buf
+                                                 : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid);
   Kokkos::deep_copy(dq, T(0));
   if (!talk && P > 1) Kokkos::deep_copy(acc_in, T(0));
   comm::Request req_kv, req_acc;

@@ -18,19 +18,6 @@ std::vector<int64_t> query_positions(const Config& cfg) {
   return pos;
 }
 
-template <class T>
-constexpr comm::DType dtype_of() {
-  return std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
-}
-
-// A blocking all-reduce over the world, counted as communication wait; its payload counts as sent.
-template <class T>
-void timed_allreduce(Context& ctx, T* buf, size_t count, comm::ReduceOp op) {
-  const double t0 = MPI_Wtime();
-  ctx.comm.allreduce(buf, count, dtype_of<T>(), op, ctx.comm.world(), ctx.step);
-  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
-  ctx.stats.bytes_sent += int64_t(count * sizeof(T));
-}
 
 // o[Tq,H,D], lse[Tq,H] local; m[Tq,H] the global max LSE -> packed[Tq*H*D + Tq*H] = [w*o | w],
 // w = exp(lse - m) (0 for an empty local row or an empty global row).
