@@ -66,7 +66,7 @@ Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm
   }();
   scheme->forward(ctx, Q, K, Vv, O, L);
   Outputs out{test::to_vec(O), test::to_vec(L), {}, {}, {}};
-  if (info.has_backward) {
+  if (info.has_backward()) {
     scheme->backward(ctx, Q, K, Vv, O, L, dO, dQ, dK, dV);
     out.dq = test::to_vec(dQ);
     out.dk = test::to_vec(dK);
@@ -96,6 +96,7 @@ double norm_of(const Vec& v) {
 
 struct CpCase {
   const char* name;
+  int heads;
   int kv_heads;
   bool causal;
   int64_t window;
@@ -110,7 +111,7 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
   const cp::SchemeInfo& info = cp::find(g_scheme);
   cp::Config cfg;
   cfg.seq_len = 96;
-  cfg.heads = 8;
+  cfg.heads = c.heads;
   cfg.kv_heads = c.kv_heads;
   cfg.head_dim = 32;
   cfg.causal = c.causal;
@@ -126,16 +127,17 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
     EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
     if (g_scheme == "ulysses")
-      EXPECT_NE(why.find("heads (8) divisible by ranks (" + std::to_string(P) + ")"), std::string::npos) << why;
+      EXPECT_NE(why.find("heads (" + std::to_string(cfg.heads) + ") divisible by ranks (" + std::to_string(P) + ")"),
+                std::string::npos)
+          << why;
     if (g_scheme == "none") EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
     if (r == 0) std::printf("[ refused  ] %s np=%d: %s\n", g_scheme.c_str(), P, why.c_str());
     return;
   }
   ASSERT_TRUE(why.empty()) << g_scheme << " refused a runnable case: " << why;
 
-  // The global problem; tree decodes decode_tokens queries placed after the cache.
-  const bool tree = g_scheme == "tree";
-  const int64_t Sq = cp::global_q_tokens(cfg, g_scheme), Sk = cfg.seq_len, q0 = tree ? Sk : 0;
+  // The global problem; a decode scheme decodes decode_tokens queries placed after the cache.
+  const int64_t Sq = cp::global_q_tokens(info, cfg), Sk = cfg.seq_len, q0 = cp::first_q_position(info, cfg);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
   const Vec Qg = global_tensor(101, Sq, H, D, 2.0), Kg = global_tensor(102, Sk, Hkv, D, 2.0),
             Vg = global_tensor(103, Sk, Hkv, D, 1.0), dOg = global_tensor(104, Sq, H, D, 1.0);
@@ -179,7 +181,7 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     int width;
   };
   std::vector<Item> items = {{"O", &Outputs::o, &sh.q, q0, H * D}, {"LSE", &Outputs::lse, &sh.q, q0, H}};
-  if (info.has_backward) {
+  if (info.has_backward()) {
     items.push_back({"dQ", &Outputs::dq, &sh.q, q0, H * D});
     items.push_back({"dK", &Outputs::dk, &sh.kv, 0, Hkv * D});
     items.push_back({"dV", &Outputs::dv, &sh.kv, 0, Hkv * D});
@@ -201,12 +203,15 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
-                         ::testing::Values(CpCase{"causal", 8, true, 0, 0}, CpCase{"full", 8, false, 0, 0},
-                                           CpCase{"causal_gqa2", 2, true, 0, 0},
-                                           CpCase{"causal_mqa", 1, true, 0, 0},
-                                           CpCase{"window10_gqa2", 2, true, 10, 0},
-                                           CpCase{"docs20", 8, true, 0, 20},
-                                           CpCase{"full_gqa4", 4, false, 0, 0}),
+                         ::testing::Values(CpCase{"causal", 8, 8, true, 0, 0}, CpCase{"full", 8, 8, false, 0, 0},
+                                           CpCase{"causal_gqa2", 8, 2, true, 0, 0},
+                                           CpCase{"causal_mqa", 8, 1, true, 0, 0},
+                                           CpCase{"window10_gqa2", 8, 2, true, 10, 0},
+                                           CpCase{"docs20", 8, 8, true, 0, 20},
+                                           CpCase{"full_gqa4", 8, 4, false, 0, 0},
+                                           // K/V groups of 3 query heads that ranks' head blocks straddle
+                                           // (ulysses at np 3 and 6, usp at np 6)
+                                           CpCase{"causal_h12_kv4", 12, 4, true, 0, 0}),
                          [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
 
 // Causal work per rank, from the FLOPs each rank reports: contiguous `ring` skips the
@@ -264,7 +269,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   cfg.ranks = P;
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
   cfg.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;  // doublering: two nodes' worth of outer ring from np 4
-  if (!info.has_backward || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
+  if (!info.has_backward() || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
   const cp::Shard sh = info.shard(cfg, r);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
   using V3 = kernels::View3<double>;
@@ -312,6 +317,124 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     EXPECT_EQ(bytes[0], (outer + ring(I, true) + (O - 1) * ring(I, false)) * block) << "chained backward";
     EXPECT_EQ(bytes[1], (outer + (O > 1 ? 1 : 0) + O * ring(I, false)) * block) << "fresh backward";
   }
+}
+
+// Micro-batch, pipeline and recompute schedules run several forwards on one scheme object
+// before their backwards. Every scheme must give, for any order of calls, bit for bit what a
+// forward directly followed by its backward gives: what an object keeps from a forward may
+// be reused only for the data it came from.
+class CpInterleave : public ::testing::Test {
+ protected:
+  using V3 = kernels::View3<double>;
+  using V2 = kernels::View2<double>;
+  struct Batch {  // one micro-batch's local tensors
+    V3 q, k, v, dout, o;
+    V2 lse;
+  };
+  struct Grads {
+    Vec o, lse, dq, dk, dv;
+  };
+
+  void SetUp() override {
+    info_ = &cp::find(g_scheme);
+    const int P = world_size();
+    cfg_.seq_len = 96;
+    cfg_.heads = 8;
+    cfg_.kv_heads = 2;
+    cfg_.head_dim = 16;
+    cfg_.ranks = P;
+    cfg_.decode_tokens = 3;
+    cfg_.attn.tile_q = cfg_.attn.tile_k = 16;
+    cfg_.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;
+    if (!cp::check(*info_, cfg_).empty()) GTEST_SKIP() << "not runnable at this np: " << cp::check(*info_, cfg_);
+    sh_ = info_->shard(cfg_, world_rank());
+    comm_ = comm::make_mpi_comm(comm::Progress::None);
+  }
+
+  // Batch `seed`'s rows of global tensors (distinct data per seed) in fresh buffers.
+  Batch make(uint64_t seed) const {
+    const int H = cfg_.heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
+    const int64_t Sq = cp::global_q_tokens(*info_, cfg_), Sk = cfg_.seq_len, q0 = cp::first_q_position(*info_, cfg_);
+    const size_t sq = sh_.q.size(), skv = sh_.kv.size();
+    Batch b;
+    b.q = test::make_view<V3>("q", rows(global_tensor(seed, Sq, H, D, 2.0), sh_.q, q0, H * D), sq, H, D);
+    b.k = test::make_view<V3>("k", rows(global_tensor(seed + 1, Sk, Hkv, D, 2.0), sh_.kv, 0, Hkv * D), skv, Hkv, D);
+    b.v = test::make_view<V3>("v", rows(global_tensor(seed + 2, Sk, Hkv, D, 1.0), sh_.kv, 0, Hkv * D), skv, Hkv, D);
+    b.dout = test::make_view<V3>("do", rows(global_tensor(seed + 3, Sq, H, D, 1.0), sh_.q, q0, H * D), sq, H, D);
+    b.o = V3("o", sq, H, D);
+    b.lse = V2("lse", sq, H);
+    return b;
+  }
+  void forward(cp::Scheme<double>& s, Batch& b) {
+    cp::Context ctx{*comm_, cfg_, {}, 0};
+    s.forward(ctx, b.q, b.k, b.v, b.o, b.lse);
+  }
+  Grads backward(cp::Scheme<double>& s, const Batch& b) {
+    Grads g{test::to_vec(b.o), test::to_vec(b.lse), {}, {}, {}};
+    if (!info_->has_backward()) return g;
+    V3 dQ("dq", b.q.extent(0), cfg_.heads, cfg_.head_dim), dK("dk", b.k.extent(0), cfg_.kv_heads, cfg_.head_dim),
+        dV("dv", b.k.extent(0), cfg_.kv_heads, cfg_.head_dim);
+    cp::Context ctx{*comm_, cfg_, {}, 0};
+    s.backward(ctx, b.q, b.k, b.v, b.o, b.lse, b.dout, dQ, dK, dV);
+    g.dq = test::to_vec(dQ);
+    g.dk = test::to_vec(dK);
+    g.dv = test::to_vec(dV);
+    return g;
+  }
+  // A forward directly followed by its backward, on a new object.
+  Grads alone(uint64_t seed) {
+    auto s = info_->make_f64();
+    Batch b = make(seed);
+    forward(*s, b);
+    return backward(*s, b);
+  }
+  static void expect_same(const Grads& got, const Grads& want, const char* what) {
+    for (auto f : {&Grads::o, &Grads::lse, &Grads::dq, &Grads::dk, &Grads::dv}) {
+      ASSERT_EQ((got.*f).size(), (want.*f).size());
+      double d = 0;
+      for (size_t i = 0; i < (got.*f).size(); ++i) d = std::max(d, std::abs((got.*f)[i] - (want.*f)[i]));
+      EXPECT_EQ(d, 0.0) << what << ": differs from a forward directly followed by its backward";
+    }
+  }
+
+  const cp::SchemeInfo* info_ = nullptr;
+  cp::Config cfg_;
+  cp::Shard sh_;
+  std::unique_ptr<comm::Communicator> comm_;
+};
+
+// forward(A), forward(B), backward(A), backward(B) on one object, in separate buffers.
+TEST_F(CpInterleave, TwoForwardsThenTheirBackwards) {
+  const Grads want_a = alone(301), want_b = alone(401);
+  auto s = info_->make_f64();
+  Batch a = make(301), b = make(401);
+  forward(*s, a);
+  forward(*s, b);
+  expect_same(backward(*s, a), want_a, "backward(A) after forward(B)");
+  expect_same(backward(*s, b), want_b, "backward(B) after backward(A)");
+}
+
+// Buffers reused for the next micro-batch: forward(A) and forward(B) in the same buffers,
+// backward(B), then A's tensors written back into them and backward(A).
+TEST_F(CpInterleave, SameBuffersOtherData) {
+  const Grads want_a = alone(301), want_b = alone(401);
+  auto s = info_->make_f64();
+  Batch x = make(301);
+  forward(*s, x);
+  const Batch a_saved = make(301);
+  V3 o_a("o_a", x.o.extent(0), x.o.extent(1), x.o.extent(2));
+  V2 lse_a("lse_a", x.lse.extent(0), x.lse.extent(1));
+  Kokkos::deep_copy(o_a, x.o);
+  Kokkos::deep_copy(lse_a, x.lse);
+  const Batch b = make(401);
+  for (auto [dst, src] : {std::pair{x.q, b.q}, {x.k, b.k}, {x.v, b.v}, {x.dout, b.dout}}) Kokkos::deep_copy(dst, src);
+  forward(*s, x);
+  expect_same(backward(*s, x), want_b, "backward(B) in A's buffers");
+  for (auto [dst, src] : {std::pair{x.q, a_saved.q}, {x.k, a_saved.k}, {x.v, a_saved.v}, {x.dout, a_saved.dout}})
+    Kokkos::deep_copy(dst, src);
+  Kokkos::deep_copy(x.o, o_a);
+  Kokkos::deep_copy(x.lse, lse_a);
+  expect_same(backward(*s, x), want_a, "backward(A) in the buffers B ran in");
 }
 
 TEST(CpRegistry, UnknownSchemeIsNamed) {

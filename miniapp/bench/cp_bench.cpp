@@ -25,7 +25,7 @@ struct Options {
   int heads = 8, kv_heads = 8, head_dim = 128;
   int causal = 1;
   int64_t window = 0, doc_len = 0;
-  int ulysses = 0, inner_ring = 0, decode_tokens = 1, chunks = 4, tile = 0;
+  int tile = 0;
   std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus, staging = "direct", json;
   int reps = 3, warmup = 1, poll_us = 50;
 };
@@ -84,10 +84,12 @@ int run(int argc, char** argv, int rank, int P) {
   app.add_option("--window", o.window, "sliding window, tokens (0 none)")->capture_default_str();
   app.add_option("--doc-len", o.doc_len, "packed documents of this many tokens (0 one document)")
       ->capture_default_str();
-  app.add_option("--ulysses", o.ulysses, "usp: Ulysses group size (0 default rule)")->capture_default_str();
-  app.add_option("--inner-ring", o.inner_ring, "doublering: inner ring size (0 default rule)")->capture_default_str();
-  app.add_option("--decode-tokens", o.decode_tokens, "tree: query tokens")->capture_default_str();
-  app.add_option("--chunks", o.chunks, "allgather: chunks of the gather")->capture_default_str();
+  cp::Config cfg;
+  for (const cp::Setting& st : cp::all_settings()) {  // the schemes' own settings, from the registry
+    std::string flag = "--" + st.name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    app.add_option(flag, cfg.*st.field, st.help)->capture_default_str();
+  }
   app.add_option("--tile", o.tile, "attention tile size, tokens (0 kernel default)")->capture_default_str();
   app.add_option("--pass", o.pass, "fwd, bwd (timed alone, after an untimed fwd) or fwdbwd")->capture_default_str();
   app.add_option("--modes", o.modes, "comma list of full, compute-only, comm-only")->capture_default_str();
@@ -136,7 +138,6 @@ int run(int argc, char** argv, int rank, int P) {
     return fail(e.what());
   }
   if (modes.empty()) return fail("--modes is empty");
-  cp::Config cfg;
   cfg.seq_len = o.seq;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
@@ -145,17 +146,13 @@ int run(int argc, char** argv, int rank, int P) {
   cfg.window = o.window;
   cfg.doc_len = o.doc_len;
   cfg.ranks = P;
-  cfg.ulysses = o.ulysses;
-  cfg.inner_ring = o.inner_ring;
-  cfg.decode_tokens = o.decode_tokens;
-  cfg.chunks = o.chunks;
   cfg.attn.tile_q = cfg.attn.tile_k = o.tile;
   const std::string why = cp::check(*info, cfg);
   if (!why.empty()) return fail(why);  // before any allocation
-  if (o.pass != "fwd" && !info->has_backward) return fail(o.scheme + " has no backward pass: use --pass fwd");
+  if (o.pass != "fwd" && !info->has_backward())
+    return fail(o.scheme + " solves a " + cp::to_string(info->problem) + " problem without a backward pass: use --pass fwd");
 
-  const bool tree = o.scheme == "tree";
-  const int64_t q0 = tree ? cfg.seq_len : 0;
+  const int64_t q0 = cp::first_q_position(*info, cfg);
   const cp::Shard sh = info->shard(cfg, rank);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
   auto q = local_rows(sh.q, q0, H, D, 1), dout = local_rows(sh.q, q0, H, D, 4);

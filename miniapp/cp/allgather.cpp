@@ -3,6 +3,7 @@
 // each chunk holding a piece of both zigzag halves so its causal work is balanced; the backward
 // re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -212,19 +213,24 @@ class AllGather final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo allgather_scheme() {
-  SchemeInfo s;
-  s.name = "allgather";
-  s.summary = "all-gather K,V in chunks overlapped with compute (Llama 3), zigzag layout; backward reduce-scatters dK,dV";
-  s.check = [](const Config& c) -> std::string {
-    if (c.chunks < 1) return "allgather needs chunks (" + std::to_string(c.chunks) + ") >= 1";
-    return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather");
-  };
+  SchemeInfo s = make_info<AllGather>(
+      "allgather",
+      "all-gather K,V in chunks overlapped with compute (Llama 3), zigzag layout; backward reduce-scatters dK,dV");
+  s.settings = {{"chunks", "allgather: pieces the K,V gather is cut into, each overlapping the previous one's compute",
+                 4, 1, &Config::chunks}};
+  s.refuses = "seq_len not divisible by 2*ranks";
+  s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather"); };
   s.shard = [](const Config& c, int r) {
     const auto t = layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<AllGather<float>>(); };
-  s.make_f64 = [] { return std::make_unique<AllGather<double>>(); };
+  // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each),
+  // and one partial (O, LSE).
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    const double n = double(c.seq_len) / c.ranks, half = n / 2;
+    const double rows_c = std::ceil(half / std::max(1.0, std::min<double>(c.chunks, half)));
+    return bytes_of(8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + n * c.heads * (c.head_dim + 1.0), elem);
+  };
   return s;
 }
 

@@ -13,4 +13,13 @@ std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::
   return out;
 }
 
+bool all_agree(Context& ctx, const comm::Group& g, bool mine) {
+  if (g.size == 1) return mine;
+  int64_t missing = mine ? 0 : 1;
+  const double t0 = MPI_Wtime();
+  ctx.comm.allreduce(&missing, 1, comm::DType::I64, comm::ReduceOp::Max, g, ctx.step);
+  ctx.stats.comm_wait_s += MPI_Wtime() - t0;
+  return missing == 0;
+}
+
 }  // namespace minicp::cp

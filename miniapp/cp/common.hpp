@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstring>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -98,6 +99,46 @@ View1<T> scratch(const std::string& name, size_t n) {
   if (buf.extent(0) < n) buf = View1<T>(Kokkos::view_alloc(name, Kokkos::WithoutInitializing), n);
   return View1<T>(buf.data(), n);
 }
+
+// What a scheme keeps from a forward for the backward is reused only when the backward is
+// handed the same data: the same buffer, the same size, and the same contents (a hash of the
+// bits). A reused buffer with new contents, as in micro-batch or recompute schedules, differs.
+struct Fingerprint {
+  const void* data = nullptr;
+  size_t n = 0;
+  uint64_t hash = 0;
+  bool operator==(const Fingerprint& o) const { return data == o.data && n == o.n && hash == o.hash; }
+  bool operator!=(const Fingerprint& o) const { return !(*this == o); }
+};
+
+template <class T>
+Fingerprint fingerprint(const T* p, size_t n) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  static_assert(sizeof(T) == sizeof(Bits), "fingerprint: 4- or 8-byte values");
+  uint64_t h = 0;
+  // A sum of mixed (bits, index) pairs: order-free, so the parallel reduction is exact.
+  Kokkos::parallel_reduce(
+      "cp::fingerprint", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(n)),
+      KOKKOS_LAMBDA(const int64_t i, uint64_t& acc) {
+        Bits b;
+        memcpy(&b, p + i, sizeof b);
+        uint64_t z = uint64_t(b) + uint64_t(i) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        acc += z ^ (z >> 31);
+      },
+      h);
+  return Fingerprint{p, n, h};
+}
+template <class V>
+Fingerprint fingerprint(const V& v) {
+  return fingerprint(v.data(), v.span());
+}
+
+// True on every rank of g when `mine` is true on every rank of g (one small all-reduce):
+// a reuse decision must be the same on all ranks, or one would post transfers the others
+// never match.
+bool all_agree(Context& ctx, const comm::Group& g, bool mine);
 
 // Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,

@@ -82,7 +82,7 @@ class DoubleRing final : public Scheme<T> {
       }
       timed_wait(ctx, req);
     }
-    if (outer_comm) outer_kept_.keep(k.data());
+    if (outer_comm) outer_kept_.keep(k, v);
   }
 
   // Given o, lse and dout[S/P,H,D] -> dq[S/P,H,D], dk, dv[S/P,Hkv,D] (overwritten). The outer
@@ -108,7 +108,7 @@ class DoubleRing final : public Scheme<T> {
       dkv[1] = scratch<T>("doublering_dkv1", 2 * n);
       dkv_recv = scratch<T>("doublering_dkv_recv", 2 * n);
       // No forward on this object: node nd+1's block is fetched now.
-      first = outer_kept_.holds(k.data(), 2 * n)
+      first = outer_kept_.holds_everywhere(ctx, outer_, k, v)
                   ? outer_kept_.buf
                   : fetch_block<T>(ctx, outer_, k, v, (nd - 1 + O) % O, (nd + 1) % O, "doublering_kv_first");
     }
@@ -197,13 +197,17 @@ class DoubleRing final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo doublering_scheme() {
-  SchemeInfo s;
-  s.name = "doublering";
-  s.summary = "LoongTrain double ring: pass-KV inner ring inside a node, outer ring across nodes, zigzag layout";
+  SchemeInfo s = make_info<DoubleRing>(
+      "doublering", "LoongTrain double ring: pass-KV inner ring inside a node, outer ring across nodes, zigzag layout");
+  s.settings = {{"inner_ring",
+                 "doublering: inner ring size (ranks); 0 = the fewest ranks on a node when that divides ranks, else 2 "
+                 "when ranks >= 4 and even, else ranks",
+                 0, 0, &Config::inner_ring}};
+  s.refuses = "inner_ring not dividing ranks; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
     const std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "doublering");
     if (!why.empty()) return why;
-    if (c.inner_ring < 0 || (c.inner_ring > 0 && c.ranks % c.inner_ring != 0))
+    if (c.inner_ring > 0 && c.ranks % c.inner_ring != 0)
       return "doublering needs inner_ring (" + std::to_string(c.inner_ring) + ") dividing ranks (" +
              std::to_string(c.ranks) + ")";
     return "";
@@ -212,8 +216,13 @@ SchemeInfo doublering_scheme() {
     const auto t = layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<DoubleRing<float>>(); };
-  s.make_f64 = [] { return std::make_unique<DoubleRing<double>>(); };
+  // The outer ring's eight [K | V]-sized buffers (two in flight, kept, three dK/dV, a fetched
+  // first block and its send copy), a dQ step and a partial (O, LSE), and the inner ring's own.
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    const double n = double(c.seq_len) / c.ranks, nkv = n * c.kv_heads * c.head_dim, nq = n * c.heads * c.head_dim;
+    return bytes_of(16 * nkv + 2 * nq + n * c.heads + ring_workspace_values(n, n, c.heads, c.kv_heads, c.head_dim),
+                    elem);
+  };
   return s;
 }
 

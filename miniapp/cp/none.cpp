@@ -31,9 +31,8 @@ class None final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo none_scheme() {
-  SchemeInfo s;
-  s.name = "none";
-  s.summary = "single rank, no communication (the reference)";
+  SchemeInfo s = make_info<None>("none", "single rank, no communication (the reference)");
+  s.refuses = "ranks > 1";
   s.check = [](const Config& c) -> std::string {
     return c.ranks == 1 ? "" : "none needs ranks == 1 (got " + std::to_string(c.ranks) + ")";
   };
@@ -41,8 +40,6 @@ SchemeInfo none_scheme() {
     const auto t = layout::contiguous(c.seq_len, 1, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<None<float>>(); };
-  s.make_f64 = [] { return std::make_unique<None<double>>(); };
   return s;
 }
 

@@ -144,16 +144,21 @@ class PassQ final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo passq_scheme() {
-  SchemeInfo s;
-  s.name = "passq";
-  s.summary = "Q blocks around a ring, K,V stay (Meta's pass-Q), zigzag layout; partial (O, LSE) and dQ return by all-to-all";
+  SchemeInfo s = make_info<PassQ>(
+      "passq",
+      "Q blocks around a ring, K,V stay (Meta's pass-Q), zigzag layout; partial (O, LSE) and dQ return by all-to-all");
+  s.refuses = "seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq"); };
   s.shard = [](const Config& c, int r) {
     const auto t = layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<PassQ<float>>(); };
-  s.make_f64 = [] { return std::make_unique<PassQ<double>>(); };
+  // Forward: two Q blocks, P partials (O, LSE) and their received copies; backward: two
+  // travelling [Q | dOut | O | LSE] blocks, P dQ partials and their received copies.
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    const double n = double(c.seq_len) / c.ranks, P = c.ranks, nq = n * c.heads * c.head_dim, nh = n * c.heads;
+    return bytes_of(2 * nq + 2 * P * (nq + nh) + 2 * (3 * nq + nh) + 2 * P * nq, elem);
+  };
   return s;
 }
 

@@ -21,12 +21,13 @@ constexpr int kAccChannel = 1;
 
 // The [K | V] block (2 * Skv * Hkv * D values) a ring forward ended with: group rank r + 1's,
 // which the backward starts from. Owned by one scheme object (one per layer), so another
-// forward cannot overwrite it; valid after a forward that communicated, for a backward on
-// the same k (its data pointer is checked).
+// forward on another object cannot overwrite it. It is reused by a backward handed the k, v
+// the forward had (fingerprints), when every rank of the group agrees (a later forward on
+// the same object with other data replaces it; see Fingerprint).
 template <class T>
 struct KeptBlock {
   View1<T> buf;
-  const T* k = nullptr;
+  Fingerprint k, v;
   bool valid = false;
   // Invalidates the block and returns its buffer, sized for n2 values (allocated once).
   View1<T> reserve(size_t n2) {
@@ -35,13 +36,20 @@ struct KeptBlock {
       buf = View1<T>(Kokkos::view_alloc(std::string("cp_kept_kv"), Kokkos::WithoutInitializing), n2);
     return buf;
   }
-  // Marks the buffer as the block a forward on kd ended with.
-  void keep(const T* kd) {
-    k = kd;
+  // Marks the buffer as the block a forward on (kd, vd) ended with.
+  void keep(CView3<T> kd, CView3<T> vd) {
+    k = fingerprint(kd);
+    v = fingerprint(vd);
     valid = true;
   }
-  // True when it holds the n2-value block a forward on kd ended with.
-  bool holds(const T* kd, size_t n2) const { return valid && k == kd && buf.extent(0) == n2; }
+  // True on this rank when it holds the block a forward on (kd, vd) ended with.
+  bool holds(CView3<T> kd, CView3<T> vd) const {
+    return valid && buf.extent(0) == 2 * kd.span() && k == fingerprint(kd) && v == fingerprint(vd);
+  }
+  // True on every rank of g when each holds its block (collective over g).
+  bool holds_everywhere(Context& ctx, const comm::Group& g, CView3<T> kd, CView3<T> vd) const {
+    return all_agree(ctx, g, holds(kd, vd));
+  }
 };
 
 // A backward without a kept block: sends this rank's [K | V] to group rank `to`, receives
@@ -105,7 +113,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
     Kokkos::deep_copy(o, T(0));
     Kokkos::deep_copy(lse, kernels::neg_inf<T>());
   }
-  if (keep && P > 1 && communicates(ctx)) keep->keep(k.data());
+  if (keep && P > 1 && communicates(ctx)) keep->keep(k, v);
 }
 
 // Given the forward's o, lse[Sq,H] and dout[Sq,H,D] -> dq[Sq,H,D], dk, dv[Skv,Hkv,D]
@@ -129,8 +137,9 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   auto kv_of = [&](int s) { return kv[(s - 1) % 2]; };
   View1<T> first;  // no forward on this object: rank r+1's block is fetched now
   if (talk)
-    first = kept && kept->holds(k.data(), 2 * n) ? kept->buf
-                                                 : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid);
+    first = kept && kept->holds_everywhere(ctx, g, k, v)
+                ? kept->buf
+                : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid);
   Kokkos::deep_copy(dq, T(0));
   if (!talk && P > 1) Kokkos::deep_copy(acc_in, T(0));
   comm::Request req_kv, req_acc;
@@ -216,17 +225,25 @@ class RingScheme final : public Scheme<T> {
   KeptBlock<T> kept_;  // the forward's last K/V block, which the backward starts from
 };
 
+// Values a ring keeps in scratch for q[sq,H,D], k,v[skv,Hkv,D], forward and backward: two
+// K/V blocks in flight, the kept one, three dK/dV accumulators, a fetched first block and its
+// send copy (2*skv*Hkv*D each), and one partial (O, LSE).
+inline double ring_workspace_values(double sq, double skv, int H, int Hkv, int D) {
+  return 16.0 * skv * Hkv * D + sq * H * (D + 1.0);
+}
+
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
-  SchemeInfo s;
-  s.name = name;
-  s.summary = summary;
+  SchemeInfo s = make_info<RingScheme>(name, summary, kind);
+  s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks");
   s.check = [name, kind](const Config& c) { return layout::check(kind, c.seq_len, c.ranks, name); };
   s.shard = [kind](const Config& c, int r) {
     const auto t = layout::of(kind, c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.make_f32 = [kind] { return std::make_unique<RingScheme<float>>(kind); };
-  s.make_f64 = [kind] { return std::make_unique<RingScheme<double>>(kind); };
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    const double n = double(c.seq_len) / c.ranks;
+    return bytes_of(ring_workspace_values(n, n, c.heads, c.kv_heads, c.head_dim), elem);
+  };
   return s;
 }
 

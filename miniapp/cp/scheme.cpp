@@ -22,6 +22,12 @@ const char* to_string(Mode m) {
   return "?";
 }
 
+const char* to_string(Problem p) { return p == Problem::Train ? "train" : "decode"; }
+
+Config::Config() {
+  for (const Setting& st : all_settings()) this->*st.field = st.default_value;
+}
+
 const SchemeInfo& find(const std::string& name) {
   std::string names;
   for (const auto& s : registry()) {
@@ -29,6 +35,15 @@ const SchemeInfo& find(const std::string& name) {
     names += (names.empty() ? "" : ", ") + s.name;
   }
   throw std::invalid_argument("scheme '" + name + "' is not one of: " + names);
+}
+
+std::vector<Setting> all_settings() {
+  std::vector<Setting> out;
+  for (const auto& s : registry())
+    for (const Setting& st : s.settings)
+      if (std::none_of(out.begin(), out.end(), [&](const Setting& o) { return o.name == st.name; }))
+        out.push_back(st);
+  return out;
 }
 
 std::string check(const SchemeInfo& s, const Config& c) {
@@ -41,11 +56,31 @@ std::string check(const SchemeInfo& s, const Config& c) {
   if (c.ranks < 1) return "ranks must be >= 1";
   if (c.window < 0) return "window must be >= 0";
   if (c.doc_len < 0) return "doc_len must be >= 0";
+  for (const Setting& st : s.settings)
+    if (c.*st.field < st.min_value)
+      return s.name + " needs " + st.name + " (" + num(c.*st.field) + ") >= " + num(st.min_value);
   return s.check(c);
 }
 
-int64_t global_q_tokens(const Config& cfg, const std::string& scheme) {
-  return scheme == "tree" ? cfg.decode_tokens : cfg.seq_len;
+int64_t global_q_tokens(const SchemeInfo& s, const Config& cfg) {
+  return s.problem == Problem::Decode ? cfg.decode_tokens : cfg.seq_len;
+}
+
+int64_t first_q_position(const SchemeInfo& s, const Config& cfg) {
+  return s.problem == Problem::Decode ? cfg.seq_len : 0;
+}
+
+int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
+  // Every layout holds ceil(S/P) rows at most on a rank; decode queries sit on every rank.
+  // Counted, not built: a shard list of a huge S would itself not fit.
+  const int64_t skv = (cfg.seq_len + cfg.ranks - 1) / cfg.ranks;
+  const int64_t sq = s.problem == Problem::Decode ? cfg.decode_tokens : skv;
+  // In double: a seq_len near 2^63 must give "too much", not wrap around.
+  const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
+  const int copies = s.has_backward() ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
+  const double tensors = 2.0 * copies * (q + kv) + double(sq) * cfg.heads;
+  const double work = s.workspace_bytes ? double(s.workspace_bytes(cfg, elem)) / double(elem) : 0.0;
+  return bytes_of(tensors + work, elem);
 }
 
 Kokkos::View<int64_t*, kernels::Mem> to_device(const std::vector<int64_t>& v, const char* label) {

@@ -33,12 +33,15 @@ struct Config {
   int64_t window = 0;      // sliding window in tokens (0 = none; implies causal)
   int64_t doc_len = 0;     // packed documents of doc_len tokens (0 = one document)
   int ranks = 1;           // P, ranks of the CP group
-  int ulysses = 0;         // usp: Ulysses group size (0 = default rule, see usp.cpp)
-  int inner_ring = 0;      // doublering: inner ring size (0 = default rule, see doublering.cpp)
-  int decode_tokens = 1;   // tree: query tokens decoded against the cache
-  int chunks = 4;          // allgather: chunks the gather is cut into
+  // Scheme settings: each is described (help, default, minimum) by the Setting entry of the
+  // scheme that reads it, and the constructor sets them to those defaults.
+  int ulysses;         // usp
+  int inner_ring;      // doublering
+  int decode_tokens;   // tree
+  int chunks;          // allgather
   Mode mode = Mode::Full;
   kernels::AttnOptions attn;  // kernel options (tile sizes)
+  Config();
 };
 
 // What one call measured on this rank.
@@ -76,26 +79,77 @@ class Scheme {
                         CView3<T> dout, View3<T> dq, View3<T> dk, View3<T> dv) = 0;
 };
 
+// The problem a scheme solves: train (forward and backward over the whole sequence) or
+// decode (a few new query tokens against a KV cache of seq_len tokens, forward only).
+enum class Problem { Train, Decode };
+const char* to_string(Problem p);
+
+// One integer setting a scheme reads from Config. Drivers register them from the registry
+// (flag --<name with '-' for '_'>, deck key sweep.<name>), so a scheme's settings, their help
+// and their defaults live in its own file. `field` is the Config member it sets.
+struct Setting {
+  std::string name;  // "chunks"
+  std::string help;  // what it does, with units
+  int default_value = 0;
+  int min_value = 0;  // smallest allowed value (0 often means "default rule")
+  int Config::*field = nullptr;
+};
+
 struct SchemeInfo {
   std::string name;
   std::string summary;
-  bool has_backward = true;
+  Problem problem = Problem::Train;
+  std::vector<Setting> settings;
+  // What the scheme refuses, in words, for --list-schemes (check() gives the concrete reason).
+  std::string refuses;
   // "" when cfg can run, else one sentence naming the constraint and the values.
   std::function<std::string(const Config&)> check;
   // The local rows of rank r (a layout function from miniapp/layout.hpp).
   std::function<Shard(const Config&, int)> shard;
+  // Bytes of the scheme's own buffers on the rank that needs most, forward and backward
+  // (elem: bytes per value); the tensors it is handed are not counted.
+  std::function<int64_t(const Config&, size_t elem)> workspace_bytes;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
+
+  bool has_backward() const { return problem == Problem::Train; }
 };
+
+// values * elem bytes as int64, saturating (a seq_len near 2^63 must read as "too much").
+inline int64_t bytes_of(double values, size_t elem) {
+  const double b = values * double(elem);
+  return b >= 9.2e18 ? INT64_MAX : int64_t(b);
+}
+
+// The fp32 and fp64 factories of a scheme class template Impl<T> built from args (copied).
+template <template <class> class Impl, class... Args>
+SchemeInfo make_info(std::string name, std::string summary, Args... args) {
+  SchemeInfo s;
+  s.name = std::move(name);
+  s.summary = std::move(summary);
+  s.make_f32 = [args...] { return std::unique_ptr<Scheme<float>>(new Impl<float>(args...)); };
+  s.make_f64 = [args...] { return std::unique_ptr<Scheme<double>>(new Impl<double>(args...)); };
+  return s;
+}
 
 const std::vector<SchemeInfo>& registry();
 // Throws std::invalid_argument listing the known schemes.
 const SchemeInfo& find(const std::string& name);
-// Common checks (positive sizes, heads % kv_heads) then the scheme's own.
+// Common checks (positive sizes, heads % kv_heads, settings >= their minimum) then the
+// scheme's own.
 std::string check(const SchemeInfo& s, const Config& cfg);
+// Every setting of every scheme once, in registry order (settings of the same name are one).
+std::vector<Setting> all_settings();
 
-// Global query/key counts of the problem a config describes.
-int64_t global_q_tokens(const Config& cfg, const std::string& scheme);
+// Global query tokens of the problem (decode: decode_tokens), and the position of the first
+// (decode: the queries sit right after the seq_len cache tokens).
+int64_t global_q_tokens(const SchemeInfo& s, const Config& cfg);
+int64_t first_q_position(const SchemeInfo& s, const Config& cfg);
+
+// Bytes per rank of the attention tensors a caller hands the scheme on the rank that holds
+// most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H]; the backward
+// ones only for train), plus the scheme's workspace_bytes.
+int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem);
 
 // Helpers shared by the scheme files.
 Kokkos::View<int64_t*, kernels::Mem> to_device(const std::vector<int64_t>& v, const char* label);

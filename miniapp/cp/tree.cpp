@@ -104,17 +104,16 @@ class Tree final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo tree_scheme() {
-  SchemeInfo s;
-  s.name = "tree";
-  s.summary = "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps";
-  s.has_backward = false;
-  s.check = [](const Config& c) -> std::string {
-    if (c.decode_tokens < 1) return "tree needs decode_tokens (" + std::to_string(c.decode_tokens) + ") >= 1";
-    return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree");
-  };
+  SchemeInfo s = make_info<Tree>(
+      "tree", "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps");
+  s.problem = Problem::Decode;
+  s.settings = {{"decode_tokens", "query tokens decoded against the KV cache (tokens)", 1, 1, &Config::decode_tokens}};
+  s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
+  s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
   s.shard = [](const Config& c, int r) { return Shard{query_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
-  s.make_f32 = [] { return std::make_unique<Tree<float>>(); };
-  s.make_f64 = [] { return std::make_unique<Tree<double>>(); };
+  s.workspace_bytes = [](const Config& c, size_t elem) {  // the max LSE and the packed [w*O | w]
+    return bytes_of(double(c.decode_tokens) * c.heads * (c.head_dim + 2.0), elem);
+  };
   return s;
 }
 

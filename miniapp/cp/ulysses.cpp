@@ -32,11 +32,11 @@ class Ulysses final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo ulysses_scheme() {
-  SchemeInfo s;
-  s.name = "ulysses";
-  s.summary = "all-to-all sequence -> heads, local attention, all-to-all back (DeepSpeed-Ulysses)";
+  SchemeInfo s = make_info<Ulysses>(
+      "ulysses", "all-to-all sequence -> heads, local attention, all-to-all back (DeepSpeed-Ulysses)");
+  s.refuses = "heads not divisible by ranks; seq_len not divisible by ranks (any kv_heads dividing heads runs)";
   s.check = [](const Config& c) -> std::string {
-    std::string why = ulysses_head_check("ulysses", c.heads, c.kv_heads, c.ranks, "ranks");
+    std::string why = ulysses_head_check("ulysses", c.heads, c.ranks, "ranks");
     if (why.empty()) why = layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "ulysses");
     return why;
   };
@@ -44,8 +44,9 @@ SchemeInfo ulysses_scheme() {
     const auto t = layout::contiguous(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<Ulysses<float>>(); };
-  s.make_f64 = [] { return std::make_unique<Ulysses<double>>(); };
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    return bytes_of(ulysses_workspace_values(c, c.ranks, double(c.seq_len) / c.ranks), elem);
+  };
   return s;
 }
 

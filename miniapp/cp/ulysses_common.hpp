@@ -5,6 +5,8 @@
 // gradients are summed on the way back. Each tensor moves in its own all-to-all: into the
 // head-sharded tensor directly after a pack, and out of it directly before an unpack.
 #pragma once
+#include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,52 +17,55 @@
 
 namespace minicp::cp {
 
-// Which heads group rank w holds after the exchange: `per` heads from first(w) on.
-//   query heads, or kv_heads >= U: first(w) = w*per, per = heads/U (disjoint blocks)
-//   kv_heads < U: the one kv head of w's first query head, first(w) = (w*H/U) / (H/Hkv);
-//                 U/Hkv consecutive ranks share it.
+// Which heads group rank w holds after the exchange: `per` slots, slot j holding head
+// head(w, j) = (w*stride + j*mult) / group. Query heads are split in disjoint blocks of H/U.
+// A rank needs the K/V heads of its own query heads (GQA: query head h reads K/V head
+// h / g, g = H/Hkv), laid out so that attention sees a plain GQA problem on the rank:
+//   whole K/V groups per rank (H/U a multiple of g): per = H/(U*g), disjoint blocks;
+//   all the rank's queries in one K/V group (g a multiple of H/U): per = 1, and g/(H/U)
+//     consecutive ranks hold the same K/V head (replicated);
+//   otherwise (e.g. H=12, Hkv=4, U=6: ranks straddle groups): one slot per query head,
+//     per = H/U, each holding its query head's K/V head (replicated within and across ranks).
+// Gradients of a replicated head are summed on the way back (ulysses_unpack).
 struct HeadSplit {
-  int ranks = 1, per = 1, num = 1, den = 1;  // first(w) = w*num/den
-  KOKKOS_INLINE_FUNCTION int first(int w) const { return w * num / den; }
-  // The group ranks [lo, hi) that hold head c.
-  KOKKOS_INLINE_FUNCTION void holders(int c, int& lo, int& hi) const {
-    if (den == 1) {
-      lo = c / per;
-      hi = lo + 1;
-    } else {  // per == 1: first(w) == c  <=>  c*den/num <= w < (c+1)*den/num
-      lo = (c * den + num - 1) / num;
-      hi = ((c + 1) * den + num - 1) / num;
-      if (hi > ranks) hi = ranks;
-    }
-  }
-  static HeadSplit query(int H, int U) { return {U, H / U, H / U, 1}; }
+  int ranks = 1, per = 1, stride = 1, mult = 1, group = 1;
+  KOKKOS_INLINE_FUNCTION int head(int w, int j) const { return (w * stride + j * mult) / group; }
+  static HeadSplit query(int H, int U) { return {U, H / U, H / U, 1, 1}; }
   static HeadSplit kv(int H, int Hkv, int U) {
-    return Hkv >= U ? HeadSplit{U, Hkv / U, Hkv / U, 1} : HeadSplit{U, 1, H / U, H / Hkv};
+    const int pq = H / U, g = H / Hkv;
+    if (pq % g == 0) return {U, pq / g, pq, g, g};
+    if (g % pq == 0) return {U, 1, pq, 1, g};
+    return {U, pq, pq, 1, g};
   }
 };
 
-// The head rules of a Ulysses group of U ranks ("" when met); `unit` names U in the message
-// ("ranks" for ulysses, "ulysses" for usp).
-inline std::string ulysses_head_check(const std::string& scheme, int H, int Hkv, int U, const std::string& unit) {
-  const auto num = [](int v) { return std::to_string(v); };
-  if (H % U != 0) return scheme + " needs heads (" + num(H) + ") divisible by " + unit + " (" + num(U) + ")";
-  if (Hkv % U != 0 && U % Hkv != 0)
-    return scheme + " needs kv_heads (" + num(Hkv) + ") divisible by " + unit + " (" + num(U) + ") or " + unit +
-           " divisible by kv_heads";
-  return "";
+// The head rule of a Ulysses group of U ranks ("" when met); `unit` names U in the message
+// ("ranks" for ulysses, "ulysses" for usp). Any kv_heads dividing heads works (HeadSplit).
+inline std::string ulysses_head_check(const std::string& scheme, int H, int U, const std::string& unit) {
+  if (H % U == 0) return "";
+  return scheme + " needs heads (" + std::to_string(H) + ") divisible by " + unit + " (" + std::to_string(U) + ")";
 }
 
 // usp's Ulysses group size for cfg: cfg.ulysses when set; otherwise the largest divisor U
-// of ranks with U <= ranks/2 (so the ring keeps >= 2 ranks) that meets the head rules;
-// 1 when ranks == 1 or none does. The ring size is ranks / U.
+// of ranks with U <= ranks/2 (so the ring keeps >= 2 ranks) that divides the heads; 1 when
+// ranks == 1 or none does. The ring size is ranks / U.
 inline int usp_ulysses_size(const Config& cfg) {
   if (cfg.ulysses > 0) return cfg.ulysses;
   for (int U = cfg.ranks / 2; U > 1; --U)
-    if (cfg.ranks % U == 0 && ulysses_head_check("usp", cfg.heads, cfg.kv_heads, U, "ulysses").empty()) return U;
+    if (cfg.ranks % U == 0 && cfg.heads % U == 0) return U;
   return 1;
 }
 
-// send[w][t][j][:] = x[t, first(w)+j, :] for w < U, t < n, j < per (one block per destination).
+// Values the engine keeps for a group of U ranks holding n sequence rows each: the
+// head-sharded q, o, dout, dq [U*n, H/U, D] and lse [U*n, H/U], k, v, dk, dv [U*n, per, D],
+// and one exchange buffer of the larger of the two.
+inline double ulysses_workspace_values(const Config& c, int U, double n) {
+  const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
+  const double N = U * n, qh = N * (c.heads / U) * c.head_dim, kh = N * ks.per * c.head_dim;
+  return 4 * qh + N * (c.heads / U) + 4 * kh + std::max(qh, kh);
+}
+
+// send[w][t][j][:] = x[t, head(w, j), :] for w < U, t < n, j < per (one block per destination).
 template <class T>
 void ulysses_pack(CView3<T> x, const HeadSplit& s, View1<T> send) {
   const int64_t n = x.extent(0), D = x.extent(2), per = s.per;
@@ -68,12 +73,12 @@ void ulysses_pack(CView3<T> x, const HeadSplit& s, View1<T> send) {
       "cp::ulysses::pack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, s.ranks * n * per),
       KOKKOS_LAMBDA(const int64_t row) {
         const int64_t j = row % per, t = (row / per) % n, w = row / (per * n);
-        const int64_t h = s.first(int(w)) + j;
+        const int64_t h = s.head(int(w), int(j));
         for (int64_t d = 0; d < D; ++d) send(row * D + d) = x(t, h, d);
       });
 }
 
-// out[t, c, :] = sum over the ranks w holding head c of recv[w][t][c-first(w)][:] (one term
+// out[t, c, :] = sum over the slots (w, j) holding head c of recv[w][t][j][:] (one term
 // unless heads were replicated). Overwrites out[n,Hx,D].
 template <class T>
 void ulysses_unpack(Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> recv, const HeadSplit& s,
@@ -83,26 +88,29 @@ void ulysses_unpack(Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> re
       "cp::ulysses::unpack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n * Hx),
       KOKKOS_LAMBDA(const int64_t row) {
         const int64_t t = row / Hx, c = row % Hx;
-        int lo = 0, hi = 0;
-        s.holders(int(c), lo, hi);
-        for (int64_t d = 0; d < D; ++d) {
-          T acc = 0;
-          for (int w = lo; w < hi; ++w) acc += recv(((w * n + t) * per + c - s.first(w)) * D + d);
-          out(t, c, d) = acc;
-        }
+        for (int64_t d = 0; d < D; ++d) out(t, c, d) = T(0);
+        for (int w = 0; w < s.ranks; ++w)
+          for (int j = 0; j < per; ++j)
+            if (s.head(w, j) == c) {
+              const int64_t base = ((w * n + t) * per + j) * D;
+              for (int64_t d = 0; d < D; ++d) out(t, c, d) += recv(base + d);
+            }
       });
 }
 
 // Head-sharded attention over Ulysses group `ug`, then locally (rg == nullptr or of size 1)
 // or as a ring over group *rg. pos: positions of the head-sharded rows, the members' shards
 // in member order.
-// The head-sharded tensors of the forward stay for the backward (same object).
+// The head-sharded tensors of the forward stay for the backward (same object) and are reused
+// when the backward is handed the forward's q, k, v, o, lse (fingerprints, agreed over ug);
+// otherwise the backward exchanges them again, so any order of calls gives the right result.
 template <class T>
 class UlyssesEngine {
  public:
   // q[n,H,D], k,v[n,Hkv,D] sequence-sharded -> o[n,H,D], lse[n,H].
   void forward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos,
                CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) {
+    have_fwd_ = false;
     scatter_inputs(ctx, ug, q, k, v);
     if (!rg || rg->size == 1) {
       ctx.step = 0;
@@ -116,6 +124,8 @@ class UlyssesEngine {
     }
     to_seq(ctx, ug, o_h_, qs_, o);
     to_seq(ctx, ug, lse3(lse_h_), qs_, lse3(lse));
+    fwd_ = prints(q, k, v, o, lse);
+    fwd_mode_ = ctx.cfg.mode;
     have_fwd_ = true;
   }
 
@@ -123,11 +133,13 @@ class UlyssesEngine {
   void backward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos,
                 CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout, View3<T> dq,
                 View3<T> dk, View3<T> dv) {
-    if (!have_fwd_ || q_h_.extent(0) != size_t(ug.size) * q.extent(0)) {  // no forward on this object
-      kept_.valid = false;
+    bool same = have_fwd_ && fwd_mode_ == ctx.cfg.mode && fwd_ == prints(q, k, v, o, lse);
+    if (communicates(ctx)) same = all_agree(ctx, ug, same);
+    if (!same) {  // not the forward's data (or no forward on this object): exchange again
       scatter_inputs(ctx, ug, q, k, v);
       to_heads(ctx, ug, o, qs_, o_h_);
       to_heads(ctx, ug, lse3(lse), qs_, lse3(lse_h_));
+      have_fwd_ = false;
     }
     const size_t N = q_h_.extent(0), D = q_h_.extent(2);
     realloc(dout_h_, "ulysses_dout_h", N, size_t(qs_.per), D);
@@ -173,7 +185,7 @@ class UlyssesEngine {
 
   void scatter_inputs(Context& ctx, const comm::Group& ug, CView3<T> q, CView3<T> k, CView3<T> v) {
     const int U = ug.size, H = int(q.extent(1)), Hkv = int(k.extent(1));
-    const std::string why = ulysses_head_check("ulysses group", H, Hkv, U, "its size");
+    const std::string why = ulysses_head_check("ulysses group", H, U, "its size");
     if (!why.empty()) throw std::invalid_argument(why);
     qs_ = HeadSplit::query(H, U);
     ks_ = HeadSplit::kv(H, Hkv, U);
@@ -225,12 +237,19 @@ class UlyssesEngine {
     timed_aux(ctx, [&] { ulysses_unpack<T>(CV1(buf_.data(), total), s, x); });
   }
 
+  using Prints = std::array<Fingerprint, 5>;  // q, k, v, o, lse
+  static Prints prints(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse) {
+    return {fingerprint(q), fingerprint(k), fingerprint(v), fingerprint(o), fingerprint(lse)};
+  }
+
   HeadSplit qs_, ks_;
   View3<T> q_h_, k_h_, v_h_, o_h_;
   View2<T> lse_h_;
   View3<T> dout_h_, dq_h_, dk_h_, dv_h_;
   View1<T> buf_;
-  bool have_fwd_ = false;
+  bool have_fwd_ = false;  // the head-sharded tensors are the last forward's
+  Prints fwd_;             // of the last forward's q, k, v, o, lse
+  Mode fwd_mode_ = Mode::Full;
   KeptBlock<T> kept_;  // the ring forward's last K/V block, for the ring backward
 };
 

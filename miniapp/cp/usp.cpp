@@ -53,14 +53,16 @@ class Usp final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo usp_scheme() {
-  SchemeInfo s;
-  s.name = "usp";
-  s.summary = "Ulysses all-to-all inside groups x zigzag ring across groups (2D)";
+  SchemeInfo s = make_info<Usp>("usp", "Ulysses all-to-all inside groups x zigzag ring across groups (2D)");
+  s.settings = {{"ulysses",
+                 "usp: Ulysses group size U (ranks); 0 = the largest divisor of ranks <= ranks/2 that divides heads",
+                 0, 0, &Config::ulysses}};
+  s.refuses = "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
-    if (c.ulysses < 0 || (c.ulysses > 0 && c.ranks % c.ulysses != 0))
+    if (c.ulysses > 0 && c.ranks % c.ulysses != 0)
       return "usp needs ulysses (" + std::to_string(c.ulysses) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
     std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
-    if (why.empty()) why = ulysses_head_check("usp", c.heads, c.kv_heads, usp_ulysses_size(c), "ulysses");
+    if (why.empty()) why = ulysses_head_check("usp", c.heads, usp_ulysses_size(c), "ulysses");
     return why;
   };
   s.shard = [](const Config& c, int r) {
@@ -68,8 +70,13 @@ SchemeInfo usp_scheme() {
     const auto t = layout::usp(c.seq_len, c.ranks / U, U, r);
     return Shard{t, t};
   };
-  s.make_f32 = [] { return std::make_unique<Usp<float>>(); };
-  s.make_f64 = [] { return std::make_unique<Usp<double>>(); };
+  s.workspace_bytes = [](const Config& c, size_t elem) {
+    const int U = usp_ulysses_size(c);
+    const double n = double(c.seq_len) / c.ranks, N = U * n;  // head-sharded rows
+    const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
+    return bytes_of(ulysses_workspace_values(c, U, n) + ring_workspace_values(N, N, c.heads / U, ks.per, c.head_dim),
+                    elem);
+  };
   return s;
 }
 
