@@ -96,9 +96,7 @@ class AllGather final : public Scheme<T> {
     const std::vector<int64_t>& qpos = all[g.rank];
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     KVGather<T> gather(ctx, k, v, ch);
-    View3<T> o_blk;
-    View2<T> lse_blk;
-    bool have = false;
+    OnlineMerge<T> acc(o, lse, "cp::allgather");
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
       ctx.step = int(c);
@@ -112,22 +110,11 @@ class AllGather final : public Scheme<T> {
       }
       const auto mask = make_mask(ctx.cfg, qpos, kpos);
       const auto Kc = gather.k(c), Vc = gather.v(c);
-      if (!have) {
-        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o, lse, ctx.cfg.attn); });
-        have = true;
-      } else {
-        if (!o_blk.data()) {
-          o_blk = view3<T>(scratch<T>("cp::allgather::o_blk", o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
-          lse_blk = View2<T>(scratch<T>("cp::allgather::lse_blk", lse.span()).data(), lse.extent(0), lse.extent(1));
-        }
-        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o_blk, lse_blk, ctx.cfg.attn); });
-        timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_blk, lse_blk); });
-      }
+      const auto [ob, lb] = acc.next();
+      timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, ob, lb, ctx.cfg.attn); });
+      acc.merge(ctx);
     }
-    if (!have) {  // nothing visible to any local row (or no compute)
-      Kokkos::deep_copy(o, T(0));
-      Kokkos::deep_copy(lse, kernels::neg_inf<T>());
-    }
+    acc.finish();  // nothing visible to any local row (or no compute): 0 / -inf
   }
 
   // Given o, lse, dout[Sl,H,D] -> dq[Sl,H,D], dk, dv[Sl,Hkv,D] (overwritten).

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/attention.hpp"
@@ -139,6 +140,46 @@ Fingerprint fingerprint(const V& v) {
 // a reuse decision must be the same on all ranks, or one would post transfers the others
 // never match.
 bool all_agree(Context& ctx, const comm::Group& g, bool mine);
+
+// The online merge of partial attention results over blocks of keys: the first block's
+// (O, LSE) is written into o, lse directly, each later one into a scratch partial and merged
+// by LSE (kernels::lse_merge, fp32 or wider); when no block was merged, finish() gives o = 0,
+// lse = -inf (rows that see no key). Use:
+//   OnlineMerge<T> acc(o, lse, "ring:g3");
+//   for each visible block: auto [ob, lb] = acc.next(); <attention into ob, lb>; acc.merge(ctx);
+//   acc.finish();
+template <class T>
+class OnlineMerge {
+ public:
+  OnlineMerge(View3<T> o, View2<T> lse, std::string name) : o_(o), lse_(lse), name_(std::move(name)) {}
+  // Where the next block's (O, LSE) goes.
+  std::pair<View3<T>, View2<T>> next() {
+    if (!have_) return {o_, lse_};
+    if (!o_part_.data()) {
+      o_part_ = view3<T>(scratch<T>(name_ + "_o_part", o_.span()).data(), o_.extent(0), o_.extent(1), o_.extent(2));
+      lse_part_ = View2<T>(scratch<T>(name_ + "_lse_part", lse_.span()).data(), lse_.extent(0), lse_.extent(1));
+    }
+    return {o_part_, lse_part_};
+  }
+  // The block written to next() is complete: merge it (timed as compute).
+  void merge(Context& ctx) {
+    if (have_) timed_aux(ctx, [&] { kernels::lse_merge<T>(o_, lse_, o_part_, lse_part_); });
+    have_ = true;
+  }
+  void finish() {
+    if (have_) return;
+    Kokkos::deep_copy(o_, T(0));
+    Kokkos::deep_copy(lse_, kernels::neg_inf<T>());
+  }
+
+ private:
+  View3<T> o_;
+  View2<T> lse_;
+  std::string name_;
+  View3<T> o_part_;
+  View2<T> lse_part_;
+  bool have_ = false;
+};
 
 // Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,

@@ -53,15 +53,12 @@ class DoubleRing final : public Scheme<T> {
       buf[(O - 1) % 2] = outer_kept_.reserve(2 * n);
       pack_kv<T>(k, v, buf[0]);
     }
-    View3<T> o_part;
-    View2<T> lse_part;
+    OnlineMerge<T> acc(o, lse, "doublering");
     for (int s = 0; s < O; ++s) {
       comm::Request req;
-      if (s < O - 1 && outer_comm) {  // next outer block, in flight during the inner ring
+      if (s < O - 1 && outer_comm)  // next outer block, in flight during the inner ring
         req = ctx.comm.isendrecv(buf[s % 2].data(), bytes, (nd + 1) % O, buf[(s + 1) % 2].data(), bytes,
                                  (nd - 1 + O) % O, outer_, s);
-        ctx.stats.bytes_sent += int64_t(bytes);
-      }
       const auto kpos = block_positions(ctx, s);
       CView3<T> Kc = k, Vc = v;
       if (s > 0 && outer_comm) {
@@ -70,18 +67,12 @@ class DoubleRing final : public Scheme<T> {
       }
       // The last outer step's inner ring keeps its last block: the backward starts there.
       KeptBlock<T>* keep = s == O - 1 ? &inner_kept_ : nullptr;
-      if (s == 0) {
-        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o, lse, keep);
-      } else {
-        if (!o_part.data()) {
-          o_part = view3<T>(scratch<T>("doublering_o_part", o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
-          lse_part = View2<T>(scratch<T>("doublering_lse_part", lse.span()).data(), lse.extent(0), lse.extent(1));
-        }
-        ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, o_part, lse_part, keep);
-        if (computes(ctx)) timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_part, lse_part); });
-      }
+      const auto [ob, lb] = acc.next();
+      ring_forward<T>(ctx, inner_, q, Kc, Vc, qpos, kpos, ob, lb, keep);
+      if (computes(ctx)) acc.merge(ctx);
       timed_wait(ctx, req);
     }
+    acc.finish();
     if (outer_comm) outer_kept_.keep(k, v);
   }
 

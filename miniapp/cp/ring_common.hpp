@@ -79,9 +79,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   if (keep) keep->valid = false;
   if (keep && P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->reserve(2 * n);  // the last step's: kept
   pack_kv<T>(k, v, buf[0]);
-  View3<T> o_blk;
-  View2<T> lse_blk;
-  bool have = false;
+  OnlineMerge<T> acc(o, lse, "ring" + gid);
   for (int s = 0; s < P; ++s) {
     ctx.step = s;
     View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
@@ -93,26 +91,14 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
       } else {
         const auto Kc = view3<T>(cur.data(), Skv, Hkv, D), Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
         const auto mask = make_mask(ctx.cfg, qpos, bpos);
-        if (!have) {
-          timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o, lse, ctx.cfg.attn); });
-          have = true;
-        } else {
-          if (!o_blk.data()) {
-            o_blk = view3<T>(scratch<T>("ring_o_blk" + gid, o.span()).data(), o.extent(0), o.extent(1), o.extent(2));
-            lse_blk = View2<T>(scratch<T>("ring_lse_blk" + gid, lse.span()).data(), lse.extent(0), lse.extent(1));
-          }
-          timed_compute(ctx,
-                        [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, o_blk, lse_blk, ctx.cfg.attn); });
-          timed_aux(ctx, [&] { kernels::lse_merge<T>(o, lse, o_blk, lse_blk); });
-        }
+        const auto [ob, lb] = acc.next();
+        timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, ob, lb, ctx.cfg.attn); });
+        acc.merge(ctx);
       }
     }
     timed_wait(ctx, req);
   }
-  if (!have) {  // nothing visible to any local row
-    Kokkos::deep_copy(o, T(0));
-    Kokkos::deep_copy(lse, kernels::neg_inf<T>());
-  }
+  acc.finish();  // nothing visible to any local row: 0 / -inf
   if (keep && P > 1 && communicates(ctx)) keep->keep(k, v);
 }
 
