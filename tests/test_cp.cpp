@@ -66,7 +66,7 @@ Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm
   }();
   scheme->forward(ctx, Q, K, Vv, O, L);
   Outputs out{test::to_vec(O), test::to_vec(L), {}, {}, {}};
-  if (info.has_backward()) {
+  if (cfg.problem == cp::Problem::Train) {
     scheme->backward(ctx, Q, K, Vv, O, L, dO, dQ, dK, dV);
     out.dq = test::to_vec(dQ);
     out.dk = test::to_vec(dK);
@@ -121,84 +121,88 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
   cfg.decode_tokens = 3;
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
 
-  const std::string why = cp::check(info, cfg);
-  const bool expect_refusal = (g_scheme == "none" && P > 1) || (g_scheme == "ulysses" && cfg.heads % P != 0);
-  if (expect_refusal) {
-    ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
-    EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
-    if (g_scheme == "ulysses")
-      EXPECT_NE(why.find("heads (" + std::to_string(cfg.heads) + ") divisible by ranks (" + std::to_string(P) + ")"),
-                std::string::npos)
-          << why;
-    if (g_scheme == "none") EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
-    if (r == 0) std::printf("[ refused  ] %s np=%d: %s\n", g_scheme.c_str(), P, why.c_str());
-    return;
-  }
-  ASSERT_TRUE(why.empty()) << g_scheme << " refused a runnable case: " << why;
+  for (const cp::Problem problem : info.problems) {  // `none` solves train and decode
+    cfg.problem = problem;
+    SCOPED_TRACE(cp::to_string(problem));
+    const std::string why = cp::check(info, cfg);
+    const bool expect_refusal = (g_scheme == "none" && P > 1) || (g_scheme == "ulysses" && cfg.heads % P != 0);
+    if (expect_refusal) {
+      ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
+      EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
+      if (g_scheme == "ulysses")
+        EXPECT_NE(why.find("heads (" + std::to_string(cfg.heads) + ") divisible by ranks (" + std::to_string(P) + ")"),
+                  std::string::npos)
+            << why;
+      if (g_scheme == "none") EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
+      if (r == 0) std::printf("[ refused  ] %s np=%d: %s\n", g_scheme.c_str(), P, why.c_str());
+      continue;
+    }
+    ASSERT_TRUE(why.empty()) << g_scheme << " refused a runnable case: " << why;
 
-  // The global problem; a decode scheme decodes decode_tokens queries placed after the cache.
-  const int64_t Sq = cp::global_q_tokens(info, cfg), Sk = cfg.seq_len, q0 = cp::first_q_position(info, cfg);
-  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
-  const Vec Qg = global_tensor(101, Sq, H, D, 2.0), Kg = global_tensor(102, Sk, Hkv, D, 2.0),
-            Vg = global_tensor(103, Sk, Hkv, D, 1.0), dOg = global_tensor(104, Sq, H, D, 1.0);
+    // The global problem; a decode scheme decodes decode_tokens queries placed after the cache.
+    const int64_t Sq = cp::global_q_tokens(cfg), Sk = cfg.seq_len, q0 = cp::first_q_position(cfg);
+    const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
+    const Vec Qg = global_tensor(101, Sq, H, D, 2.0), Kg = global_tensor(102, Sk, Hkv, D, 2.0),
+              Vg = global_tensor(103, Sk, Hkv, D, 1.0), dOg = global_tensor(104, Sq, H, D, 1.0);
 
-  // Reference: `none` semantics on the whole problem, fp64 and fp32 (kernels called directly
-  // so that tree's queries-after-cache problem is covered too).
-  cp::Config one = cfg;
-  one.ranks = 1;
-  std::vector<int64_t> qidx(Sq), kidx(Sk);
-  for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
-  for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
-  auto reference = [&](auto tag) {
-    using T = decltype(tag);
-    using V3 = kernels::View3<T>;
-    auto Q = test::make_view<V3>("q", Qg, Sq, H, D), K = test::make_view<V3>("k", Kg, Sk, Hkv, D),
-         Vv = test::make_view<V3>("v", Vg, Sk, Hkv, D), dO = test::make_view<V3>("do", dOg, Sq, H, D);
-    V3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
-    kernels::View2<T> L("lse", Sq, H);
-    const auto mask = cp::make_mask(one, qidx, kidx);
-    kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
-    kernels::attention_bwd<T>(Q, K, Vv, O, L, dO, mask, dQ, dK, dV, cfg.attn);
-    return Outputs{test::to_vec(O), test::to_vec(L), test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
-  };
-  const Outputs ref64 = reference(double{}), ref32 = reference(float{});
+    // Reference: `none` semantics on the whole problem, fp64 and fp32 (kernels called directly
+    // so that tree's queries-after-cache problem is covered too).
+    cp::Config one = cfg;
+    one.ranks = 1;
+    std::vector<int64_t> qidx(Sq), kidx(Sk);
+    for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
+    for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
+    auto reference = [&](auto tag) {
+      using T = decltype(tag);
+      using V3 = kernels::View3<T>;
+      auto Q = test::make_view<V3>("q", Qg, Sq, H, D), K = test::make_view<V3>("k", Kg, Sk, Hkv, D),
+           Vv = test::make_view<V3>("v", Vg, Sk, Hkv, D), dO = test::make_view<V3>("do", dOg, Sq, H, D);
+      V3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
+      kernels::View2<T> L("lse", Sq, H);
+      const auto mask = cp::make_mask(one, qidx, kidx);
+      kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
+      kernels::attention_bwd<T>(Q, K, Vv, O, L, dO, mask, dQ, dK, dV, cfg.attn);
+      return Outputs{test::to_vec(O), test::to_vec(L), test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
+    };
+    const Outputs ref64 = reference(double{}), ref32 = reference(float{});
 
-  const cp::Shard sh = info.shard(cfg, r);
-  // fp32 on direct buffers with a progress thread (as the benchmarks run), fp64 through host
-  // staging (every op a scheme uses, staged) without one.
-  auto comm = comm::make_mpi_comm(comm::Progress::Thread);
-  auto staged = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Host);
-  const Vec q = rows(Qg, sh.q, q0, H * D), k = rows(Kg, sh.kv, 0, Hkv * D), v = rows(Vg, sh.kv, 0, Hkv * D),
-            dout = rows(dOg, sh.q, q0, H * D);
-  const Outputs got32 = run<float>(info, cfg, *comm, q, k, v, dout, sh.q.size(), sh.kv.size());
-  const Outputs got64 = run<double>(info, cfg, *staged, q, k, v, dout, sh.q.size(), sh.kv.size());
+    const cp::Shard sh = info.shard(cfg, r);
+    // fp32 on direct buffers with a progress thread (as the benchmarks run), fp64 through host
+    // staging (every op a scheme uses, staged) without one.
+    auto comm = comm::make_mpi_comm(comm::Progress::Thread);
+    auto staged = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Host);
+    const Vec q = rows(Qg, sh.q, q0, H * D), k = rows(Kg, sh.kv, 0, Hkv * D), v = rows(Vg, sh.kv, 0, Hkv * D),
+              dout = rows(dOg, sh.q, q0, H * D);
+    const Outputs got32 = run<float>(info, cfg, *comm, q, k, v, dout, sh.q.size(), sh.kv.size());
+    const Outputs got64 = run<double>(info, cfg, *staged, q, k, v, dout, sh.q.size(), sh.kv.size());
 
-  struct Item {
-    const char* what;
-    const Vec Outputs::*field;
-    const std::vector<int64_t>* idx;
-    int64_t offset;
-    int width;
-  };
-  std::vector<Item> items = {{"O", &Outputs::o, &sh.q, q0, H * D}, {"LSE", &Outputs::lse, &sh.q, q0, H}};
-  if (info.has_backward()) {
-    items.push_back({"dQ", &Outputs::dq, &sh.q, q0, H * D});
-    items.push_back({"dK", &Outputs::dk, &sh.kv, 0, Hkv * D});
-    items.push_back({"dV", &Outputs::dv, &sh.kv, 0, Hkv * D});
-  }
-  for (const Item& it : items) {
-    const Vec& want64 = ref64.*(it.field);
-    const double norm = norm_of(want64);
-    const Vec want_local = rows(want64, *it.idx, it.offset, it.width);
-    const double e_none = err(rows(ref32.*(it.field), *it.idx, it.offset, it.width), want_local, norm);
-    const double e32 = err(got32.*(it.field), want_local, norm);
-    const double e64 = err(got64.*(it.field), want_local, norm);
-    const double floor_ulps = std::ldexp(1.0, -21);
-    EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps))
-        << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
-    EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
-    if (r == 0 && ::testing::Test::HasFailure())
-      std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g\n", g_scheme.c_str(), P, it.what, e32, e_none, e64);
+    struct Item {
+      const char* what;
+      const Vec Outputs::*field;
+      const std::vector<int64_t>* idx;
+      int64_t offset;
+      int width;
+    };
+    std::vector<Item> items = {{"O", &Outputs::o, &sh.q, q0, H * D}, {"LSE", &Outputs::lse, &sh.q, q0, H}};
+    if (cfg.problem == cp::Problem::Train) {
+      items.push_back({"dQ", &Outputs::dq, &sh.q, q0, H * D});
+      items.push_back({"dK", &Outputs::dk, &sh.kv, 0, Hkv * D});
+      items.push_back({"dV", &Outputs::dv, &sh.kv, 0, Hkv * D});
+    }
+    for (const Item& it : items) {
+      const Vec& want64 = ref64.*(it.field);
+      const double norm = norm_of(want64);
+      const Vec want_local = rows(want64, *it.idx, it.offset, it.width);
+      const double e_none = err(rows(ref32.*(it.field), *it.idx, it.offset, it.width), want_local, norm);
+      const double e32 = err(got32.*(it.field), want_local, norm);
+      const double e64 = err(got64.*(it.field), want_local, norm);
+      const double floor_ulps = std::ldexp(1.0, -21);
+      EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps))
+          << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
+      EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
+      if (r == 0 && ::testing::Test::HasFailure())
+        std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g\n", g_scheme.c_str(), P, it.what, e32, e_none, e64);
+    }
   }
 }
 
@@ -267,6 +271,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   cfg.kv_heads = 2;
   cfg.head_dim = 16;
   cfg.ranks = P;
+  cfg.problem = info.problems.front();
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
   cfg.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;  // doublering: two nodes' worth of outer ring from np 4
   if (!info.has_backward() || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
@@ -343,6 +348,7 @@ class CpInterleave : public ::testing::Test {
     cfg_.kv_heads = 2;
     cfg_.head_dim = 16;
     cfg_.ranks = P;
+    cfg_.problem = info_->problems.front();
     cfg_.decode_tokens = 3;
     cfg_.attn.tile_q = cfg_.attn.tile_k = 16;
     cfg_.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;
@@ -354,7 +360,7 @@ class CpInterleave : public ::testing::Test {
   // Batch `seed`'s rows of global tensors (distinct data per seed) in fresh buffers.
   Batch make(uint64_t seed) const {
     const int H = cfg_.heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
-    const int64_t Sq = cp::global_q_tokens(*info_, cfg_), Sk = cfg_.seq_len, q0 = cp::first_q_position(*info_, cfg_);
+    const int64_t Sq = cp::global_q_tokens(cfg_), Sk = cfg_.seq_len, q0 = cp::first_q_position(cfg_);
     const size_t sq = sh_.q.size(), skv = sh_.kv.size();
     Batch b;
     b.q = test::make_view<V3>("q", rows(global_tensor(seed, Sq, H, D, 2.0), sh_.q, q0, H * D), sq, H, D);

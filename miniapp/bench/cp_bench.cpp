@@ -146,13 +146,14 @@ int run(int argc, char** argv, int rank, int P) {
   cfg.window = o.window;
   cfg.doc_len = o.doc_len;
   cfg.ranks = P;
+  cfg.problem = info->problems.front();
   cfg.attn.tile_q = cfg.attn.tile_k = o.tile;
   const std::string why = cp::check(*info, cfg);
   if (!why.empty()) return fail(why);  // before any allocation
   if (o.pass != "fwd" && !info->has_backward())
-    return fail(o.scheme + " solves a " + cp::to_string(info->problem) + " problem without a backward pass: use --pass fwd");
+    return fail(o.scheme + " solves only the decode problem, which has no backward pass: use --pass fwd");
 
-  const int64_t q0 = cp::first_q_position(*info, cfg);
+  const int64_t q0 = cp::first_q_position(cfg);
   const cp::Shard sh = info->shard(cfg, rank);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
   auto q = local_rows(sh.q, q0, H, D, 1), dout = local_rows(sh.q, q0, H, D, 4);

@@ -9,10 +9,12 @@ namespace {
 template <class T>
 class None final : public Scheme<T> {
  public:
+  // train: q, k, v[S,.,D]; decode: q[T,H,D] at positions S.. against the cache k, v[S,Hkv,D].
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
     if (!computes(ctx)) return;
-    const auto pos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
-    const auto mask = make_mask(ctx.cfg, pos, pos);
+    const auto kpos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
+    const auto qpos = ctx.cfg.problem == Problem::Decode ? decode_positions(ctx.cfg) : kpos;
+    const auto mask = make_mask(ctx.cfg, qpos, kpos);
     timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, k, v, mask, o, lse, ctx.cfg.attn); });
   }
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
@@ -31,14 +33,15 @@ class None final : public Scheme<T> {
 }  // namespace
 
 SchemeInfo none_scheme() {
-  SchemeInfo s = make_info<None>("none", "single rank, no communication (the reference)");
+  SchemeInfo s = make_info<None>("none", "single rank, no communication (the reference); train and decode");
+  s.problems = {Problem::Train, Problem::Decode};
   s.refuses = "ranks > 1";
   s.check = [](const Config& c) -> std::string {
     return c.ranks == 1 ? "" : "none needs ranks == 1 (got " + std::to_string(c.ranks) + ")";
   };
   s.shard = [](const Config& c, int r) {
     const auto t = layout::contiguous(c.seq_len, 1, r);
-    return Shard{t, t};
+    return Shard{c.problem == Problem::Decode ? decode_positions(c) : t, t};
   };
   return s;
 }

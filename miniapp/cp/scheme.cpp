@@ -56,28 +56,35 @@ std::string check(const SchemeInfo& s, const Config& c) {
   if (c.ranks < 1) return "ranks must be >= 1";
   if (c.window < 0) return "window must be >= 0";
   if (c.doc_len < 0) return "doc_len must be >= 0";
+  if (!s.solves(c.problem)) {
+    std::string can;
+    for (Problem p : s.problems) can += std::string(can.empty() ? "" : ", ") + to_string(p);
+    return s.name + " does not solve the " + to_string(c.problem) + " problem (it solves: " + can + ")";
+  }
   for (const Setting& st : s.settings)
     if (c.*st.field < st.min_value)
       return s.name + " needs " + st.name + " (" + num(c.*st.field) + ") >= " + num(st.min_value);
   return s.check(c);
 }
 
-int64_t global_q_tokens(const SchemeInfo& s, const Config& cfg) {
-  return s.problem == Problem::Decode ? cfg.decode_tokens : cfg.seq_len;
-}
+int64_t global_q_tokens(const Config& cfg) { return cfg.problem == Problem::Decode ? cfg.decode_tokens : cfg.seq_len; }
 
-int64_t first_q_position(const SchemeInfo& s, const Config& cfg) {
-  return s.problem == Problem::Decode ? cfg.seq_len : 0;
+int64_t first_q_position(const Config& cfg) { return cfg.problem == Problem::Decode ? cfg.seq_len : 0; }
+
+std::vector<int64_t> decode_positions(const Config& cfg) {
+  std::vector<int64_t> pos(size_t(cfg.decode_tokens));
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = cfg.seq_len + int64_t(i);
+  return pos;
 }
 
 int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   // Every layout holds ceil(S/P) rows at most on a rank; decode queries sit on every rank.
   // Counted, not built: a shard list of a huge S would itself not fit.
   const int64_t skv = (cfg.seq_len + cfg.ranks - 1) / cfg.ranks;
-  const int64_t sq = s.problem == Problem::Decode ? cfg.decode_tokens : skv;
+  const int64_t sq = cfg.problem == Problem::Decode ? cfg.decode_tokens : skv;
   // In double: a seq_len near 2^63 must give "too much", not wrap around.
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
-  const int copies = s.has_backward() ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
+  const int copies = cfg.problem == Problem::Train ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
   const double tensors = 2.0 * copies * (q + kv) + double(sq) * cfg.heads;
   const double work = s.workspace_bytes ? double(s.workspace_bytes(cfg, elem)) / double(elem) : 0.0;
   return bytes_of(tensors + work, elem);

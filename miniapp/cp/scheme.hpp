@@ -2,6 +2,7 @@
 // the benchmarks loop over. A new scheme is one file in miniapp/cp/ that returns a
 // SchemeInfo, plus one line in registry.cpp.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,8 +25,15 @@ enum class Mode { Full, ComputeOnly, CommOnly };
 Mode parse_mode(const std::string& s);
 const char* to_string(Mode m);
 
+// The problem a call solves: train (forward and backward over the whole sequence of seq_len
+// tokens) or decode (decode_tokens new query tokens at positions seq_len.. against a KV cache
+// of seq_len tokens, forward only).
+enum class Problem { Train, Decode };
+const char* to_string(Problem p);
+
 struct Config {
-  int64_t seq_len = 0;     // S, global tokens (tree: the KV-cache length)
+  Problem problem = Problem::Train;
+  int64_t seq_len = 0;     // S, global tokens (decode: the KV-cache length)
   int heads = 8;           // H, query heads
   int kv_heads = 8;        // Hkv, key/value heads (GQA when < heads)
   int head_dim = 64;       // D
@@ -79,11 +87,6 @@ class Scheme {
                         CView3<T> dout, View3<T> dq, View3<T> dk, View3<T> dv) = 0;
 };
 
-// The problem a scheme solves: train (forward and backward over the whole sequence) or
-// decode (a few new query tokens against a KV cache of seq_len tokens, forward only).
-enum class Problem { Train, Decode };
-const char* to_string(Problem p);
-
 // One integer setting a scheme reads from Config. Drivers register them from the registry
 // (flag --<name with '-' for '_'>, deck key sweep.<name>), so a scheme's settings, their help
 // and their defaults live in its own file. `field` is the Config member it sets.
@@ -98,7 +101,7 @@ struct Setting {
 struct SchemeInfo {
   std::string name;
   std::string summary;
-  Problem problem = Problem::Train;
+  std::vector<Problem> problems = {Problem::Train};  // the problems it can solve
   std::vector<Setting> settings;
   // What the scheme refuses, in words, for --list-schemes (check() gives the concrete reason).
   std::string refuses;
@@ -112,7 +115,8 @@ struct SchemeInfo {
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
 
-  bool has_backward() const { return problem == Problem::Train; }
+  bool solves(Problem p) const { return std::find(problems.begin(), problems.end(), p) != problems.end(); }
+  bool has_backward() const { return solves(Problem::Train); }
 };
 
 // values * elem bytes as int64, saturating (a seq_len near 2^63 must read as "too much").
@@ -143,8 +147,10 @@ std::vector<Setting> all_settings();
 
 // Global query tokens of the problem (decode: decode_tokens), and the position of the first
 // (decode: the queries sit right after the seq_len cache tokens).
-int64_t global_q_tokens(const SchemeInfo& s, const Config& cfg);
-int64_t first_q_position(const SchemeInfo& s, const Config& cfg);
+int64_t global_q_tokens(const Config& cfg);
+int64_t first_q_position(const Config& cfg);
+// Positions of the decode queries: seq_len .. seq_len + decode_tokens - 1.
+std::vector<int64_t> decode_positions(const Config& cfg);
 
 // Bytes per rank of the attention tensors a caller hands the scheme on the rank that holds
 // most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H]; the backward

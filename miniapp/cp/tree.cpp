@@ -11,12 +11,6 @@
 namespace minicp::cp {
 namespace {
 
-// Positions of the decoded queries: right after the S cache tokens.
-std::vector<int64_t> query_positions(const Config& cfg) {
-  std::vector<int64_t> pos(size_t(cfg.decode_tokens));
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = cfg.seq_len + int64_t(i);
-  return pos;
-}
 
 
 // o[Tq,H,D], lse[Tq,H] local; m[Tq,H] the global max LSE -> packed[Tq*H*D + Tq*H] = [w*o | w],
@@ -67,7 +61,7 @@ class Tree final : public Scheme<T> {
   // lse[Tq,H], the full result on every rank.
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
     const auto& g = ctx.comm.world();
-    const auto qpos = query_positions(ctx.cfg);
+    const auto qpos = decode_positions(ctx.cfg);
     const auto kpos = layout::contiguous(ctx.cfg.seq_len, g.size, g.rank);
     ctx.step = 0;
     bool have = false;
@@ -106,11 +100,11 @@ class Tree final : public Scheme<T> {
 SchemeInfo tree_scheme() {
   SchemeInfo s = make_info<Tree>(
       "tree", "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps");
-  s.problem = Problem::Decode;
+  s.problems = {Problem::Decode};
   s.settings = {{"decode_tokens", "query tokens decoded against the KV cache (tokens)", 1, 1, &Config::decode_tokens}};
   s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
-  s.shard = [](const Config& c, int r) { return Shard{query_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
+  s.shard = [](const Config& c, int r) { return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
   s.workspace_bytes = [](const Config& c, size_t elem) {  // the max LSE and the packed [w*O | w]
     return bytes_of(double(c.decode_tokens) * c.heads * (c.head_dim + 2.0), elem);
   };
