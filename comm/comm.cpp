@@ -1,6 +1,8 @@
-// Backend-neutral parts of the communicator: group splits along the rank grid, sizes of
-// the data types, parsing of the progress strategy.
+// Backend-neutral parts of the communicator: group splits along the rank grid, the events
+// and byte count of every call, sizes of the data types, parsing of the progress strategy.
 #include "comm/comm.hpp"
+
+#include <mpi.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -69,6 +71,24 @@ Group Communicator::split_contiguous(int size, const std::string& name) {
 Group Communicator::split_strided(int size, const std::string& name) {
   check_divides(size, world_.size, name);
   return split_color(world_.rank % (world_.size / size), name);
+}
+
+Event Communicator::posted(EventKind kind, int peer, const Group& g, int step, int64_t payload_bytes) {
+  if (kind == EventKind::SendRecv && peer == g.rank) payload_bytes = 0;  // stays on this rank
+  const int64_t bytes = bytes_leaving(kind, payload_bytes, g.size);
+  bytes_sent_ += bytes;
+  return Event{kind, peer, g.id, step, bytes, 0, MPI_Wtime(), 0};
+}
+
+int64_t Communicator::to_others(const std::vector<size_t>& send_bytes, const Group& g) {
+  int64_t sum = 0;
+  for (size_t i = 0; i < send_bytes.size(); ++i)
+    if (int(i) != g.rank) sum += int64_t(send_bytes[i]);
+  return sum;
+}
+
+Event Communicator::wait_event(const Event& op, double t0, double t1) {
+  return Event{EventKind::Wait, op.peer, op.group, op.step, bytes_leaving(EventKind::Wait, 0, 1), 0, t0, t1};
 }
 
 }  // namespace minicp::comm
