@@ -60,7 +60,6 @@ class DoubleRing final : public Scheme<T> {
       if (s < O - 1 && outer_comm) {  // next outer block, in flight during the inner ring
         req = ctx.comm.isendrecv(buf[s % 2].data(), bytes, (nd + 1) % O, buf[(s + 1) % 2].data(), bytes,
                                  (nd - 1 + O) % O, outer_, s);
-        ctx.stats.bytes_sent += int64_t(bytes);
       }
       const auto kpos = block_positions(ctx, s);
       CView3<T> Kc = k, Vc = v;
@@ -135,7 +134,6 @@ class DoubleRing final : public Scheme<T> {
         if (t + 1 < O - 1) {  // step t+1's block; this one goes on to node nd-1
           req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd - 1 + O) % O, kv_of(t + 1).data(), bytes,
                                       (nd + 1) % O, outer_, t);
-          ctx.stats.bytes_sent += int64_t(bytes);
         }
       }
       const auto kpos = outer_block_positions(ctx, b);
@@ -153,7 +151,6 @@ class DoubleRing final : public Scheme<T> {
       } else {  // home to node b; node nd-1-t's partial for this rank's block comes back
         req_dkv = ctx.comm.isendrecv(part.data(), bytes, b, dkv_recv.data(), bytes, (nd - 1 - t + 2 * O) % O, outer_,
                                      t, kAccChannel);
-        ctx.stats.bytes_sent += int64_t(bytes);
       }
       timed_wait(ctx, req_kv);
     }
