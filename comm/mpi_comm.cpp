@@ -130,6 +130,7 @@ class MpiComm final : public Communicator {
     MPI_Query_thread(&provided);
     if (progress == Progress::Thread && provided < MPI_THREAD_MULTIPLE)
       throw std::runtime_error("progress=thread needs MPI initialised with MPI_THREAD_MULTIPLE");
+    topology_ = node_topology();
     world_ = make_group(MPI_COMM_WORLD, "world", /*dup=*/true);
     if (progress == Progress::Thread) {
       thread_ = std::thread([this] { progress_loop(); });
@@ -401,12 +402,7 @@ class MpiComm final : public Communicator {
 
   // Pins the progress thread to progress_cpus[local rank mod size].
   void pin_progress_thread(const std::vector<int>& cpus) {
-    MPI_Comm node;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "Comm_split_type");
-    int local = 0;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    const int cpu = cpus[size_t(local) % cpus.size()];
+    const int cpu = cpus[size_t(topology_.local_rank) % cpus.size()];
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);

@@ -44,12 +44,8 @@ class NcclComm final : public Communicator {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
       throw std::runtime_error("nccl backend: no CUDA device visible");
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    int local_rank = 0;
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_free(&local);
-    cuda_check(cudaSetDevice(local_rank % devices), "cudaSetDevice");
+    topology_ = node_topology();
+    cuda_check(cudaSetDevice(topology_.local_rank % devices), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -578,6 +578,34 @@ TEST_P(Comm, DisabledTraceRecordsNothing) {
   EXPECT_GE(trace().seconds(EventKind::Barrier), 0.0);
 }
 
+// The node topology on one host (where ctest runs it): every rank on node 0, local ranks
+// 0..P-1 once each in world-rank order. Skipped, on every rank alike, when the ranks span
+// several hosts.
+TEST_P(Comm, TopologyOfOneHost) {
+  const int P = world_size(), wr = world_rank();
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  std::vector<char> all(size_t(P) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < P; ++r)
+    if (std::strncmp(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME, host, MPI_MAX_PROCESSOR_NAME) != 0)
+      GTEST_SKIP() << "ranks on several hosts";
+  const mc::Topology& t = c_->topology();
+  EXPECT_EQ(t.local_size, P);
+  EXPECT_EQ(t.local_rank, wr) << "local ranks follow the world ranks";
+  EXPECT_EQ(t.node, 0);
+  EXPECT_EQ(t.nodes, 1);
+  EXPECT_EQ(t.min_local_size, P);
+  EXPECT_EQ(t.hosts, std::vector<std::string>{std::string(host, size_t(len))});
+  EXPECT_EQ(t.node_of_rank, std::vector<int>(size_t(P), 0));
+  std::vector<int> locals(size_t(P), -1), once(size_t(P), 0);
+  MPI_Allgather(&t.local_rank, 1, MPI_INT, locals.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  for (int l : locals)
+    if (l >= 0 && l < P) ++once[size_t(l)];
+  EXPECT_EQ(once, std::vector<int>(size_t(P), 1)) << "every local rank 0..P-1 exactly once";
+}
+
 // With host staging MPI receives into a staging buffer: the caller's buffer is written by
 // wait(), not before, even when the transfer itself completed long before.
 TEST_P(Comm, StagedReceiveLandsInWait) {
