@@ -1,8 +1,12 @@
-// Backend-neutral parts of the communicator: group splits along the rank grid, sizes of
-// the data types, parsing of the progress strategy.
+// Backend-neutral parts of the communicator: group splits along the rank grid, the events
+// and byte count of every call, the node topology, sizes of the data types, parsing of the
+// progress strategy.
 #include "comm/comm.hpp"
 
+#include <mpi.h>
+
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include <unistd.h>
@@ -69,6 +73,67 @@ Group Communicator::split_contiguous(int size, const std::string& name) {
 Group Communicator::split_strided(int size, const std::string& name) {
   check_divides(size, world_.size, name);
   return split_color(world_.rank % (world_.size / size), name);
+}
+
+Event Communicator::posted(EventKind kind, int peer, const Group& g, int step, int64_t payload_bytes) {
+  if (kind == EventKind::SendRecv && peer == g.rank) payload_bytes = 0;  // stays on this rank
+  const int64_t bytes = bytes_leaving(kind, payload_bytes, g.size);
+  bytes_sent_ += bytes;
+  return Event{kind, peer, g.id, step, bytes, 0, MPI_Wtime(), 0};
+}
+
+int64_t Communicator::to_others(const std::vector<size_t>& send_bytes, const Group& g) {
+  int64_t sum = 0;
+  for (size_t i = 0; i < send_bytes.size(); ++i)
+    if (int(i) != g.rank) sum += int64_t(send_bytes[i]);
+  return sum;
+}
+
+Event Communicator::wait_event(const Event& op, double t0, double t1) {
+  return Event{EventKind::Wait, op.peer, op.group, op.step, bytes_leaving(EventKind::Wait, 0, 1), 0, t0, t1};
+}
+
+Topology Communicator::node_topology() {
+  int me = 0, P = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  Topology t;
+  // The code base's one split by shared memory; key = world rank orders the local ranks.
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    throw std::runtime_error("MPI Comm_split_type failed");
+  MPI_Comm_rank(node, &t.local_rank);
+  MPI_Comm_size(node, &t.local_size);
+  int lowest = me;  // a node is known by its lowest world rank
+  MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  std::vector<int> lowest_of(size_t(P), 0);
+  MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> names(size_t(P) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  // Walking the world ranks in order meets each node first at its lowest rank: that is the
+  // node order, and that rank's host name is the node's.
+  std::vector<int> index(size_t(P), -1), count;
+  t.nodes = 0;
+  t.node_of_rank.resize(size_t(P));
+  for (int r = 0; r < P; ++r) {
+    const int lo = lowest_of[size_t(r)];
+    if (index[size_t(lo)] < 0) {
+      index[size_t(lo)] = t.nodes++;
+      const char* h = names.data() + size_t(lo) * MPI_MAX_PROCESSOR_NAME;
+      t.hosts.emplace_back(h, strnlen(h, MPI_MAX_PROCESSOR_NAME));
+      count.push_back(0);
+    }
+    t.node_of_rank[size_t(r)] = index[size_t(lo)];
+    ++count[size_t(index[size_t(lo)])];
+  }
+  t.node = t.node_of_rank[size_t(me)];
+  t.min_local_size = *std::min_element(count.begin(), count.end());
+  return t;
 }
 
 }  // namespace minicp::comm

@@ -1,7 +1,9 @@
 // The communicator every CP scheme talks through: groups built from a rank grid,
 // non-blocking send/recv pairs, (non-blocking) all-gather and reduce-scatter, all-to-all(v),
-// all-reduce, barrier. Every call is recorded in the per-rank Trace. Backends: MPI (host or
-// GPU-aware buffers) and, under MINICP_ENABLE_CUDA, NCCL (comm/nccl_comm.cpp).
+// all-reduce, barrier. Every call is recorded in the per-rank Trace and its bytes (see
+// bytes_leaving in trace.hpp) are added to a running total. The node topology is computed
+// once, at construction. Backends: MPI (host or GPU-aware buffers) and, under
+// MINICP_ENABLE_CUDA, NCCL (comm/nccl_comm.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +32,18 @@ struct Group {
   int rank = 0, size = 1;
   std::vector<int> world_ranks;  // world rank of each group rank
   void* native = nullptr;        // backend handle (MPI_Comm*)
+};
+
+// Where the ranks of the world sit: nodes are the sets of ranks that share memory (one
+// host). Computed once per communicator (collective over the world at construction), so
+// the backends (progress-thread CPUs, GPU selection) and the schemes (ring sizes) agree.
+struct Topology {
+  int local_rank = 0, local_size = 1;  // this rank among its node's ranks (in world-rank order)
+  int node = 0;                        // this rank's node, 0..nodes-1; nodes ordered by their lowest world rank
+  int nodes = 1;
+  int min_local_size = 1;              // fewest ranks on any node
+  std::vector<std::string> hosts;      // one host name per node (MPI_Get_processor_name), index = node
+  std::vector<int> node_of_rank;       // node index of every world rank
 };
 
 // Handle of a non-blocking operation; complete it with Communicator::wait. The state is
@@ -77,6 +91,10 @@ class Communicator {
   virtual void wait(Request& r) = 0;
 
   Trace& trace() { return trace_; }
+  // Bytes that left this rank since construction: the sum of bytes_leaving (trace.hpp) over
+  // every call, counted when the call is posted, whether or not the trace is enabled.
+  int64_t bytes_sent() const { return bytes_sent_; }
+  const Topology& topology() const { return topology_; }
   Progress progress() const { return progress_; }
   // Seconds the progress thread has spent inside MPI calls (where it copies messages),
   // since construction; 0 without a progress thread.
@@ -86,9 +104,24 @@ class Communicator {
   // The backend's split: ranks with the same color form a group, ordered by world rank.
   virtual Group split_color(int color, const std::string& name) = 0;
 
+  // The event of a call posted now (t_begin = MPI_Wtime()), its bytes by bytes_leaving;
+  // adds them to bytes_sent(). Every operation builds its event here, once, when it is
+  // posted: the one place the bytes are counted, so the trace and the total agree. A
+  // send-receive to this rank itself counts 0.
+  Event posted(EventKind kind, int peer, const Group& g, int step, int64_t payload_bytes);
+  // The payload of an all-to-all-v: the sum of the send sizes to the other ranks of g.
+  static int64_t to_others(const std::vector<size_t>& send_bytes, const Group& g);
+  // The Wait event of a wait() on the operation op, blocked from t0 to t1.
+  static Event wait_event(const Event& op, double t0, double t1);
+  // The topology of MPI_COMM_WORLD (collective over it); each backend's constructor sets
+  // topology_ from it.
+  static Topology node_topology();
+
   Group world_;
   Trace trace_;
+  Topology topology_;
   Progress progress_ = Progress::None;
+  int64_t bytes_sent_ = 0;
 };
 
 // Where the MPI backend's buffers are handed to MPI:

@@ -130,6 +130,7 @@ class MpiComm final : public Communicator {
     MPI_Query_thread(&provided);
     if (progress == Progress::Thread && provided < MPI_THREAD_MULTIPLE)
       throw std::runtime_error("progress=thread needs MPI initialised with MPI_THREAD_MULTIPLE");
+    topology_ = node_topology();
     world_ = make_group(MPI_COMM_WORLD, "world", /*dup=*/true);
     if (progress == Progress::Thread) {
       thread_ = std::thread([this] { progress_loop(); });
@@ -157,7 +158,7 @@ class MpiComm final : public Communicator {
                                   std::to_string(kChannels - 1));
     const int tag = kTagP2P + channel;
     auto r = std::make_shared<MpiRequest>();
-    r->ev = Event{EventKind::SendRecv, dst, g.id, step, int64_t(send_bytes), 0, MPI_Wtime(), 0};
+    r->ev = posted(EventKind::SendRecv, dst, g, step, int64_t(send_bytes));
     r->reqs.resize(2);
     if (staged_) {
       send = stage_in(*r, send, send_bytes);
@@ -171,7 +172,7 @@ class MpiComm final : public Communicator {
 
   Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step) override {
     auto r = std::make_shared<MpiRequest>();
-    r->ev = Event{EventKind::AllGather, -1, g.id, step, int64_t(bytes), 0, MPI_Wtime(), 0};
+    r->ev = posted(EventKind::AllGather, -1, g, step, int64_t(bytes));
     r->reqs.resize(1);
     if (staged_) {
       send = stage_in(*r, send, bytes);
@@ -184,8 +185,7 @@ class MpiComm final : public Communicator {
 
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, const Group& g, int step) override {
     auto r = std::make_shared<MpiRequest>();
-    r->ev = Event{EventKind::ReduceScatter, -1, g.id, step, int64_t(count * dtype_size(t) * g.size), 0, MPI_Wtime(),
-                  0};
+    r->ev = posted(EventKind::ReduceScatter, -1, g, step, int64_t(count * dtype_size(t)));
     // Direct algorithm over point-to-point messages (the fast shared-memory path; Open MPI's
     // MPI_Ireduce_scatter_block was 10x slower here for large buffers): block i goes to rank
     // i, received blocks are summed by wait() on the host: direct staging needs host buffers,
@@ -223,7 +223,7 @@ class MpiComm final : public Communicator {
   }
 
   void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step) override {
-    const double t0 = MPI_Wtime();
+    Event ev = posted(EventKind::AllToAll, -1, g, step, int64_t(bytes_per_rank));
     const Count c = byte_count(bytes_per_rank, big_block_);
     MpiRequest st;  // host staging of a blocking call
     if (staged_) {
@@ -232,19 +232,18 @@ class MpiComm final : public Communicator {
     }
     check(MPI_Alltoall(send, c.n, c.type, recv, c.n, c.type, comm_of(g)), "Alltoall");
     finish_staging(st);
-    trace_.add(Event{EventKind::AllToAll, -1, g.id, step, int64_t(bytes_per_rank * g.size), 0, t0, MPI_Wtime()});
+    ev.t_end = MPI_Wtime();
+    trace_.add(ev);
   }
 
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_displ,
                  void* recv, const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_displ,
                  const Group& g, int step) override {
-    const double t0 = MPI_Wtime();
     const size_t n = size_t(g.size);
     if (send_bytes.size() != n || send_displ.size() != n || recv_bytes.size() != n || recv_displ.size() != n)
       throw std::invalid_argument("alltoallv: counts and displacements need one entry per group rank");
     // MPI_Alltoallv takes int counts and displacements (bytes here).
     std::vector<int> si(n), sdi(n), ri(n), rdi(n);
-    int64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
       if (send_displ[i] + send_bytes[i] > size_t(INT32_MAX) || recv_displ[i] + recv_bytes[i] > size_t(INT32_MAX))
         throw std::invalid_argument("alltoallv: buffers over 2 GiB are not supported");
@@ -252,8 +251,8 @@ class MpiComm final : public Communicator {
       sdi[i] = int(send_displ[i]);
       ri[i] = int(recv_bytes[i]);
       rdi[i] = int(recv_displ[i]);
-      total += int64_t(send_bytes[i]);
     }
+    Event ev = posted(EventKind::AllToAllV, -1, g, step, to_others(send_bytes, g));
     MpiRequest st;  // host staging of a blocking call: whole extents of both buffers
     if (staged_) {
       size_t send_end = 0, recv_end = 0;
@@ -273,12 +272,13 @@ class MpiComm final : public Communicator {
     check(MPI_Alltoallv(send, si.data(), sdi.data(), MPI_BYTE, recv, ri.data(), rdi.data(), MPI_BYTE, comm_of(g)),
           "Alltoallv");
     finish_staging(st);
-    trace_.add(Event{EventKind::AllToAllV, -1, g.id, step, total, 0, t0, MPI_Wtime()});
+    ev.t_end = MPI_Wtime();
+    trace_.add(ev);
   }
 
   void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
-    const double t0 = MPI_Wtime();
     if (count > size_t(INT32_MAX)) throw std::invalid_argument("allreduce count over 2^31");
+    Event ev = posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t)));
     MpiRequest st;  // host staging of a blocking call (in place: in and out)
     void* b = buf;
     if (staged_) {
@@ -287,13 +287,15 @@ class MpiComm final : public Communicator {
     }
     check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op), comm_of(g)), "Allreduce");
     finish_staging(st);
-    trace_.add(Event{EventKind::AllReduce, -1, g.id, step, int64_t(count * dtype_size(t)), 0, t0, MPI_Wtime()});
+    ev.t_end = MPI_Wtime();
+    trace_.add(ev);
   }
 
   void barrier(const Group& g) override {
-    const double t0 = MPI_Wtime();
+    Event ev = posted(EventKind::Barrier, -1, g, -1, 0);
     check(MPI_Barrier(comm_of(g)), "Barrier");
-    trace_.add(Event{EventKind::Barrier, -1, g.id, -1, 0, 0, t0, MPI_Wtime()});
+    ev.t_end = MPI_Wtime();
+    trace_.add(ev);
   }
 
   void wait(Request& req) override {
@@ -319,7 +321,7 @@ class MpiComm final : public Communicator {
     Event ev = r->ev;
     ev.t_end = r->t_done;
     trace_.add(ev);
-    trace_.add(Event{EventKind::Wait, ev.peer, ev.group, ev.step, 0, 0, t0, t1});
+    trace_.add(wait_event(ev, t0, t1));
     req.state.reset();
   }
 
@@ -400,12 +402,7 @@ class MpiComm final : public Communicator {
 
   // Pins the progress thread to progress_cpus[local rank mod size].
   void pin_progress_thread(const std::vector<int>& cpus) {
-    MPI_Comm node;
-    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "Comm_split_type");
-    int local = 0;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    const int cpu = cpus[size_t(local) % cpus.size()];
+    const int cpu = cpus[size_t(topology_.local_rank) % cpus.size()];
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);

@@ -44,12 +44,8 @@ class NcclComm final : public Communicator {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
       throw std::runtime_error("nccl backend: no CUDA device visible");
-    MPI_Comm local;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-    int local_rank = 0;
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_free(&local);
-    cuda_check(cudaSetDevice(local_rank % devices), "cudaSetDevice");
+    topology_ = node_topology();
+    cuda_check(cudaSetDevice(topology_.local_rank % devices), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -70,7 +66,7 @@ class NcclComm final : public Communicator {
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
                     const Group& g, int step, int /*channel: NCCL matches sends and receives in stream order*/) override {
-    auto r = start(EventKind::SendRecv, dst, g, step, send_bytes);
+    auto r = start(posted(EventKind::SendRecv, dst, g, step, int64_t(send_bytes)));
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     nccl_check(ncclSend(send, send_bytes, ncclUint8, dst, nc(g), stream_), "ncclSend");
     nccl_check(ncclRecv(recv, recv_bytes, ncclUint8, src, nc(g), stream_), "ncclRecv");
@@ -78,35 +74,41 @@ class NcclComm final : public Communicator {
     return finish(r);
   }
   Request iallgather(const void* send, void* recv, size_t bytes, const Group& g, int step) override {
-    auto r = start(EventKind::AllGather, -1, g, step, bytes);
+    auto r = start(posted(EventKind::AllGather, -1, g, step, int64_t(bytes)));
     nccl_check(ncclAllGather(send, recv, bytes, ncclUint8, nc(g), stream_), "ncclAllGather");
     return finish(r);
   }
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, const Group& g, int step) override {
-    auto r = start(EventKind::ReduceScatter, -1, g, step, count * dtype_size(t) * g.size);
+    auto r = start(posted(EventKind::ReduceScatter, -1, g, step, int64_t(count * dtype_size(t))));
     nccl_check(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, nc(g), stream_), "ncclReduceScatter");
     return finish(r);
   }
   void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step) override {
     std::vector<size_t> counts(g.size, bytes_per_rank), displ(g.size);
     for (int i = 0; i < g.size; ++i) displ[i] = bytes_per_rank * i;
-    exchange(EventKind::AllToAll, send, counts, displ, recv, counts, displ, g, step);
+    exchange(posted(EventKind::AllToAll, -1, g, step, int64_t(bytes_per_rank)), send, counts, displ, recv, counts,
+             displ, g);
   }
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_displ,
                  void* recv, const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_displ,
                  const Group& g, int step) override {
-    exchange(EventKind::AllToAllV, send, send_bytes, send_displ, recv, recv_bytes, recv_displ, g, step);
+    exchange(posted(EventKind::AllToAllV, -1, g, step, to_others(send_bytes, g)), send, send_bytes, send_displ, recv,
+             recv_bytes, recv_displ, g);
   }
   void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
-    auto r = start(EventKind::AllReduce, -1, g, step, count * dtype_size(t));
+    auto r = start(posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t))));
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), op == ReduceOp::Sum ? ncclSum : ncclMax, nc(g), stream_),
                "ncclAllReduce");
     Request q = finish(r);
     wait(q);
   }
+  // An all-reduce of one float, recorded as the Barrier it stands for (no payload: 0 bytes).
   void barrier(const Group& g) override {
-    auto& scratch = barrier_buf();
-    allreduce(scratch, 1, DType::F32, ReduceOp::Sum, g, -1);
+    float* scratch = barrier_buf();
+    auto r = start(posted(EventKind::Barrier, -1, g, -1, 0));
+    nccl_check(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, nc(g), stream_), "ncclAllReduce");
+    Request q = finish(r);
+    wait(q);
   }
   void wait(Request& req) override {
     if (!req.state) return;
@@ -117,7 +119,7 @@ class NcclComm final : public Communicator {
     Event ev = r->ev;
     ev.t_end = t1;
     trace_.add(ev);
-    trace_.add(Event{EventKind::Wait, ev.peer, ev.group, ev.step, 0, 0, t0, t1});
+    trace_.add(wait_event(ev, t0, t1));
     req.state.reset();
   }
 
@@ -143,9 +145,10 @@ class NcclComm final : public Communicator {
     comms_.push_back(std::move(owned));
     return g;
   }
-  std::shared_ptr<NcclRequest> start(EventKind k, int peer, const Group& g, int step, size_t bytes) {
+  // A request for the operation whose event `posted` just built.
+  std::shared_ptr<NcclRequest> start(const Event& ev) {
     auto r = std::make_shared<NcclRequest>();
-    r->ev = Event{k, peer, g.id, step, int64_t(bytes), 0, MPI_Wtime(), 0};
+    r->ev = ev;
     cuda_check(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
     return r;
   }
@@ -153,11 +156,9 @@ class NcclComm final : public Communicator {
     cuda_check(cudaEventRecord(r->done, stream_), "cudaEventRecord");
     return Request{r};
   }
-  void exchange(EventKind k, const void* send, const std::vector<size_t>& sb, const std::vector<size_t>& sd,
-                void* recv, const std::vector<size_t>& rb, const std::vector<size_t>& rd, const Group& g, int step) {
-    size_t total = 0;
-    for (size_t b : sb) total += b;
-    auto r = start(k, -1, g, step, total);
+  void exchange(const Event& ev, const void* send, const std::vector<size_t>& sb, const std::vector<size_t>& sd,
+                void* recv, const std::vector<size_t>& rb, const std::vector<size_t>& rd, const Group& g) {
+    auto r = start(ev);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int p = 0; p < g.size; ++p) {
       nccl_check(ncclSend(static_cast<const char*>(send) + sd[p], sb[p], ncclUint8, p, nc(g), stream_), "ncclSend");

@@ -1,4 +1,4 @@
-// Trace helpers: names of event kinds and per-kind totals.
+// Trace helpers: names of event kinds, bytes leaving a rank per call, per-kind totals.
 #include "comm/trace.hpp"
 
 namespace minicp::comm {
@@ -16,6 +16,22 @@ const char* to_string(EventKind k) {
     case EventKind::Wait: return "wait";
   }
   return "unknown";
+}
+
+int64_t bytes_leaving(EventKind kind, int64_t payload_bytes, int group_size) {
+  const int64_t n = group_size, p = payload_bytes;
+  switch (kind) {
+    case EventKind::SendRecv:
+    case EventKind::AllToAllV: return p;
+    case EventKind::AllGather:
+    case EventKind::ReduceScatter:
+    case EventKind::AllToAll: return n > 1 ? p * (n - 1) : 0;
+    case EventKind::AllReduce: return n > 1 ? 2 * (n - 1) * p / n : 0;
+    case EventKind::Barrier:
+    case EventKind::Compute:
+    case EventKind::Wait: return 0;
+  }
+  return 0;
 }
 
 double Trace::seconds(EventKind k) const {

@@ -20,12 +20,27 @@ enum class EventKind : int32_t {
 };
 const char* to_string(EventKind k);
 
+// Bytes that leave this rank in one call on a group of n = group_size ranks: the data
+// volume of the op's bandwidth-optimal algorithm, whatever algorithm the backend runs (the
+// convention of the nccl-tests bus-bandwidth factors), so that schemes compare by what they
+// ask the network to move. This is the one definition of "bytes sent": Event::bytes,
+// Communicator::bytes_sent and the schemes' figures all come from it. Per kind:
+//   SendRecv       payload = the send size, 0 when the destination is this rank   -> payload
+//   AllGather      payload = b, the bytes this rank contributes                   -> b (n-1)
+//   ReduceScatter  payload = c e, c elements of e bytes (this rank's result)      -> c e (n-1)
+//   AllToAll       payload = b, the bytes for each destination (own one stays)    -> b (n-1)
+//   AllToAllV      payload = the sum of the send sizes to the other ranks         -> payload
+//   AllReduce      payload = p, the buffer                                        -> 2 (n-1) p / n
+//                  (rounded down; 0 at n = 1)
+//   Barrier, Compute, Wait                                                        -> 0
+int64_t bytes_leaving(EventKind kind, int64_t payload_bytes, int group_size);
+
 struct Event {
   EventKind kind;
   int32_t peer;      // destination rank in the group (p2p) or -1
   int32_t group;     // id of the group the call ran on
   int32_t step;      // scheme step, or -1
-  int64_t bytes;     // bytes this rank sent
+  int64_t bytes;     // bytes that left this rank, see bytes_leaving
   double flops;      // compute events: executed FLOPs
   double t_begin, t_end;  // MPI_Wtime seconds
 };

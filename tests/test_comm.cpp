@@ -1,6 +1,7 @@
 // MPI tests of the communicator (comm/comm.hpp): the data every op delivers on the world and
-// on split groups, under both progress modes, and the trace events each call records.
-// ctest runs it at np = 1, 2, 3, 4; the split-group cases need an even rank count.
+// on split groups, under both progress modes, the trace events each call records and the
+// bytes it counts as sent (comm::bytes_leaving). ctest runs it at np = 1, 2, 3, 4; the
+// pair-group cases need an even rank count.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -197,7 +198,7 @@ TEST_P(Comm, SendRecvRing) {
       size_t first = 0;
       EXPECT_EQ(mismatches(recv.data(), bytes, uint64_t(src), 1, &first), 0u) << "first wrong byte " << first;
       EXPECT_TRUE(guard_intact(recv.data() + bytes));
-      expect_waited(trace(), before, EventKind::SendRecv, g, int64_t(bytes), 3, dst);
+      expect_waited(trace(), before, EventKind::SendRecv, g, n > 1 ? int64_t(bytes) : 0, 3, dst);  // to oneself: 0
     }
   }
 }
@@ -260,9 +261,9 @@ TEST_P(Comm, OutstandingRequestsCompleteInAnyOrder) {
     const auto& ev = trace().events();
     EXPECT_EQ(ev.size(), before + 6);
     if (ev.size() != before + 6) continue;
-    expect_event(ev[before + 0], EventKind::AllGather, g, int64_t(ab), 2, -1);
-    expect_event(ev[before + 2], EventKind::SendRecv, g, int64_t(bb), 1, prev);
-    expect_event(ev[before + 4], EventKind::SendRecv, g, int64_t(fb), 0, next);
+    expect_event(ev[before + 0], EventKind::AllGather, g, int64_t(ab) * (n - 1), 2, -1);
+    expect_event(ev[before + 2], EventKind::SendRecv, g, n > 1 ? int64_t(bb) : 0, 1, prev);
+    expect_event(ev[before + 4], EventKind::SendRecv, g, n > 1 ? int64_t(fb) : 0, 0, next);
     for (int i : {1, 3, 5}) EXPECT_STREQ(mc::to_string(ev[before + i].kind), "wait");
     c_->wait(fwd);  // already complete: no-op
     EXPECT_EQ(trace().events().size(), before + 6);
@@ -286,7 +287,7 @@ TEST_P(Comm, AllGather) {
             << "block of rank " << s << ", first wrong byte " << first;
       }
       EXPECT_TRUE(guard_intact(recv.data() + n * bytes));
-      expect_waited(trace(), before, EventKind::AllGather, g, int64_t(bytes), 5, -1);
+      expect_waited(trace(), before, EventKind::AllGather, g, int64_t(bytes) * (n - 1), 5, -1);
     }
   }
 }
@@ -311,7 +312,7 @@ void reduce_scatter_case(mc::Communicator& c, const mc::Group& g, mc::DType t) {
     }
     EXPECT_EQ(bad, 0u) << "first wrong element " << first << ": " << recv[first];
     EXPECT_EQ(recv[count], T(-12345)) << "wrote past count";
-    expect_waited(c.trace(), before, EventKind::ReduceScatter, g, int64_t(count * sizeof(T) * n), 6, -1);
+    expect_waited(c.trace(), before, EventKind::ReduceScatter, g, int64_t(count * sizeof(T)) * (n - 1), 6, -1);
   }
 }
 
@@ -338,7 +339,7 @@ TEST_P(Comm, AllToAll) {
             << "block from rank " << s << ", first wrong byte " << first;
       }
       EXPECT_TRUE(guard_intact(recv.data() + n * bytes));
-      expect_one(trace(), before, EventKind::AllToAll, g, int64_t(bytes * n), 7);
+      expect_one(trace(), before, EventKind::AllToAll, g, int64_t(bytes) * (n - 1), 7);  // the own block stays
     }
   }
 }
@@ -358,7 +359,7 @@ TEST_P(Comm, AllToAllVUnequalCounts) {
       sb[p] = count(me, p) * sizeof(int64_t);
       sd[p] = soff;
       soff += sb[p];
-      sent += int64_t(sb[p]);
+      if (p != me) sent += int64_t(sb[p]);  // the block to itself stays
       rb[p] = count(p, me) * sizeof(int64_t);
       rd[p] = roff;
       roff += rb[p] + sizeof(int64_t);  // one-element gap after each block
@@ -413,7 +414,7 @@ void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::Re
     }
     EXPECT_EQ(bad, 0u) << "first wrong element " << first;
     EXPECT_EQ(buf[count], T(42)) << "wrote past count";
-    expect_one(c.trace(), before, EventKind::AllReduce, g, int64_t(count * sizeof(T)), 9);
+    expect_one(c.trace(), before, EventKind::AllReduce, g, 2 * (n - 1) * int64_t(count * sizeof(T)) / n, 9);
   }
 }
 
@@ -454,10 +455,112 @@ TEST_P(Comm, BarrierWaitsForLateRank) {
   }
 }
 
+// "Bytes sent" per call, restated here from its definition (comm/trace.hpp) rather than
+// computed with bytes_leaving, so that a change to the definition fails here: for every op
+// on the world and on split groups, the op's event carries those bytes, its Wait event 0,
+// and bytes_sent() advances by exactly the sum of the events' bytes, non-blocking ops as
+// soon as they are posted.
+TEST_P(Comm, BytesSentFollowTheDefinition) {
+  std::vector<mc::Group> groups = groups_;
+  groups.push_back(c_->split_strided(world_size(), "all"));  // a split group at every np
+  groups.push_back(c_->split_contiguous(1, "solo"));
+  for (const mc::Group& g : groups) {
+    SCOPED_TRACE(g.name + " of " + std::to_string(g.size));
+    const int n = g.size, me = g.rank, next = (me + 1) % n, prev = (me + n - 1) % n;
+    // Runs op (which posts one call of `kind`) and checks the events it added and bytes_sent().
+    auto check = [&](EventKind kind, int64_t want, auto&& op) {
+      const size_t before = trace().events().size();
+      const int64_t sent0 = c_->bytes_sent();
+      op(sent0);
+      int64_t sum = 0;
+      int calls = 0;
+      for (size_t i = before; i < trace().events().size(); ++i) {
+        const mc::Event& e = trace().events()[i];
+        sum += e.bytes;
+        if (e.kind == kind) {
+          ++calls;
+          EXPECT_EQ(e.bytes, want) << mc::to_string(kind);
+        } else {
+          EXPECT_EQ(e.bytes, 0) << mc::to_string(e.kind) << " event of a " << mc::to_string(kind);
+        }
+      }
+      EXPECT_EQ(calls, 1) << mc::to_string(kind);
+      EXPECT_EQ(c_->bytes_sent() - sent0, sum) << mc::to_string(kind) << ": bytes_sent() advances by the events' bytes";
+      EXPECT_EQ(sum, want) << mc::to_string(kind);
+    };
+    // A non-blocking call counts its bytes when posted, before wait().
+    auto posted = [&](mc::Request r, int64_t sent0, int64_t want, EventKind kind) {
+      EXPECT_EQ(c_->bytes_sent() - sent0, want) << mc::to_string(kind) << " counted when posted";
+      c_->wait(r);
+    };
+
+    std::vector<uint8_t> s(4096, 1), r(4096 * 4 + 64);
+    const int64_t p2p = n > 1 ? 1000 : 0;  // the send size, 0 to oneself
+    check(EventKind::SendRecv, p2p, [&](int64_t s0) {
+      posted(c_->isendrecv(s.data(), 1000, next, r.data(), 1000, prev, g, 0), s0, p2p, EventKind::SendRecv);
+    });
+    const int64_t gathered = 333 * int64_t(n - 1);  // b (n-1)
+    check(EventKind::AllGather, gathered, [&](int64_t s0) {
+      posted(c_->iallgather(s.data(), r.data(), 333, g, 1), s0, gathered, EventKind::AllGather);
+    });
+    std::vector<float> rs32(7 * size_t(n), 1.0f), out32(7);
+    const int64_t scattered32 = 7 * 4 * int64_t(n - 1);  // c e (n-1)
+    check(EventKind::ReduceScatter, scattered32, [&](int64_t s0) {
+      posted(c_->ireduce_scatter(rs32.data(), out32.data(), 7, mc::DType::F32, g, 2), s0, scattered32,
+             EventKind::ReduceScatter);
+    });
+    std::vector<double> rs64(5 * size_t(n), 1.0), out64(5);
+    const int64_t scattered64 = 5 * 8 * int64_t(n - 1);
+    check(EventKind::ReduceScatter, scattered64, [&](int64_t s0) {
+      posted(c_->ireduce_scatter(rs64.data(), out64.data(), 5, mc::DType::F64, g, 2), s0, scattered64,
+             EventKind::ReduceScatter);
+    });
+    check(EventKind::AllToAll, 100 * int64_t(n - 1), [&](int64_t) { c_->alltoall(s.data(), r.data(), 100, g, 3); });
+    // Unequal counts, the block to itself included: only the blocks to the others leave.
+    std::vector<size_t> sb(n), sd(n), rb(n), rd(n);
+    int64_t to_others = 0;
+    for (int p = 0; p < n; ++p) {
+      sb[p] = size_t(8 * (me + 2 * p + 1));
+      rb[p] = size_t(8 * (p + 2 * me + 1));
+      sd[p] = p > 0 ? sd[p - 1] + sb[p - 1] : 0;
+      rd[p] = p > 0 ? rd[p - 1] + rb[p - 1] : 0;
+      if (p != me) to_others += int64_t(sb[p]);
+    }
+    check(EventKind::AllToAllV, to_others,
+          [&](int64_t) { c_->alltoallv(s.data(), sb, sd, r.data(), rb, rd, g, 4); });
+    // 2 (n-1) p / n, rounded down: p = 20 at n = 3 gives 26.
+    std::vector<float> ar32(5, 1.0f);
+    check(EventKind::AllReduce, 2 * int64_t(n - 1) * 20 / n,
+          [&](int64_t) { c_->allreduce(ar32.data(), 5, mc::DType::F32, mc::ReduceOp::Sum, g, 5); });
+    std::vector<int64_t> ar64(3, 1);
+    check(EventKind::AllReduce, 2 * int64_t(n - 1) * 24 / n,
+          [&](int64_t) { c_->allreduce(ar64.data(), 3, mc::DType::I64, mc::ReduceOp::Max, g, 5); });
+    check(EventKind::Barrier, 0, [&](int64_t) { c_->barrier(g); });
+  }
+}
+
+// The definition itself, on numbers (comm/trace.hpp).
+TEST(CommBytes, LeavingPerKind) {
+  using mc::bytes_leaving;
+  EXPECT_EQ(bytes_leaving(EventKind::SendRecv, 100, 4), 100);
+  EXPECT_EQ(bytes_leaving(EventKind::AllGather, 100, 4), 300);
+  EXPECT_EQ(bytes_leaving(EventKind::ReduceScatter, 100, 4), 300);
+  EXPECT_EQ(bytes_leaving(EventKind::AllToAll, 100, 4), 300);
+  EXPECT_EQ(bytes_leaving(EventKind::AllToAllV, 250, 4), 250);
+  EXPECT_EQ(bytes_leaving(EventKind::AllReduce, 100, 4), 150);
+  EXPECT_EQ(bytes_leaving(EventKind::AllReduce, 100, 3), 133);  // 400/3, rounded down
+  EXPECT_EQ(bytes_leaving(EventKind::AllReduce, int64_t(1) << 40, 2), int64_t(1) << 40);
+  for (EventKind k : {EventKind::AllGather, EventKind::ReduceScatter, EventKind::AllToAll, EventKind::AllReduce})
+    EXPECT_EQ(bytes_leaving(k, 100, 1), 0) << mc::to_string(k) << " on one rank";
+  for (EventKind k : {EventKind::Barrier, EventKind::Compute, EventKind::Wait})
+    EXPECT_EQ(bytes_leaving(k, 100, 4), 0) << mc::to_string(k);
+}
+
 TEST_P(Comm, DisabledTraceRecordsNothing) {
   const mc::Group& g = c_->world();
   trace().clear();
   trace().set_enabled(false);
+  const int64_t sent0 = c_->bytes_sent();
   double x = 1;
   c_->allreduce(&x, 1, mc::DType::F64, mc::ReduceOp::Sum, g);
   uint8_t b = 0, rb = 0;
@@ -466,11 +569,41 @@ TEST_P(Comm, DisabledTraceRecordsNothing) {
   c_->barrier(g);
   EXPECT_EQ(x, double(g.size));
   EXPECT_TRUE(trace().events().empty());
+  const int64_t n = g.size;
+  EXPECT_EQ(c_->bytes_sent() - sent0, 2 * (n - 1) * 8 / n + (n > 1 ? 1 : 0)) << "bytes are counted with the trace off";
   trace().set_enabled(true);
   c_->barrier(g);
   EXPECT_EQ(trace().events().size(), 1u);
   EXPECT_EQ(trace().bytes(EventKind::Barrier), 0);
   EXPECT_GE(trace().seconds(EventKind::Barrier), 0.0);
+}
+
+// The node topology on one host (where ctest runs it): every rank on node 0, local ranks
+// 0..P-1 once each in world-rank order. Skipped, on every rank alike, when the ranks span
+// several hosts.
+TEST_P(Comm, TopologyOfOneHost) {
+  const int P = world_size(), wr = world_rank();
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  std::vector<char> all(size_t(P) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < P; ++r)
+    if (std::strncmp(all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME, host, MPI_MAX_PROCESSOR_NAME) != 0)
+      GTEST_SKIP() << "ranks on several hosts";
+  const mc::Topology& t = c_->topology();
+  EXPECT_EQ(t.local_size, P);
+  EXPECT_EQ(t.local_rank, wr) << "local ranks follow the world ranks";
+  EXPECT_EQ(t.node, 0);
+  EXPECT_EQ(t.nodes, 1);
+  EXPECT_EQ(t.min_local_size, P);
+  EXPECT_EQ(t.hosts, std::vector<std::string>{std::string(host, size_t(len))});
+  EXPECT_EQ(t.node_of_rank, std::vector<int>(size_t(P), 0));
+  std::vector<int> locals(size_t(P), -1), once(size_t(P), 0);
+  MPI_Allgather(&t.local_rank, 1, MPI_INT, locals.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  for (int l : locals)
+    if (l >= 0 && l < P) ++once[size_t(l)];
+  EXPECT_EQ(once, std::vector<int>(size_t(P), 1)) << "every local rank 0..P-1 exactly once";
 }
 
 // With host staging MPI receives into a staging buffer: the caller's buffer is written by

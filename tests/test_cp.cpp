@@ -57,7 +57,7 @@ Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm
        Vv = test::make_view<V3>("v", v, skv, Hkv, D), dO = test::make_view<V3>("dout", dout, sq, H, D);
   V3 O("o", sq, H, D), dQ("dq", sq, H, D), dK("dk", skv, Hkv, D), dV("dv", skv, Hkv, D);
   kernels::View2<T> L("lse", sq, H);
-  cp::Context ctx{comm, cfg, {}, 0};
+  cp::Context ctx{comm, cfg};
   auto scheme = [&] {
     if constexpr (std::is_same<T, float>::value)
       return info.make_f32();
@@ -239,7 +239,7 @@ TEST(CpBalance, CausalWorkPerRank) {
   auto Q = test::make_view<V3>("q", q, sh.q.size(), 2, 16);
   V3 O("o", sh.q.size(), 2, 16);
   kernels::View2<double> L("lse", sh.q.size(), 2);
-  cp::Context ctx{*comm, cfg, {}, 0};
+  cp::Context ctx{*comm, cfg};
   info.make_f64()->forward(ctx, Q, Q, Q, O, L);
   double flops = ctx.stats.flops, fmax = 0, fmin = 0;
   int skipped = ctx.stats.blocks_skipped, total_skipped = 0;
@@ -292,15 +292,15 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   int64_t bytes[2] = {0, 0};
   auto chained = info.make_f64(), fresh = info.make_f64();
   {
-    cp::Context ctx{*comm, cfg, {}, 0};
+    cp::Context ctx{*comm, cfg};
     chained->forward(ctx, Q, K, Vv, O, L);
   }
   for (int i = 0; i < 2; ++i) {
     V3 dQ("dq", sh.q.size(), H, D), dK("dk", sh.kv.size(), Hkv, D), dV("dv", sh.kv.size(), Hkv, D);
-    cp::Context ctx{*comm, cfg, {}, 0};
+    cp::Context ctx{*comm, cfg};
     (i == 0 ? chained : fresh)->backward(ctx, Q, K, Vv, O, L, dO, dQ, dK, dV);
     got[i] = Outputs{{}, {}, test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
-    bytes[i] = ctx.stats.bytes_sent;
+    bytes[i] = ctx.bytes_sent();
   }
   for (auto f : {&Outputs::dq, &Outputs::dk, &Outputs::dv}) {
     double d = 0;
@@ -308,9 +308,17 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     EXPECT_EQ(d, 0.0) << "gradients differ between a chained and a fresh backward";
   }
   const int64_t block = int64_t(2 * sh.kv.size() * Hkv * D * sizeof(double));
+  // Besides the blocks, each ring backward over a group of G ranks starts with one all-gather
+  // of the key positions (one int64 per row): (G-1) * rows * 8 bytes leave this rank.
+  const int64_t pos = int64_t(sh.kv.size() * sizeof(int64_t));
+  // A backward that may start from a kept block first agrees over the group whether every
+  // rank holds its block: one all-reduce of one int64.
+  auto agree = [](int G) { return comm::bytes_leaving(comm::EventKind::AllReduce, 8, G); };
   if (g_scheme == "ring" || g_scheme == "zigzag" || g_scheme == "stripe") {
-    EXPECT_EQ(bytes[0], P > 1 ? (2 * P - 3) * block : 0) << "chained backward: P-2 K/V blocks + P-1 accumulators";
-    EXPECT_EQ(bytes[1], P > 1 ? (2 * P - 2) * block : 0) << "fresh backward: one more K/V block";
+    EXPECT_EQ(bytes[0], (P > 1 ? (2 * P - 3) * block : 0) + (P - 1) * pos + agree(P))
+        << "chained backward: P-2 K/V blocks + P-1 accumulators";
+    EXPECT_EQ(bytes[1], (P > 1 ? (2 * P - 2) * block : 0) + (P - 1) * pos + agree(P))
+        << "fresh backward: one more K/V block";
   }
   if (g_scheme == "doublering") {
     // Outer ring of O nodes: O-2 blocks + O-1 partials (+1 block fresh). Inner rings of I:
@@ -319,8 +327,12 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     const int I = cfg.inner_ring, O = P / I;
     auto ring = [](int n, bool kept) { return n > 1 ? 2 * n - (kept ? 3 : 2) : 0; };
     const int64_t outer = O > 1 ? 2 * O - 3 : 0;
-    EXPECT_EQ(bytes[0], (outer + ring(I, true) + (O - 1) * ring(I, false)) * block) << "chained backward";
-    EXPECT_EQ(bytes[1], (outer + (O > 1 ? 1 : 0) + O * ring(I, false)) * block) << "fresh backward";
+    const int64_t positions = O * (I - 1) * pos;  // one inner ring backward per outer step
+    const int64_t agreed = agree(O) + agree(I);    // outer kept block; the first inner ring's
+    EXPECT_EQ(bytes[0], (outer + ring(I, true) + (O - 1) * ring(I, false)) * block + positions + agreed)
+        << "chained backward";
+    EXPECT_EQ(bytes[1], (outer + (O > 1 ? 1 : 0) + O * ring(I, false)) * block + positions + agreed)
+        << "fresh backward";
   }
 }
 
@@ -372,7 +384,7 @@ class CpInterleave : public ::testing::Test {
     return b;
   }
   void forward(cp::Scheme<double>& s, Batch& b) {
-    cp::Context ctx{*comm_, cfg_, {}, 0};
+    cp::Context ctx{*comm_, cfg_};
     s.forward(ctx, b.q, b.k, b.v, b.o, b.lse);
   }
   Grads backward(cp::Scheme<double>& s, const Batch& b) {
@@ -380,7 +392,7 @@ class CpInterleave : public ::testing::Test {
     if (!info_->has_backward()) return g;
     V3 dQ("dq", b.q.extent(0), cfg_.heads, cfg_.head_dim), dK("dk", b.k.extent(0), cfg_.kv_heads, cfg_.head_dim),
         dV("dv", b.k.extent(0), cfg_.kv_heads, cfg_.head_dim);
-    cp::Context ctx{*comm_, cfg_, {}, 0};
+    cp::Context ctx{*comm_, cfg_};
     s.backward(ctx, b.q, b.k, b.v, b.o, b.lse, b.dout, dQ, dK, dV);
     g.dq = test::to_vec(dQ);
     g.dk = test::to_vec(dK);

@@ -181,9 +181,9 @@ int run(int argc, char** argv, int rank, int P) {
   for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
     for (cp::Mode mode : modes) {
       cfg.mode = mode;
-      cp::Context ctx{*comm, cfg, {}, 0};
+      cp::Context ctx{*comm, cfg};
       if (o.pass == "bwd") scheme->forward(ctx, q, k, v, out, lse);
-      ctx.stats.reset();
+      ctx.reset();
       MPI_Barrier(MPI_COMM_WORLD);
       const double busy0 = comm->progress_busy_s();
       const double t0 = MPI_Wtime();
@@ -199,7 +199,7 @@ int run(int argc, char** argv, int rank, int P) {
       sm.wait.push_back(ctx.stats.comm_wait_s);
       sm.flops.push_back(ctx.stats.flops);
       sm.busy.push_back(comm->progress_busy_s() - busy0);
-      sm.bytes = ctx.stats.bytes_sent;
+      sm.bytes = ctx.bytes_sent();
     }
     if (rank == 0 && o.reps + o.warmup > 3)
       std::fprintf(stderr, "\rminicp-cp-bench: rep %d/%d", rep + 1, o.warmup + o.reps);

@@ -64,7 +64,6 @@ class KVGather {
       req_[s][2 * h] = ctx_.comm.iallgather(k_.data() + off, k_buf_[s].data() + dst, bytes, ctx_.comm.world(), int(c));
       req_[s][2 * h + 1] =
           ctx_.comm.iallgather(v_.data() + off, v_buf_[s].data() + dst, bytes, ctx_.comm.world(), int(c));
-      ctx_.stats.bytes_sent += 2 * int64_t(bytes) * (P_ - 1);
     }
   }
   void wait(int64_t c) {
@@ -171,7 +170,6 @@ class AllGather final : public Scheme<T> {
         if (communicates(ctx)) {
           rs[s][2 * h] = ctx.comm.ireduce_scatter(dk_buf[s].data() + src, dk.data() + off, cnt, dt, g, int(c));
           rs[s][2 * h + 1] = ctx.comm.ireduce_scatter(dv_buf[s].data() + src, dv.data() + off, cnt, dt, g, int(c));
-          ctx.stats.bytes_sent += 2 * int64_t(cnt * sizeof(T)) * (P - 1);
         } else {  // local block only (numbers wrong, the copy stands in for the reduction)
           timed_aux(ctx, [&] {
             Kokkos::deep_copy(View1<T>(dk.data() + off, cnt), CV1(dk_buf[s].data() + src + g.rank * cnt, cnt));

@@ -53,22 +53,20 @@ constexpr comm::DType dtype_of() {
   return std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
 }
 
-// A blocking all-reduce over the world, counted as communication wait; its payload counts as sent.
+// A blocking all-reduce over the world, counted as communication wait.
 template <class T>
 void timed_allreduce(Context& ctx, T* buf, size_t count, comm::ReduceOp op) {
   const double t0 = MPI_Wtime();
   ctx.comm.allreduce(buf, count, dtype_of<T>(), op, ctx.comm.world(), ctx.step);
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
-  ctx.stats.bytes_sent += int64_t(count * sizeof(T));
 }
 
 // A blocking all-to-all of bytes_per_rank to every rank of g, its time counted as time
-// blocked in communication and the bytes leaving this rank as sent.
+// blocked in communication.
 inline void timed_alltoall(Context& ctx, const comm::Group& g, const void* send, void* recv, size_t bytes_per_rank) {
   const double t0 = MPI_Wtime();
   ctx.comm.alltoall(send, recv, bytes_per_rank, g, ctx.step);
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
-  ctx.stats.bytes_sent += int64_t(bytes_per_rank) * (g.size - 1);  // the own block stays local
 }
 
 // Step s of a ring of g.size steps: posts the exchange that sends `bytes` of cur to the next
@@ -76,7 +74,6 @@ inline void timed_alltoall(Context& ctx, const comm::Group& g, const void* send,
 // when the mode skips communication.
 inline comm::Request ring_pass(Context& ctx, const comm::Group& g, int s, const void* cur, void* nxt, size_t bytes) {
   if (s >= g.size - 1 || !communicates(ctx)) return {};
-  ctx.stats.bytes_sent += int64_t(bytes);
   return ctx.comm.isendrecv(cur, bytes, (g.rank + 1) % g.size, nxt, bytes, (g.rank - 1 + g.size) % g.size, g, s);
 }
 

@@ -6,8 +6,6 @@
 // with the own block; each outer step's dK/dV partial goes straight back to its owner node.
 // Inner ring size I: cfg.inner_ring when > 0; else the fewest ranks sharing a node (MIN over
 // ranks) when that divides P and is < P; else 2 when P >= 4 and even; else P (one ring).
-#include <mpi.h>
-
 #include <stdexcept>
 
 #include "miniapp/cp/ring_common.hpp"
@@ -16,15 +14,10 @@
 namespace minicp::cp {
 namespace {
 
-// The default rule above; collective over MPI_COMM_WORLD when cfg.inner_ring == 0.
-int inner_ring_size(const Config& cfg, int P) {
+// The default rule above, from the communicator's node topology.
+int inner_ring_size(const Config& cfg, const comm::Topology& topo, int P) {
   if (cfg.inner_ring > 0) return cfg.inner_ring;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 1, fewest = 1;
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  MPI_Allreduce(&local, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const int fewest = topo.min_local_size;
   if (fewest < P && P % fewest == 0) return fewest;
   if (P >= 4 && P % 2 == 0) return 2;
   return P;
@@ -126,7 +119,6 @@ class DoubleRing final : public Scheme<T> {
         if (t + 1 < O - 1) {  // step t+1's block; this one goes on to node nd-1
           req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd - 1 + O) % O, kv_of(t + 1).data(), bytes,
                                       (nd + 1) % O, outer_, t);
-          ctx.stats.bytes_sent += int64_t(bytes);
         }
       }
       const auto kpos = outer_block_positions(ctx, b);
@@ -144,7 +136,6 @@ class DoubleRing final : public Scheme<T> {
       } else {  // home to node b; node nd-1-t's partial for this rank's block comes back
         req_dkv = ctx.comm.isendrecv(part.data(), bytes, b, dkv_recv.data(), bytes, (nd - 1 - t + 2 * O) % O, outer_,
                                      t, kAccChannel);
-        ctx.stats.bytes_sent += int64_t(bytes);
       }
       timed_wait(ctx, req_kv);
     }
@@ -156,7 +147,7 @@ class DoubleRing final : public Scheme<T> {
   void setup(Context& ctx) {
     const int P = ctx.comm.world().size;
     if (ready_ && P == ranks_ && ctx.cfg.inner_ring == requested_) return;
-    const int I = inner_ring_size(ctx.cfg, P);
+    const int I = inner_ring_size(ctx.cfg, ctx.comm.topology(), P);
     if (I < 1 || P % I != 0)
       throw std::invalid_argument("doublering needs inner_ring (" + std::to_string(I) + ") dividing ranks (" +
                                   std::to_string(P) + ")");

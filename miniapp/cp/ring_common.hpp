@@ -61,7 +61,6 @@ View1<T> fetch_block(Context& ctx, const comm::Group& g, CView3<T> k, CView3<T> 
   View1<T> own = scratch<T>(name + "_own", n2), got = scratch<T>(name, n2);
   pack_kv<T>(k, v, own);
   comm::Request req = ctx.comm.isendrecv(own.data(), bytes, to, got.data(), bytes, from, g, -1);
-  ctx.stats.bytes_sent += int64_t(bytes);
   timed_wait(ctx, req);
   return got;
 }
@@ -141,7 +140,6 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
       Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
       if (s + 1 < P - 1) {  // step s+1's block; this one goes on to the previous rank
         req_kv = ctx.comm.isendrecv(cur.data(), bytes, prev, kv_of(s + 1).data(), bytes, next, g, s);
-        ctx.stats.bytes_sent += int64_t(bytes);
       }
     }
     if (own) {
@@ -177,7 +175,6 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
     }
     if (!own && talk) {  // on to the previous rank, which computes this block next step
       req_acc = ctx.comm.isendrecv(dkv[s % 2].data(), bytes, prev, acc_in.data(), bytes, next, g, s, kAccChannel);
-      ctx.stats.bytes_sent += int64_t(bytes);
     }
     timed_wait(ctx, req_kv);
   }

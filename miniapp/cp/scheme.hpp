@@ -52,22 +52,33 @@ struct Config {
   Config();
 };
 
-// What one call measured on this rank.
+// What one call measured on this rank (bytes sent: Context::bytes_sent).
 struct Stats {
   double compute_s = 0;     // time in attention kernels (fenced)
   double comm_wait_s = 0;   // time blocked waiting for communication
   double flops = 0;         // executed attention FLOPs
-  int64_t bytes_sent = 0;   // bytes this rank sent
   int blocks_computed = 0;  // (step) blocks computed
   int blocks_skipped = 0;   // (step) blocks skipped as fully masked
   void reset() { *this = Stats{}; }
 };
 
 struct Context {
+  Context(comm::Communicator& c, const Config& config) : comm(c), cfg(config), bytes_base_(c.bytes_sent()) {}
   comm::Communicator& comm;
   Config cfg;
   Stats stats;
   int step = 0;  // set by schemes for trace events
+  // Bytes that left this rank (comm::bytes_leaving of every call) since the context was
+  // created or last reset: read from the communicator, which counts every call it makes.
+  int64_t bytes_sent() const { return comm.bytes_sent() - bytes_base_; }
+  // Zeroes the stats and the byte count (e.g. after an untimed forward).
+  void reset() {
+    stats.reset();
+    bytes_base_ = comm.bytes_sent();
+  }
+
+ private:
+  int64_t bytes_base_;
 };
 
 // Global token indices of the local rows: q rows of Q/O/dQ, kv rows of K/V/dK/dV.
