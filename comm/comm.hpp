@@ -86,6 +86,9 @@ class Communicator {
                          const std::vector<size_t>& send_displ, void* recv, const std::vector<size_t>& recv_bytes,
                          const std::vector<size_t>& recv_displ, const Group& g, int step = -1) = 0;
   virtual void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step = -1) = 0;
+  // Non-blocking all-reduce in place (e.g. weight gradients, in flight during the backward
+  // of the layers below); buf must stay untouched until wait().
+  virtual Request iallreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step = -1) = 0;
   virtual void barrier(const Group& g) = 0;
   // Blocks until the operation is complete; records a Wait event and the op's own event.
   virtual void wait(Request& r) = 0;

@@ -276,6 +276,20 @@ class MpiComm final : public Communicator {
     trace_.add(ev);
   }
 
+  Request iallreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
+    if (count > size_t(INT32_MAX)) throw std::invalid_argument("iallreduce count over 2^31");
+    auto r = std::make_shared<MpiRequest>();
+    r->ev = posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t)));
+    r->reqs.resize(1);
+    void* b = buf;
+    if (staged_) {
+      b = stage_out(*r, buf, count * dtype_size(t));
+      stage_copy(b, buf, count * dtype_size(t));
+    }
+    check(MPI_Iallreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op), comm_of(g), &r->reqs[0]), "Iallreduce");
+    return post(r);
+  }
+
   void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
     if (count > size_t(INT32_MAX)) throw std::invalid_argument("allreduce count over 2^31");
     Event ev = posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t)));

@@ -95,6 +95,12 @@ class NcclComm final : public Communicator {
     exchange(posted(EventKind::AllToAllV, -1, g, step, to_others(send_bytes, g)), send, send_bytes, send_displ, recv,
              recv_bytes, recv_displ, g);
   }
+  Request iallreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
+    auto r = start(posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t))));
+    nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), op == ReduceOp::Sum ? ncclSum : ncclMax, nc(g), stream_),
+               "ncclAllReduce");
+    return finish(r);
+  }
   void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step) override {
     auto r = start(posted(EventKind::AllReduce, -1, g, step, int64_t(count * dtype_size(t))));
     nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), op == ReduceOp::Sum ? ncclSum : ncclMax, nc(g), stream_),

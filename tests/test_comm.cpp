@@ -395,8 +395,9 @@ T ar_value(int r, size_t k) {
   return v;
 }
 
+// blocking: allreduce (one event); else iallreduce then wait (the op's event and a Wait).
 template <class T>
-void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::ReduceOp op) {
+void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::ReduceOp op, bool blocking) {
   const int n = g.size;
   for (size_t count : {size_t(1), size_t(5), size_t(1000)}) {
     SCOPED_TRACE(g.name + " count " + std::to_string(count) + (op == mc::ReduceOp::Sum ? " sum" : " max"));
@@ -404,7 +405,12 @@ void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::Re
     for (size_t k = 0; k < count; ++k) buf[k] = ar_value<T>(g.rank, k);
     buf[count] = T(42);
     const size_t before = c.trace().events().size();
-    c.allreduce(buf.data(), count, t, op, g, 9);
+    if (blocking) {
+      c.allreduce(buf.data(), count, t, op, g, 9);
+    } else {
+      mc::Request r = c.iallreduce(buf.data(), count, t, op, g, 9);
+      c.wait(r);
+    }
     size_t bad = 0, first = 0;
     for (size_t k = 0; k < count; ++k) {
       T expect = ar_value<T>(0, k);
@@ -414,16 +420,22 @@ void allreduce_case(mc::Communicator& c, const mc::Group& g, mc::DType t, mc::Re
     }
     EXPECT_EQ(bad, 0u) << "first wrong element " << first;
     EXPECT_EQ(buf[count], T(42)) << "wrote past count";
-    expect_one(c.trace(), before, EventKind::AllReduce, g, 2 * (n - 1) * int64_t(count * sizeof(T)) / n, 9);
+    const int64_t bytes = 2 * (n - 1) * int64_t(count * sizeof(T)) / n;
+    if (blocking)
+      expect_one(c.trace(), before, EventKind::AllReduce, g, bytes, 9);
+    else
+      expect_waited(c.trace(), before, EventKind::AllReduce, g, bytes, 9, -1);
   }
 }
 
 TEST_P(Comm, AllReduceSumMax) {
   for (const mc::Group& g : groups_) {
     for (mc::ReduceOp op : {mc::ReduceOp::Sum, mc::ReduceOp::Max}) {
-      allreduce_case<float>(*c_, g, mc::DType::F32, op);
-      allreduce_case<double>(*c_, g, mc::DType::F64, op);
-      allreduce_case<int64_t>(*c_, g, mc::DType::I64, op);
+      for (bool blocking : {true, false}) {
+        allreduce_case<float>(*c_, g, mc::DType::F32, op, blocking);
+        allreduce_case<double>(*c_, g, mc::DType::F64, op, blocking);
+        allreduce_case<int64_t>(*c_, g, mc::DType::I64, op, blocking);
+      }
     }
   }
 }
