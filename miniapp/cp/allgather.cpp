@@ -211,10 +211,10 @@ SchemeInfo allgather_scheme() {
   };
   // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each),
   // and one partial (O, LSE).
-  s.workspace_bytes = [](const Config& c, size_t elem) {
+  s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, half = n / 2;
     const double rows_c = std::ceil(half / std::max(1.0, std::min<double>(c.chunks, half)));
-    return bytes_of(8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + n * c.heads * (c.head_dim + 1.0), elem);
+    return Workspace{8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + n * c.heads * (c.head_dim + 1.0), 0};
   };
   return s;
 }

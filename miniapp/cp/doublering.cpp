@@ -200,10 +200,10 @@ SchemeInfo doublering_scheme() {
   };
   // The outer ring's eight [K | V]-sized buffers (two in flight, kept, three dK/dV, a fetched
   // first block and its send copy), a dQ step and a partial (O, LSE), and the inner ring's own.
-  s.workspace_bytes = [](const Config& c, size_t elem) {
+  s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, nkv = n * c.kv_heads * c.head_dim, nq = n * c.heads * c.head_dim;
-    return bytes_of(16 * nkv + 2 * nq + n * c.heads + ring_workspace_values(n, n, c.heads, c.kv_heads, c.head_dim),
-                    elem);
+    const Workspace inner = ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim);
+    return Workspace{14 * nkv + 2 * nq + n * c.heads + inner.shared, 2 * nkv + inner.per_object};
   };
   return s;
 }

@@ -155,9 +155,9 @@ SchemeInfo passq_scheme() {
   };
   // Forward: two Q blocks, P partials (O, LSE) and their received copies; backward: two
   // travelling [Q | dOut | O | LSE] blocks, P dQ partials and their received copies.
-  s.workspace_bytes = [](const Config& c, size_t elem) {
+  s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, P = c.ranks, nq = n * c.heads * c.head_dim, nh = n * c.heads;
-    return bytes_of(2 * nq + 2 * P * (nq + nh) + 2 * (3 * nq + nh) + 2 * P * nq, elem);
+    return Workspace{2 * nq + 2 * P * (nq + nh) + 2 * (3 * nq + nh) + 2 * P * nq, 0};
   };
   return s;
 }

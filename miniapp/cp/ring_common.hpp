@@ -208,11 +208,12 @@ class RingScheme final : public Scheme<T> {
   KeptBlock<T> kept_;  // the forward's last K/V block, which the backward starts from
 };
 
-// Values a ring keeps in scratch for q[sq,H,D], k,v[skv,Hkv,D], forward and backward: two
-// K/V blocks in flight, the kept one, three dK/dV accumulators, a fetched first block and its
-// send copy (2*skv*Hkv*D each), and one partial (O, LSE).
-inline double ring_workspace_values(double sq, double skv, int H, int Hkv, int D) {
-  return 16.0 * skv * Hkv * D + sq * H * (D + 1.0);
+// A ring's buffers for q[sq,H,D], k,v[skv,Hkv,D], forward and backward: shared scratch for
+// two K/V blocks in flight, three dK/dV accumulators, a fetched first block and its send copy
+// (2*skv*Hkv*D each) and one partial (O, LSE); each object keeps one K/V block.
+inline Workspace ring_workspace(double sq, double skv, int H, int Hkv, int D) {
+  const double block = 2.0 * skv * Hkv * D;
+  return {7 * block + sq * H * (D + 1.0), block};
 }
 
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
@@ -223,9 +224,9 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
     const auto t = layout::of(kind, c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.workspace_bytes = [](const Config& c, size_t elem) {
+  s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks;
-    return bytes_of(ring_workspace_values(n, n, c.heads, c.kv_heads, c.head_dim), elem);
+    return ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim);
   };
   return s;
 }

@@ -86,7 +86,8 @@ int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
   const int copies = cfg.problem == Problem::Train ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
   const double tensors = 2.0 * copies * (q + kv) + double(sq) * cfg.heads;
-  const double work = s.workspace_bytes ? double(s.workspace_bytes(cfg, elem)) / double(elem) : 0.0;
+  const Workspace w = s.workspace ? s.workspace(cfg) : Workspace{};
+  const double work = w.shared + w.per_object;
   return bytes_of(tensors + work, elem);
 }
 

@@ -109,6 +109,13 @@ struct Setting {
   int Config::*field = nullptr;
 };
 
+// A scheme's buffers, in values: `shared` scratch serves every object of the scheme (one per
+// layer) in turn; `per_object` is held by each object between calls (kept K/V blocks, the
+// Ulysses engine's head-sharded tensors).
+struct Workspace {
+  double shared = 0, per_object = 0;
+};
+
 struct SchemeInfo {
   std::string name;
   std::string summary;
@@ -120,9 +127,9 @@ struct SchemeInfo {
   std::function<std::string(const Config&)> check;
   // The local rows of rank r (a layout function from miniapp/layout.hpp).
   std::function<Shard(const Config&, int)> shard;
-  // Bytes of the scheme's own buffers on the rank that needs most, forward and backward
-  // (elem: bytes per value); the tensors it is handed are not counted.
-  std::function<int64_t(const Config&, size_t elem)> workspace_bytes;
+  // Values of the scheme's own buffers on the rank that needs most, forward and backward;
+  // the tensors it is handed are not counted.
+  std::function<Workspace(const Config&)> workspace;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
 
@@ -165,7 +172,7 @@ std::vector<int64_t> decode_positions(const Config& cfg);
 
 // Bytes per rank of the attention tensors a caller hands the scheme on the rank that holds
 // most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H]; the backward
-// ones only for train), plus the scheme's workspace_bytes.
+// ones only for train), plus the scheme's workspace for one object.
 int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem);
 
 // Helpers shared by the scheme files.

@@ -105,8 +105,8 @@ SchemeInfo tree_scheme() {
   s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
   s.shard = [](const Config& c, int r) { return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
-  s.workspace_bytes = [](const Config& c, size_t elem) {  // the max LSE and the packed [w*O | w]
-    return bytes_of(double(c.decode_tokens) * c.heads * (c.head_dim + 2.0), elem);
+  s.workspace = [](const Config& c) {  // the max LSE and the packed [w*O | w], per call
+    return Workspace{double(c.decode_tokens) * c.heads * (c.head_dim + 2.0), 0};
   };
   return s;
 }

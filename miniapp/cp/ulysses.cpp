@@ -44,9 +44,7 @@ SchemeInfo ulysses_scheme() {
     const auto t = layout::contiguous(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.workspace_bytes = [](const Config& c, size_t elem) {
-    return bytes_of(ulysses_workspace_values(c, c.ranks, double(c.seq_len) / c.ranks), elem);
-  };
+  s.workspace = [](const Config& c) { return ulysses_workspace(c, c.ranks, double(c.seq_len) / c.ranks); };
   return s;
 }
 

@@ -56,13 +56,13 @@ inline int usp_ulysses_size(const Config& cfg) {
   return 1;
 }
 
-// Values the engine keeps for a group of U ranks holding n sequence rows each: the
-// head-sharded q, o, dout, dq [U*n, H/U, D] and lse [U*n, H/U], k, v, dk, dv [U*n, per, D],
+// The engine's buffers for a group of U ranks holding n sequence rows each: each object keeps
+// the head-sharded q, o, dout, dq [U*n, H/U, D] and lse [U*n, H/U], k, v, dk, dv [U*n, per, D],
 // and one exchange buffer of the larger of the two.
-inline double ulysses_workspace_values(const Config& c, int U, double n) {
+inline Workspace ulysses_workspace(const Config& c, int U, double n) {
   const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
   const double N = U * n, qh = N * (c.heads / U) * c.head_dim, kh = N * ks.per * c.head_dim;
-  return 4 * qh + N * (c.heads / U) + 4 * kh + std::max(qh, kh);
+  return {0, 4 * qh + N * (c.heads / U) + 4 * kh + std::max(qh, kh)};
 }
 
 // send[w][t][j][:] = x[t, head(w, j), :] for w < U, t < n, j < per (one block per destination).

@@ -70,12 +70,12 @@ SchemeInfo usp_scheme() {
     const auto t = layout::usp(c.seq_len, c.ranks / U, U, r);
     return Shard{t, t};
   };
-  s.workspace_bytes = [](const Config& c, size_t elem) {
+  s.workspace = [](const Config& c) {
     const int U = usp_ulysses_size(c);
     const double n = double(c.seq_len) / c.ranks, N = U * n;  // head-sharded rows
     const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
-    return bytes_of(ulysses_workspace_values(c, U, n) + ring_workspace_values(N, N, c.heads / U, ks.per, c.head_dim),
-                    elem);
+    const Workspace u = ulysses_workspace(c, U, n), r = ring_workspace(N, N, c.heads / U, ks.per, c.head_dim);
+    return Workspace{u.shared + r.shared, u.per_object + r.per_object};
   };
   return s;
 }
