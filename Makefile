@@ -6,7 +6,10 @@
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
+#   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
+#   make clean  removes build/ and build-sanitize/
 BUILD ?= build
+SANITIZE_BUILD ?= build-sanitize
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 PY ?= /usr/bin/python3
@@ -14,7 +17,7 @@ CLANG_FORMAT ?= clang-format
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test run bench cp-study format clean
+.PHONY: all deps configure build test run bench cp-study format sanitize clean
 
 all: build
 
@@ -50,5 +53,17 @@ format:
 	@command -v $(CLANG_FORMAT) > /dev/null || { echo "format: $(CLANG_FORMAT) not found (make deps installs it)"; exit 1; }
 	git ls-files '*.cpp' '*.hpp' | grep -vx 'miniapp/cp/registry.cpp' | xargs -r $(CLANG_FORMAT) -i
 
+# Sanitizer run. Any ASan or UBSan report ends the rank with a non-zero exit, so the test
+# fails (mpiexec hands its environment to the ranks it starts on this node).
+# detect_leaks=0: Open MPI, UCX and hwloc keep allocations alive past MPI_Finalize, which
+# LeakSanitizer would report in every test; memory errors are still caught.
+SAN_ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=0:abort_on_error=0
+SAN_UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+sanitize: deps
+	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINICP_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(SAN_ASAN_OPTIONS) UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) \
+	  ctest --output-on-failure --timeout 600
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD)
