@@ -54,9 +54,12 @@ format:
 	git ls-files '*.cpp' '*.hpp' | grep -vx 'miniapp/cp/registry.cpp' | xargs -r $(CLANG_FORMAT) -i
 
 # Sanitizer run. Any ASan or UBSan report ends the rank with a non-zero exit, so the test
-# fails (mpiexec hands its environment to the ranks it starts on this node).
-# detect_leaks=0: Open MPI, UCX and hwloc keep allocations alive past MPI_Finalize, which
-# LeakSanitizer would report in every test; memory errors are still caught.
+# fails (mpiexec hands its environment to the ranks it starts on this node). Tests that
+# judge by output instead of exit code (PASS_REGULAR_EXPRESSION, expected exit codes) are
+# covered by the grep of ctest's full log afterwards.
+# detect_leaks=0: Open MPI (libmpi, open-pal, open-rte, libevent) keeps allocations past
+# MPI_Finalize (about 120 KB in 3300 blocks for a program that only calls MPI_Init and
+# MPI_Finalize), which LeakSanitizer would report in every test; memory errors are still caught.
 SAN_ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=0:abort_on_error=0
 SAN_UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 sanitize: deps
@@ -64,6 +67,9 @@ sanitize: deps
 	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(SAN_ASAN_OPTIONS) UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) \
 	  ctest --output-on-failure --timeout 600
+	@if grep -n -E 'runtime error:|ERROR: (Address|Leak)Sanitizer' $(SANITIZE_BUILD)/Testing/Temporary/LastTest.log; then \
+	  echo "sanitize: a sanitizer report in a test ctest counted as passed (see above)"; exit 1; fi
+	@echo "sanitize: all tests passed, no sanitizer report"
 
 clean:
 	rm -rf $(BUILD) $(SANITIZE_BUILD)
