@@ -5,14 +5,19 @@
 #   make run    the main job (today: the kernel study, see README)
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
+#   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
+#   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
+#   make clean  removes build/ and build-sanitize/
 BUILD ?= build
+SANITIZE_BUILD ?= build-sanitize
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 PY ?= /usr/bin/python3
+CLANG_FORMAT ?= clang-format
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test run bench cp-study clean
+.PHONY: all deps configure build test run bench cp-study format sanitize clean
 
 all: build
 
@@ -41,5 +46,30 @@ bench: build
 cp-study: build
 	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
 
+# Formats the tracked C++ sources in place. miniapp/cp/registry.cpp is left out: its table
+# is read line by line ("  <name>_scheme(),") by tests/CMakeLists.txt, and clang-format
+# would pack several entries on one line.
+format:
+	@command -v $(CLANG_FORMAT) > /dev/null || { echo "format: $(CLANG_FORMAT) not found (make deps installs it)"; exit 1; }
+	git ls-files '*.cpp' '*.hpp' | grep -vx 'miniapp/cp/registry.cpp' | xargs -r $(CLANG_FORMAT) -i
+
+# Sanitizer run. Any ASan or UBSan report ends the rank with a non-zero exit, so the test
+# fails (mpiexec hands its environment to the ranks it starts on this node). Tests that
+# judge by output instead of exit code (PASS_REGULAR_EXPRESSION, expected exit codes) are
+# covered by the grep of ctest's full log afterwards.
+# detect_leaks=0: Open MPI (libmpi, open-pal, open-rte, libevent) keeps allocations past
+# MPI_Finalize (about 120 KB in 3300 blocks for a program that only calls MPI_Init and
+# MPI_Finalize), which LeakSanitizer would report in every test; memory errors are still caught.
+SAN_ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=0:abort_on_error=0
+SAN_UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+sanitize: deps
+	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINICP_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(SAN_ASAN_OPTIONS) UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) \
+	  ctest --output-on-failure --timeout 600
+	@if grep -n -E 'runtime error:|ERROR: (Address|Leak)Sanitizer' $(SANITIZE_BUILD)/Testing/Temporary/LastTest.log; then \
+	  echo "sanitize: a sanitizer report in a test ctest counted as passed (see above)"; exit 1; fi
+	@echo "sanitize: all tests passed, no sanitizer report"
+
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD)

@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
 PKGS=(
-  build-essential cmake make pkg-config git dpkg-dev xz-utils
+  build-essential cmake make pkg-config git dpkg-dev xz-utils clang-format
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libhdf5-openmpi-dev hdf5-tools
   libopenblas-dev libopenblas-openmp-dev

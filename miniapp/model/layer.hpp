@@ -1,0 +1,85 @@
+// A stack of L Llama-style decoder layers on one rank of a CP group, forward and backward:
+//   x -> RMSNorm -> Q, K, V projections -> RoPE (global positions) -> CP attention (any
+//   scheme) -> output projection -> + x -> RMSNorm -> SwiGLU MLP (silu(h W1) * (h W3)) W2 -> + .
+// Each layer has its own weights (one flat buffer, model::layer_params order) and its own
+// cp::Scheme object (ring schemes keep a K/V block between forward and backward). Weight
+// gradients are summed over the CP group: each layer's all-reduce starts as soon as its dW
+// are final and runs during the backward of the layers below; the time still blocked on
+// them at the end is the exposed all-reduce time. Letters: see model.hpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "miniapp/cp/scheme.hpp"
+#include "miniapp/model/model.hpp"
+
+namespace minicp::model {
+
+using kernels::View1;
+using kernels::View2;
+using kernels::View3;
+
+// train: forward and backward over S tokens; prefill: forward only; decode: T new tokens
+// (on every rank) through the layers against a KV cache of S tokens sharded over the ranks.
+enum class Pass { Train, Prefill, Decode };
+const char* to_string(Pass p);
+
+// Where a layer's time goes (seconds, fenced). Attention: compute is the scheme's time not
+// blocked on communication, comm its time blocked in waits (cp::Stats::comm_wait_s).
+enum class Phase : int { Norm, Qkv, Rope, AttnCompute, AttnComm, OutProj, Mlp, GradAllreduce, Count };
+const char* to_string(Phase p);
+constexpr int kPhases = int(Phase::Count);
+struct PhaseTimes {
+  double s[kPhases] = {};
+  double total() const;
+  PhaseTimes& operator+=(const PhaseTimes& o);
+};
+
+struct StackConfig {
+  Shape shape;
+  Pass pass = Pass::Train;
+  cp::Config attn;    // seq_len, ranks, mask, scheme settings, mode; heads etc. are set from shape
+  uint64_t seed = 1;  // the generator's seed for weights, inputs, dy and the cache
+};
+
+// The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
+// the pass's problem.
+cp::Config attention_config(const StackConfig& cfg);
+
+// Bytes this rank holds for a stack (weights, gradients, saved activations, workspace, the
+// KV cache, the scheme's workspace per layer): the memory model of --dry-run.
+int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem);
+
+template <class T>
+class Stack {
+ public:
+  // Collective over comm's world (the CP group). Weights, inputs (x [N, C]), the upstream
+  // gradient (dy [N, C]) and the decode cache are drawn from the generator.
+  Stack(const StackConfig& cfg, const cp::SchemeInfo& scheme, comm::Communicator& comm);
+  ~Stack();
+
+  void forward(cp::Context& ctx);   // x -> y through the L layers
+  void backward(cp::Context& ctx);  // train: dy -> dx, and every layer's dW summed over the group
+
+  // This rank's rows (global token index of row i: rows()[i]; decode: the T new tokens).
+  const std::vector<int64_t>& rows() const;
+  View2<T> x() const;   // [N, C] input of layer 0
+  View2<T> y() const;   // [N, C] output of layer L-1
+  View2<T> dy() const;  // [N, C] upstream gradient
+  View2<T> dx() const;  // [N, C]
+  View1<T> params(int layer) const;  // [layer_param_count]
+  View1<T> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
+  // Per-layer phase times of the last forward / backward.
+  const PhaseTimes& forward_times(int layer) const;
+  const PhaseTimes& backward_times(int layer) const;
+  // Seconds the last backward spent blocked on the weight-gradient all-reduces at its end.
+  double grad_allreduce_exposed_s() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+}  // namespace minicp::model
