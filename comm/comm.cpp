@@ -93,14 +93,15 @@ Event Communicator::wait_event(const Event& op, double t0, double t1) {
   return Event{EventKind::Wait, op.peer, op.group, op.step, bytes_leaving(EventKind::Wait, 0, 1), 0, t0, t1};
 }
 
-Topology Communicator::node_topology() {
+Topology Communicator::node_topology(const void* mpi_comm) {
+  const MPI_Comm base = mpi_comm ? *static_cast<const MPI_Comm*>(mpi_comm) : MPI_COMM_WORLD;
   int me = 0, P = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  MPI_Comm_rank(base, &me);
+  MPI_Comm_size(base, &P);
   Topology t;
   // The code base's one split by shared memory; key = world rank orders the local ranks.
   MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+  if (MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) != MPI_SUCCESS)
     throw std::runtime_error("MPI Comm_split_type failed");
   MPI_Comm_rank(node, &t.local_rank);
   MPI_Comm_size(node, &t.local_size);
@@ -108,13 +109,12 @@ Topology Communicator::node_topology() {
   MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, node);
   MPI_Comm_free(&node);
   std::vector<int> lowest_of(size_t(P), 0);
-  MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Allgather(&lowest, 1, MPI_INT, lowest_of.data(), 1, MPI_INT, base);
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
   std::vector<char> names(size_t(P) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, base);
   // Walking the world ranks in order meets each node first at its lowest rank: that is the
   // node order, and that rank's host name is the node's.
   std::vector<int> index(size_t(P), -1), count;

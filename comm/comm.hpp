@@ -118,7 +118,8 @@ class Communicator {
   static Event wait_event(const Event& op, double t0, double t1);
   // The topology of MPI_COMM_WORLD (collective over it); each backend's constructor sets
   // topology_ from it.
-  static Topology node_topology();
+  // Of the ranks of *(const MPI_Comm*)mpi_comm, or of MPI_COMM_WORLD when null.
+  static Topology node_topology(const void* mpi_comm = nullptr);
 
   Group world_;
   Trace trace_;
@@ -136,14 +137,17 @@ class Communicator {
 //            memcpy otherwise. Backend name "mpi-staged".
 enum class Staging { Direct, Host };
 
-// MPI backend on MPI_COMM_WORLD (MPI must be initialised with MPI_THREAD_MULTIPLE when
-// progress = Thread). poll_us: progress-thread polling interval in microseconds.
+// MPI backend (MPI must be initialised with MPI_THREAD_MULTIPLE when progress = Thread).
+// Its world is MPI_COMM_WORLD, or with group_size > 0 the group of group_size consecutive
+// world ranks this rank belongs to (world rank / group_size; collective over MPI_COMM_WORLD):
+// e.g. a CP group smaller than the job, or each rank alone (1) for a single-rank reference.
+// poll_us: progress-thread polling interval in microseconds.
 // progress_cpus: CPUs the progress thread is pinned to, one per node-local rank (local
 // rank i takes entry i mod size); empty leaves it where the OS puts it. A CPU that does
 // not exist throws std::invalid_argument.
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50,
                                             const std::vector<int>& progress_cpus = {},
-                                            Staging staging = Staging::Direct);
+                                            Staging staging = Staging::Direct, int group_size = 0);
 
 // Parses a comma list of CPU numbers ("" -> empty); throws std::invalid_argument naming
 // the flag, the value and what is allowed.

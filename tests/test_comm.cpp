@@ -646,6 +646,25 @@ INSTANTIATE_TEST_SUITE_P(Progress, Comm,
                                            CommParam{mc::Progress::Thread, mc::Staging::Host}),
                          param_name);
 
+// group_size: the communicator's world is this rank's group of consecutive world ranks.
+TEST(CommGroups, WorldOfConsecutiveRanks) {
+  const int P = minicp::test::world_size(), me = minicp::test::world_rank();
+  for (int n = 1; n <= P; ++n) {
+    if (P % n != 0) continue;
+    SCOPED_TRACE("group_size " + std::to_string(n));
+    auto c = mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, n);
+    const mc::Group& w = c->world();
+    EXPECT_EQ(w.size, n);
+    EXPECT_EQ(w.rank, me % n);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(w.world_ranks[size_t(i)], me / n * n + i);
+    EXPECT_EQ(c->topology().local_size, n) << "one host: every member is local";
+    double x = 1.0;  // sums over the group only
+    c->allreduce(&x, 1, mc::DType::F64, mc::ReduceOp::Sum, w);
+    EXPECT_EQ(x, double(n));
+  }
+  EXPECT_THROW(mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, -1), std::invalid_argument);
+}
+
 TEST(CommParse, ProgressNames) {
   EXPECT_EQ(mc::parse_progress("none"), mc::Progress::None);
   EXPECT_EQ(mc::parse_progress("thread"), mc::Progress::Thread);

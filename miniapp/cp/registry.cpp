@@ -16,6 +16,7 @@ SchemeInfo tree_scheme();
 SchemeInfo doublering_scheme();
 
 const std::vector<SchemeInfo>& registry() {
+  // clang-format off
   static const std::vector<SchemeInfo> table = {
   none_scheme(),
   ring_scheme(),
@@ -28,6 +29,7 @@ const std::vector<SchemeInfo>& registry() {
   tree_scheme(),
   doublering_scheme(),
   };
+  // clang-format on
   return table;
 }
 

@@ -1,0 +1,418 @@
+// The decoder-layer stack (see layer.hpp). Tensor shapes use the letters of model.hpp.
+#include "miniapp/model/layer.hpp"
+
+#include <mpi.h>
+
+#include <stdexcept>
+
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+#include "miniapp/cp/common.hpp"
+
+namespace minicp::model {
+
+const char* to_string(Pass p) {
+  switch (p) {
+    case Pass::Train: return "train";
+    case Pass::Prefill: return "prefill";
+    case Pass::Decode: return "decode";
+  }
+  return "?";
+}
+
+const char* to_string(Phase p) {
+  static const char* names[kPhases] = {"norm",    "qkv",      "rope", "attn_compute",
+                                       "attn_comm", "out_proj", "mlp",  "grad_allreduce"};
+  return names[int(p)];
+}
+
+double PhaseTimes::total() const {
+  double t = 0;
+  for (double x : s) t += x;
+  return t;
+}
+
+PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
+  for (int i = 0; i < kPhases; ++i) s[i] += o.s[i];
+  return *this;
+}
+
+cp::Config attention_config(const StackConfig& cfg) {
+  cp::Config a = cfg.attn;
+  a.heads = cfg.shape.heads;
+  a.kv_heads = cfg.shape.kv_heads;
+  a.head_dim = cfg.shape.head_dim;
+  a.problem = cfg.pass == Pass::Decode ? cp::Problem::Decode : cp::Problem::Train;
+  return a;
+}
+
+namespace {
+
+// Rows on the rank that holds most (every layout: ceil(S/P); decode: T new tokens, and the
+// cache shard).
+struct Rows {
+  double n = 0, cache = 0;
+};
+Rows rows_of(const StackConfig& cfg) {
+  const cp::Config a = attention_config(cfg);
+  const double shard = std::ceil(double(a.seq_len) / a.ranks);
+  if (cfg.pass == Pass::Decode) return {double(a.decode_tokens), shard};
+  return {shard, 0};
+}
+
+}  // namespace
+
+int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem) {
+  const Shape& m = cfg.shape;
+  const Rows r = rows_of(cfg);
+  const double n = r.n, C = m.hidden, HD = double(m.heads) * m.head_dim, KD = double(m.kv_heads) * m.head_dim,
+               F = m.ffn, H = m.heads, L = m.layers;
+  const bool train = cfg.pass == Pass::Train;
+  const double params = double(layer_param_count(m));
+  double v = L * params * (train ? 2 : 1);                       // weights (and gradients)
+  v += (L + 1) * n * C + (train ? 3 : 0) * n * C;                // layer inputs/outputs; dy and two dx buffers
+  const double saved = 3 * n * C + 2 * n + 2 * n * HD + 2 * n * KD + n * H + 2 * n * F;  // per layer
+  v += (train ? L : 1) * saved;
+  v += n * F;                                                     // the gate g
+  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;  // backward workspace
+  if (cfg.pass == Pass::Decode) v += 2 * L * r.cache * KD + n * HD + n * H;  // cache; self block
+  const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
+  v += w.shared + L * w.per_object;
+  return cp::bytes_of(v, elem);
+}
+
+template <class T>
+struct Stack<T>::Impl {
+  using CV2 = kernels::CView2<T>;
+  using Trans = kernels::Trans;
+
+  // One layer's weights, gradients, attention scheme and saved activations.
+  struct Layer {
+    View1<T> w, dw;               // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
+    std::unique_ptr<cp::Scheme<T>> scheme;
+    View2<T> h1, q, k, v, o, x2, h2, a, b;  // [N,C] [N,H*D] [N,Hkv*D] x2 [N,H*D] [N,C] x2 [N,F] x2
+    View1<T> rstd1, rstd2;                  // [N]
+    View2<T> lse;                           // [N,H]
+    View3<T> kc, vc;                        // decode: this rank's cache shard [Nc,Hkv,D]
+    PhaseTimes fwd, bwd;
+    comm::Request grad_req;
+  };
+
+  StackConfig cfg;
+  cp::Config acfg;
+  const cp::SchemeInfo& info;
+  comm::Communicator& comm;
+  Shape m;
+  int64_t N = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0;
+  std::vector<Param> params;
+  std::vector<int64_t> rows;                     // global index of each local row (= its position)
+  Kokkos::View<int64_t*, kernels::Mem> pos;      // [N] positions for RoPE
+  std::vector<View2<T>> xs;                      // L+1 of [N,C]: input of layer l, output of the last
+  View2<T> dy, gbuf[2], dx;                      // [N,C]
+  View2<T> g, dg, da, db, dh, dxn, dx2, dq, dk, dv, dO;  // shared workspace
+  View2<T> o_self, lse_self;                     // decode: the new tokens' own block
+  std::vector<Layer> layers;
+  double grad_exposed = 0;
+
+  Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
+      : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
+    const std::string why = check(m);
+    if (!why.empty()) throw std::invalid_argument(why);
+    C = m.hidden, H = m.heads, Hkv = m.kv_heads, D = m.head_dim, F = m.ffn;
+    params = layer_params(m);
+    const int rank = comm.world().rank;
+    const cp::Shard sh = info.shard(acfg, rank);
+    rows = sh.q;
+    N = int64_t(rows.size());
+    pos = cp::to_device(rows, "model::pos");
+    const bool train = cfg.pass == Pass::Train;
+    auto mat = [&](const char* label, int64_t r, int64_t cols) {
+      return View2<T>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), r, cols);
+    };
+    xs.resize(size_t(m.layers) + 1);
+    for (auto& x : xs) x = mat("model::x", N, C);
+    fill_rows(xs[0], Stream::Input);
+    layers.resize(size_t(m.layers));
+    for (int l = 0; l < m.layers; ++l) {
+      Layer& L = layers[size_t(l)];
+      L.w = View1<T>(Kokkos::view_alloc(std::string("model::w"), Kokkos::WithoutInitializing), size_t(params.back().offset + params.back().size()));
+      fill_params(L.w, l);
+      if (train) L.dw = View1<T>("model::dw", L.w.extent(0));
+      L.scheme = make_scheme();
+      if (l == 0 || train) {  // forward-only passes keep no activations: the layers share one set
+        L.h1 = mat("model::h1", N, C);
+        L.q = mat("model::q", N, H * D);
+        L.k = mat("model::k", N, Hkv * D);
+        L.v = mat("model::v", N, Hkv * D);
+        L.o = mat("model::o", N, H * D);
+        L.x2 = mat("model::x2", N, C);
+        L.h2 = mat("model::h2", N, C);
+        L.a = mat("model::a", N, F);
+        L.b = mat("model::b", N, F);
+        L.rstd1 = View1<T>("model::rstd1", N);
+        L.rstd2 = View1<T>("model::rstd2", N);
+        L.lse = mat("model::lse", N, H);
+      } else {
+        const Layer& f = layers[0];
+        L.h1 = f.h1, L.q = f.q, L.k = f.k, L.v = f.v, L.o = f.o, L.x2 = f.x2, L.h2 = f.h2, L.a = f.a, L.b = f.b;
+        L.rstd1 = f.rstd1, L.rstd2 = f.rstd2, L.lse = f.lse;
+      }
+      if (cfg.pass == Pass::Decode) {
+        L.kc = View3<T>(Kokkos::view_alloc(std::string("model::cache_k"), Kokkos::WithoutInitializing), sh.kv.size(), Hkv, D);
+        L.vc = View3<T>(Kokkos::view_alloc(std::string("model::cache_v"), Kokkos::WithoutInitializing), sh.kv.size(), Hkv, D);
+        fill_cache(L.kc, sh.kv, stream_id(Stream::CacheK, l));
+        fill_cache(L.vc, sh.kv, stream_id(Stream::CacheV, l));
+      }
+    }
+    g = mat("model::g", N, F);
+    if (train) {
+      dy = mat("model::dy", N, C);
+      fill_rows(dy, Stream::UpstreamGrad);
+      gbuf[0] = mat("model::dx_a", N, C);
+      gbuf[1] = mat("model::dx_b", N, C);
+      dg = mat("model::dg", N, F);
+      da = mat("model::da", N, F);
+      db = mat("model::db", N, F);
+      dh = mat("model::dh", N, C);
+      dxn = mat("model::dxn", N, C);
+      dx2 = mat("model::dx2", N, C);
+      dq = mat("model::dq", N, H * D);
+      dk = mat("model::dk", N, Hkv * D);
+      dv = mat("model::dv", N, Hkv * D);
+      dO = mat("model::do", N, H * D);
+    }
+    if (cfg.pass == Pass::Decode) {
+      o_self = mat("model::o_self", N, H * D);
+      lse_self = mat("model::lse_self", N, H);
+    }
+  }
+
+  std::unique_ptr<cp::Scheme<T>> make_scheme() const {
+    if constexpr (std::is_same<T, float>::value)
+      return info.make_f32();
+    else
+      return info.make_f64();
+  }
+
+  // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
+  void fill_rows(View2<T> x, Stream s) const {
+    auto h = Kokkos::create_mirror_view(x);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t c = 0; c < C; ++c) h(i, c) = T(gen_unit(cfg.seed, stream_id(s), uint64_t(rows[size_t(i)] * C + c)));
+    Kokkos::deep_copy(x, h);
+  }
+  // Norm weights 1 + 0.1 u, matrices u / sqrt(rows) (activations stay O(1) through the layers).
+  void fill_params(View1<T> w, int layer) const {
+    auto h = Kokkos::create_mirror_view(w);
+    for (size_t p = 0; p < params.size(); ++p) {
+      const Param& pr = params[p];
+      const uint64_t st = stream_id(Stream::Weight, layer, int(p));
+      const double scale = pr.cols == 0 ? 0.1 : 1.0 / std::sqrt(double(pr.rows));
+      for (int64_t i = 0; i < pr.size(); ++i)
+        h(pr.offset + i) = T((pr.cols == 0 ? 1.0 : 0.0) + scale * gen_unit(cfg.seed, st, uint64_t(i)));
+    }
+    Kokkos::deep_copy(w, h);
+  }
+  // A cache shard [Nc,Hkv,D] as a prefill would leave it (K after RoPE), drawn by global token.
+  void fill_cache(View3<T> x, const std::vector<int64_t>& tok, uint64_t st) const {
+    auto h = Kokkos::create_mirror_view(x);
+    const int64_t w = Hkv * D;
+    for (size_t i = 0; i < tok.size(); ++i)
+      for (int64_t j = 0; j < w; ++j) h(i, j / D, j % D) = T(gen_unit(cfg.seed, st, uint64_t(tok[i] * w + j)));
+    Kokkos::deep_copy(x, h);
+  }
+
+  // Views of a layer's parameter p (a vector or a [rows, cols] matrix) inside a flat buffer.
+  View1<T> vec(View1<T> flat, int p) const { return View1<T>(flat.data() + params[size_t(p)].offset, params[size_t(p)].rows); }
+  View2<T> mat(View1<T> flat, int p) const {
+    const Param& pr = params[size_t(p)];
+    return View2<T>(flat.data() + pr.offset, pr.rows, pr.cols);
+  }
+  enum P { AttnNorm, Wq, Wk, Wv, Wo, MlpNorm, W1, W3, W2 };
+
+  static View3<T> heads(View2<T> x, int64_t h, int64_t d) { return View3<T>(x.data(), x.extent(0), h, d); }
+  static bool computes(const cp::Context& ctx) { return ctx.cfg.mode != cp::Mode::CommOnly; }
+
+  template <class Fn>
+  void timed(const cp::Context& ctx, PhaseTimes& t, Phase p, Fn&& f) {
+    if (!computes(ctx)) return;
+    const double t0 = MPI_Wtime();
+    f();
+    Kokkos::fence();
+    t.s[int(p)] += MPI_Wtime() - t0;
+  }
+  // The scheme call: its time blocked on communication is attention comm, the rest compute.
+  template <class Fn>
+  void timed_attention(cp::Context& ctx, PhaseTimes& t, Fn&& f) {
+    const double t0 = MPI_Wtime(), w0 = ctx.stats.comm_wait_s;
+    f();
+    Kokkos::fence();
+    const double wait = ctx.stats.comm_wait_s - w0;
+    t.s[int(Phase::AttnComm)] += wait;
+    t.s[int(Phase::AttnCompute)] += MPI_Wtime() - t0 - wait;
+  }
+
+  static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b
+    const int64_t cols = int64_t(out.extent(1));
+    Kokkos::parallel_for(
+        "model::residual", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(out.span())),
+        KOKKOS_LAMBDA(const int64_t i) { out(i / cols, i % cols) = a(i / cols, i % cols) + b(i / cols, i % cols); });
+  }
+
+  void forward_layer(cp::Context& ctx, int l) {
+    Layer& L = layers[size_t(l)];
+    L.fwd = PhaseTimes{};
+    const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
+    PhaseTimes& t = L.fwd;
+    timed(ctx, t, Phase::Norm, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
+    timed(ctx, t, Phase::Qkv, [&] {
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wv), 0, L.v);
+    });
+    const View3<T> q3 = heads(L.q, H, D), k3 = heads(L.k, Hkv, D), v3 = heads(L.v, Hkv, D), o3 = heads(L.o, H, D);
+    timed(ctx, t, Phase::Rope, [&] {
+      kernels::rope_apply<T>(q3, pos, m.rope_theta);
+      kernels::rope_apply<T>(k3, pos, m.rope_theta);
+    });
+    if (cfg.pass == Pass::Decode) {
+      timed_attention(ctx, t, [&] {
+        L.scheme->forward(ctx, q3, L.kc, L.vc, o3, L.lse);  // against the cache
+        if (computes(ctx)) {  // the new tokens' own block, then one LSE merge
+          const auto mask = cp::make_mask(acfg, rows, rows);
+          const View3<T> os = heads(o_self, H, D);
+          kernels::attention_fwd<T>(q3, k3, v3, mask, os, lse_self, acfg.attn);
+          kernels::lse_merge<T>(o3, L.lse, os, lse_self);
+        }
+      });
+    } else {
+      timed_attention(ctx, t, [&] { L.scheme->forward(ctx, q3, k3, v3, o3, L.lse); });
+    }
+    timed(ctx, t, Phase::OutProj, [&] {
+      Kokkos::deep_copy(L.x2, x);
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
+    });
+    timed(ctx, t, Phase::Norm,
+          [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), T(m.norm_eps), L.h2, L.rstd2); });
+    timed(ctx, t, Phase::Mlp, [&] {
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
+      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W3), 0, L.b);
+      kernels::swiglu_fwd<T>(L.a, L.b, g);
+      Kokkos::deep_copy(y, L.x2);
+      kernels::gemm<T>(Trans::N, Trans::N, 1, g, mat(L.w, W2), 1, y);  // y = x2 + g W2
+    });
+  }
+
+  // dyl[N,C] (gradient of layer l's output) -> dxl[N,C]; the layer's dW accumulate.
+  void backward_layer(cp::Context& ctx, int l, CV2 dyl, View2<T> dxl) {
+    Layer& L = layers[size_t(l)];
+    L.bwd = PhaseTimes{};
+    PhaseTimes& t = L.bwd;
+    const View2<T> x = xs[size_t(l)];
+    timed(ctx, t, Phase::Mlp, [&] {
+      kernels::swiglu_fwd<T>(L.a, L.b, g);                                     // recomputed gate [N,F]
+      kernels::gemm<T>(Trans::N, Trans::T, 1, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
+      kernels::gemm<T>(Trans::T, Trans::N, 1, g, dyl, 1, mat(L.dw, W2));       // dW2 += g^T dy
+      kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db);
+      kernels::gemm<T>(Trans::N, Trans::T, 1, da, mat(L.w, W1), 0, dh);        // dh = da W1^T + db W3^T
+      kernels::gemm<T>(Trans::N, Trans::T, 1, db, mat(L.w, W3), 1, dh);
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, da, 1, mat(L.dw, W1));     // dW1 += h2^T da
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, db, 1, mat(L.dw, W3));     // dW3 += h2^T db
+    });
+    timed(ctx, t, Phase::Norm, [&] {
+      kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
+      add(dx2, dyl, dxn);  // the residual
+    });
+    timed(ctx, t, Phase::OutProj, [&] {
+      kernels::gemm<T>(Trans::N, Trans::T, 1, dx2, mat(L.w, Wo), 0, dO);       // dO = dx2 Wo^T
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.o, dx2, 1, mat(L.dw, Wo));     // dWo += o^T dx2
+    });
+    const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
+    timed_attention(ctx, t, [&] {
+      L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
+                         heads(dO, H, D), dq3, dk3, heads(dv, Hkv, D));
+    });
+    timed(ctx, t, Phase::Rope, [&] {
+      kernels::rope_apply<T>(dq3, pos, m.rope_theta, true);
+      kernels::rope_apply<T>(dk3, pos, m.rope_theta, true);
+    });
+    timed(ctx, t, Phase::Qkv, [&] {
+      kernels::gemm<T>(Trans::N, Trans::T, 1, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
+      kernels::gemm<T>(Trans::N, Trans::T, 1, dk, mat(L.w, Wk), 1, dh);
+      kernels::gemm<T>(Trans::N, Trans::T, 1, dv, mat(L.w, Wv), 1, dh);
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dq, 1, mat(L.dw, Wq));     // dWq += h1^T dq
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dk, 1, mat(L.dw, Wk));
+      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dv, 1, mat(L.dw, Wv));
+    });
+    timed(ctx, t, Phase::Norm, [&] {
+      kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
+      add(dxl, dx2, dxn);
+    });
+    // The layer's dW are final: summed over the group while the layers below compute.
+    if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly)
+      L.grad_req = comm.iallreduce(L.dw.data(), L.dw.span(), cp::dtype_of<T>(), comm::ReduceOp::Sum, comm.world(), l);
+  }
+
+  void forward(cp::Context& ctx) {
+    for (int l = 0; l < m.layers; ++l) forward_layer(ctx, l);
+  }
+
+  void backward(cp::Context& ctx) {
+    if (cfg.pass != Pass::Train) throw std::logic_error(std::string("the ") + to_string(cfg.pass) + " pass has no backward");
+    for (Layer& L : layers) Kokkos::deep_copy(L.dw, T(0));
+    CV2 cur = dy;
+    for (int l = m.layers - 1; l >= 0; --l) {
+      View2<T> out = gbuf[(m.layers - 1 - l) % 2];
+      backward_layer(ctx, l, cur, out);
+      cur = out;
+      dx = out;
+    }
+    grad_exposed = 0;
+    for (Layer& L : layers) {  // what is left of the all-reduces after the last layer's backward
+      if (!L.grad_req.active()) continue;
+      const double t0 = MPI_Wtime();
+      comm.wait(L.grad_req);
+      const double dt = MPI_Wtime() - t0;
+      L.bwd.s[int(Phase::GradAllreduce)] += dt;
+      grad_exposed += dt;
+    }
+  }
+};
+
+template <class T>
+Stack<T>::Stack(const StackConfig& cfg, const cp::SchemeInfo& scheme, comm::Communicator& comm)
+    : p_(std::make_unique<Impl>(cfg, scheme, comm)) {}
+template <class T>
+Stack<T>::~Stack() = default;
+template <class T>
+void Stack<T>::forward(cp::Context& ctx) { p_->forward(ctx); }
+template <class T>
+void Stack<T>::backward(cp::Context& ctx) { p_->backward(ctx); }
+template <class T>
+const std::vector<int64_t>& Stack<T>::rows() const { return p_->rows; }
+template <class T>
+View2<T> Stack<T>::x() const { return p_->xs.front(); }
+template <class T>
+View2<T> Stack<T>::y() const { return p_->xs.back(); }
+template <class T>
+View2<T> Stack<T>::dy() const { return p_->dy; }
+template <class T>
+View2<T> Stack<T>::dx() const { return p_->dx; }
+template <class T>
+View1<T> Stack<T>::params(int layer) const { return p_->layers.at(size_t(layer)).w; }
+template <class T>
+View1<T> Stack<T>::grads(int layer) const { return p_->layers.at(size_t(layer)).dw; }
+template <class T>
+const PhaseTimes& Stack<T>::forward_times(int layer) const { return p_->layers.at(size_t(layer)).fwd; }
+template <class T>
+const PhaseTimes& Stack<T>::backward_times(int layer) const { return p_->layers.at(size_t(layer)).bwd; }
+template <class T>
+double Stack<T>::grad_allreduce_exposed_s() const { return p_->grad_exposed; }
+
+template class Stack<float>;
+template class Stack<double>;
+
+}  // namespace minicp::model
