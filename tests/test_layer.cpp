@@ -1,0 +1,185 @@
+// The decoder-layer stack (miniapp/model) on every scheme against scheme `none` on one rank,
+// at the rank count this binary runs with (ctest: np 1-4). The DESIGN rule: for the output y,
+// the input gradient dx and every weight gradient dW of every layer, the fp32 error of the
+// scheme against fp64 `none` is within 2x the fp32 error of `none` (counted as at least 4
+// fp32 ulps of the largest entry). fp64 must match fp64 `none` to 1e-10. Decode: the tree
+// scheme against `none` decoding the same tokens. At np 1 a central finite difference of the
+// whole stack in fp64 checks dx and dW of `none` itself.
+// Usage: minicp-test-layer --scheme=NAME [gtest flags]
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+
+#include "comm/comm.hpp"
+#include "miniapp/model/layer.hpp"
+#include "tests/mpi_util.hpp"
+#include "tests/reference.hpp"
+#include "tests/view_util.hpp"
+
+extern std::string g_scheme;  // from test_main.cpp (--scheme=NAME)
+
+namespace {
+using namespace minicp;
+using ref::Vec;
+
+// Every tensor a run is judged on: y and dx [N, C] in global token order of the rank's rows,
+// and the weight gradients of every layer (whole, summed over the group).
+struct Result {
+  std::vector<int64_t> rows;
+  Vec y, dx;
+  std::vector<Vec> dw;
+};
+
+// 12 query heads in K/V groups of 3, so every Ulysses split at np 1-4 runs (and np 3's
+// head blocks straddle the groups); S divisible by 2P for P = 1..4.
+model::StackConfig small_config(model::Pass pass, const cp::Config& mask) {
+  model::StackConfig c;
+  c.shape = {48, 12, 4, 8, 64, 2, 10000, 1e-5};
+  c.pass = pass;
+  c.attn = mask;
+  c.attn.seq_len = 48;
+  c.attn.decode_tokens = 3;
+  c.attn.attn.tile_q = c.attn.attn.tile_k = 8;
+  c.seed = 7;
+  return c;
+}
+
+template <class T>
+Result run(const model::StackConfig& cfg, const cp::SchemeInfo& info, comm::Communicator& comm) {
+  model::Stack<T> st(cfg, info, comm);
+  cp::Context ctx{comm, model::attention_config(cfg)};
+  st.forward(ctx);
+  Result r{st.rows(), test::to_vec(st.y()), {}, {}};
+  if (cfg.pass == model::Pass::Train) {
+    st.backward(ctx);
+    r.dx = test::to_vec(st.dx());
+    for (int l = 0; l < cfg.shape.layers; ++l) r.dw.push_back(test::to_vec(st.grads(l)));
+  }
+  return r;
+}
+
+double max_abs(const Vec& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// max |got - want| over this rank's entries / max(1e-30, max |want_full|), max over ranks.
+// got holds the rows `rows` of a [*, width] tensor; want_full is the whole reference.
+double err_rows(const Vec& got, const std::vector<int64_t>& rows, int64_t first_row, const Vec& want_full,
+                int64_t width) {
+  double e = 0;
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t c = 0; c < width; ++c)
+      e = std::max(e, std::abs(got[i * width + c] - want_full[size_t((rows[i] - first_row) * width + c)]));
+  e /= std::max(1e-30, max_abs(want_full));
+  MPI_Allreduce(MPI_IN_PLACE, &e, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return e;
+}
+
+class LayerVsNone : public ::testing::TestWithParam<model::Pass> {};
+
+TEST_P(LayerVsNone, OutputAndEveryGradient) {
+  const model::Pass pass = GetParam();
+  const cp::SchemeInfo& info = cp::find(g_scheme);
+  const cp::Problem problem = pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train;
+  if (!info.solves(problem)) GTEST_SKIP() << g_scheme << " does not solve " << cp::to_string(problem);
+  const int P = test::world_size();
+  for (const char* mask : {"causal", "documents"}) {
+    SCOPED_TRACE(mask);
+    cp::Config m;
+    m.causal = true;
+    m.doc_len = std::string(mask) == "documents" ? 20 : 0;
+    model::StackConfig cfg = small_config(pass, m);
+    cfg.attn.ranks = P;
+    cfg.attn.inner_ring = P >= 4 && P % 2 == 0 ? 2 : 0;
+    const std::string why = cp::check(info, model::attention_config(cfg));
+    if (!why.empty()) GTEST_SKIP() << "refused at np " << P << ": " << why;
+
+    model::StackConfig one = cfg;  // the reference: `none` on this rank alone
+    one.attn.ranks = 1;
+    auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+    const cp::SchemeInfo& none = cp::find("none");
+    const Result ref64 = run<double>(one, none, *self), ref32 = run<float>(one, none, *self);
+
+    auto world = comm::make_mpi_comm(comm::Progress::Thread);
+    const Result got32 = run<float>(cfg, info, *world), got64 = run<double>(cfg, info, *world);
+
+    const int64_t C = cfg.shape.hidden, first = cp::first_q_position(model::attention_config(cfg));
+    const double floor = std::ldexp(1.0, -21);
+    auto judge = [&](const char* what, double e32, double e_none, double e64) {
+      EXPECT_LE(e32, 2.0 * std::max(e_none, floor)) << what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
+      EXPECT_LE(e64, 1e-10) << what << ": fp64 error";
+    };
+    judge("y", err_rows(got32.y, got32.rows, first, ref64.y, C), err_rows(ref32.y, ref32.rows, first, ref64.y, C),
+          err_rows(got64.y, got64.rows, first, ref64.y, C));
+    if (pass != model::Pass::Train) continue;
+    judge("dx", err_rows(got32.dx, got32.rows, first, ref64.dx, C),
+          err_rows(ref32.dx, ref32.rows, first, ref64.dx, C), err_rows(got64.dx, got64.rows, first, ref64.dx, C));
+    const auto params = model::layer_params(cfg.shape);
+    for (int l = 0; l < cfg.shape.layers; ++l)
+      for (const model::Param& p : params) {
+        auto slice = [&](const Vec& v) { return Vec(v.begin() + p.offset, v.begin() + p.offset + p.size()); };
+        const Vec want = slice(ref64.dw[size_t(l)]);
+        const std::vector<int64_t> all{0};
+        const std::string what = "layer " + std::to_string(l) + " d" + p.name;
+        judge(what.c_str(), err_rows(slice(got32.dw[size_t(l)]), all, 0, want, p.size()),
+              err_rows(slice(ref32.dw[size_t(l)]), all, 0, want, p.size()),
+              err_rows(slice(got64.dw[size_t(l)]), all, 0, want, p.size()));
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layer, LayerVsNone, ::testing::Values(model::Pass::Train, model::Pass::Decode),
+                         [](const ::testing::TestParamInfo<model::Pass>& i) { return model::to_string(i.param); });
+
+// Central differences of loss = sum(y * dy) through the whole stack (fp64, `none`, np 1):
+// dx and a sample of every parameter's gradient in every layer.
+TEST(LayerGradcheck, FiniteDifferencesOfTheWholeStack) {
+  if (test::world_size() != 1 || g_scheme != "none") GTEST_SKIP() << "runs once: scheme none at np 1";
+  cp::Config m;
+  model::StackConfig cfg = small_config(model::Pass::Train, m);
+  cfg.attn.seq_len = 12;
+  const cp::SchemeInfo& none = cp::find("none");
+  auto comm = comm::make_mpi_comm(comm::Progress::None);
+  model::Stack<double> st(cfg, none, *comm);
+  cp::Context ctx{*comm, model::attention_config(cfg)};
+  st.forward(ctx);
+  st.backward(ctx);
+  const Vec dx = test::to_vec(st.dx()), dyv = test::to_vec(st.dy());
+  std::vector<Vec> dw;
+  for (int l = 0; l < cfg.shape.layers; ++l) dw.push_back(test::to_vec(st.grads(l)));
+  auto loss = [&] {
+    st.forward(ctx);
+    const Vec y = test::to_vec(st.y());
+    double s = 0;
+    for (size_t i = 0; i < y.size(); ++i) s += y[i] * dyv[i];
+    return s;
+  };
+  // d loss / d buf[i] by central differences, buf a View1 or View2 over host memory.
+  auto fd = [&](double* p) {
+    const double h = 1e-5, keep = *p;
+    *p = keep + h;
+    const double up = loss();
+    *p = keep - h;
+    const double down = loss();
+    *p = keep;
+    return (up - down) / (2 * h);
+  };
+  auto expect_close = [](double fd_value, double analytic, const std::string& what) {
+    EXPECT_NEAR(analytic, fd_value, 1e-6 * std::max(1.0, std::abs(fd_value))) << what;
+  };
+  const int64_t C = cfg.shape.hidden;
+  for (int64_t i : {int64_t(0), int64_t(5 * C + 7), int64_t(11 * C + C - 1)})
+    expect_close(fd(st.x().data() + i), dx[size_t(i)], "dx[" + std::to_string(i) + "]");
+  const auto params = model::layer_params(cfg.shape);
+  for (int l = 0; l < cfg.shape.layers; ++l)
+    for (const model::Param& p : params)
+      for (int64_t i : {int64_t(0), p.size() / 2 + 1, p.size() - 1})
+        expect_close(fd(st.params(l).data() + p.offset + i), dw[size_t(l)][size_t(p.offset + i)],
+                     "layer " + std::to_string(l) + " d" + p.name + "[" + std::to_string(i) + "]");
+}
+
+}  // namespace
