@@ -57,6 +57,8 @@ endif()
 message(STATUS "miniCP: BLAS = ${MINICP_BLAS_LIBRARIES}")
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
+# Input decks (TOML): Debian's libtomlplusplus-dev (compiled library, CMake package).
+find_package(tomlplusplus REQUIRED)
 find_package(OpenMP COMPONENTS CXX)
 
 if(MINICP_ENABLE_CUDA)

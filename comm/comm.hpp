@@ -98,6 +98,9 @@ class Communicator {
   // every call, counted when the call is posted, whether or not the trace is enabled.
   int64_t bytes_sent() const { return bytes_sent_; }
   const Topology& topology() const { return topology_; }
+  // The node topology of the ranks of *(const MPI_Comm*)mpi_comm, or of MPI_COMM_WORLD when
+  // null (collective over them); what topology() holds.
+  static Topology node_topology(const void* mpi_comm = nullptr);
   Progress progress() const { return progress_; }
   // Seconds the progress thread has spent inside MPI calls (where it copies messages),
   // since construction; 0 without a progress thread.
@@ -118,8 +121,6 @@ class Communicator {
   static Event wait_event(const Event& op, double t0, double t1);
   // The topology of MPI_COMM_WORLD (collective over it); each backend's constructor sets
   // topology_ from it.
-  // Of the ranks of *(const MPI_Comm*)mpi_comm, or of MPI_COMM_WORLD when null.
-  static Topology node_topology(const void* mpi_comm = nullptr);
 
   Group world_;
   Trace trace_;
