@@ -49,7 +49,7 @@ std::string output_path_problem(const std::string& flag, const std::string& path
   if (!S_ISDIR(st.st_mode)) return at + dir + " is not a directory";
   std::string probe;
   const int fd = make_temp(path, "write-test", probe);
-  if (fd < 0) return at + "cannot create files in directory " + dir + " (" + errno_text() + ")";
+  if (fd < 0) return at + "directory " + dir + " is not writable (creating a file there failed: " + errno_text() + ")";
   ::close(fd);
   ::unlink(probe.c_str());
   return "";
