@@ -1,4 +1,4 @@
-# Finds Kokkos, BLAS and MPI. Kokkos_ROOT (or CMAKE_PREFIX_PATH) picks a user's Kokkos as is;
+# Finds Kokkos, BLAS, MPI, CLI11 and nlohmann::json. Kokkos_ROOT (or CMAKE_PREFIX_PATH) picks a user's Kokkos as is;
 # otherwise the OpenMP build that `make deps` puts in /opt/minicp/kokkos-openmp, then the
 # system one. Debian's Kokkos target names a missing include directory: repaired below.
 set(MINICP_KOKKOS_HINT "/opt/minicp/kokkos-openmp" CACHE PATH "Fallback Kokkos install searched after Kokkos_ROOT")
@@ -60,6 +60,9 @@ find_package(MPI REQUIRED COMPONENTS C CXX)
 # Input decks (TOML): Debian's libtomlplusplus-dev (compiled library, CMake package).
 find_package(tomlplusplus REQUIRED)
 find_package(OpenMP COMPONENTS CXX)
+# Command lines and JSON outputs of every program (harness/).
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
 
 if(MINICP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)

@@ -20,18 +20,24 @@ void rope_apply(View3<T> x, Kokkos::View<const int64_t*, Mem> pos, double theta,
   if (!(theta > 1.0)) throw std::invalid_argument("rope: theta must be > 1");
   const int half = D / 2;
   const double sgn = inverse ? -1.0 : 1.0;
+  // The angles depend on (row, i) only: computed once per row and pair, applied to every head.
+  Kokkos::View<double*, Mem> freq(Kokkos::view_alloc(std::string("kernels::rope::freq"), Kokkos::WithoutInitializing),
+                                  half);
   Kokkos::parallel_for(
-      inverse ? "kernels::rope::bwd" : "kernels::rope::fwd", Kokkos::RangePolicy<Exec, Kokkos::IndexType<int64_t>>(0, int64_t(S) * H * half),
-      KOKKOS_LAMBDA(const int64_t idx) {
+      "kernels::rope::freq", Kokkos::RangePolicy<Exec>(0, half),
+      KOKKOS_LAMBDA(const int i) { freq(i) = pow(theta, -2.0 * double(i) / double(D)); });
+  Kokkos::parallel_for(
+      inverse ? "kernels::rope::bwd" : "kernels::rope::fwd",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<int64_t>>(0, int64_t(S) * half), KOKKOS_LAMBDA(const int64_t idx) {
         const int i = int(idx % half);
-        const int h = int((idx / half) % H);
-        const int s = int(idx / (int64_t(half) * H));
-        const double freq = pow(theta, -2.0 * double(i) / double(D));
-        const double ang = double(pos(s)) * freq;
+        const int s = int(idx / half);
+        const double ang = double(pos(s)) * freq(i);
         const double c = cos(ang), sn = sgn * sin(ang);
-        const double x1 = double(x(s, h, i)), x2 = double(x(s, h, i + half));
-        x(s, h, i) = T(x1 * c - x2 * sn);
-        x(s, h, i + half) = T(x2 * c + x1 * sn);
+        for (int h = 0; h < H; ++h) {
+          const double x1 = double(x(s, h, i)), x2 = double(x(s, h, i + half));
+          x(s, h, i) = T(x1 * c - x2 * sn);
+          x(s, h, i + half) = T(x2 * c + x1 * sn);
+        }
       });
 }
 

@@ -16,7 +16,7 @@ PKGS=(
   libhdf5-openmpi-dev hdf5-tools
   libopenblas-dev libopenblas-openmp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev libtomlplusplus-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libtrilinos-kokkos-dev
   python3-h5py python3-numpy python3-pandas python3-matplotlib
 )

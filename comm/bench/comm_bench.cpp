@@ -1,18 +1,14 @@
 // minicp-comm-bench: p2p latency/bandwidth and collective busbw of the miniCP Communicator
 // (so the backend is what is measured), in the manner of nccl-tests and OSU: a size sweep
-// per op, a table per op, one MINICP_COMM summary line per op, optional JSON.
+// per op, a table per op, one MINICP_COMM summary line per op, optional JSON. The command
+// line, the --json path and the buffers' memory are checked before the sweep (harness/).
 #include <mpi.h>
-#include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -23,9 +19,15 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "harness/cli.hpp"
+#include "harness/main.hpp"
+#include "harness/memory.hpp"
+#include "harness/output.hpp"
 
 namespace {
 namespace mc = minicp::comm;
+namespace hn = minicp::harness;
+using hn::UsageError;
 
 enum class Op { PingPong, SendRecv, AllToAll, AllGather, ReduceScatter, AllReduce };
 struct OpInfo {
@@ -70,10 +72,6 @@ const char* factor_text(Op op) {
   }
 }
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 // "8", "256K", "64M", "1G" (binary multiples, case-insensitive, optional trailing B or iB).
 uint64_t parse_size(const std::string& flag, const std::string& v) {
   const std::string allowed = "a byte count such as 8, 4096, 256K, 64M or 1G (K, M, G = 2^10, 2^20, 2^30), at most 2G";
@@ -94,21 +92,6 @@ uint64_t parse_size(const std::string& flag, const std::string& v) {
   return n * mult;
 }
 
-int parse_int(const std::string& flag, const std::string& v, int lo, int hi, const std::string& allowed) {
-  size_t pos = 0;
-  long long x = 0;
-  bool ok = !v.empty() && v.size() <= 10 && (std::isdigit(static_cast<unsigned char>(v[0])) || v[0] == '-');
-  if (ok) {
-    try {
-      x = std::stoll(v, &pos);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-  }
-  if (!ok || pos != v.size() || x < lo || x > hi) throw UsageError(flag + " '" + v + "': must be " + allowed);
-  return int(x);
-}
-
 struct Options {
   uint64_t minbytes = 8, maxbytes = 64ull << 20;
   int factor = 2, warmup = 5, iters = 20, poll_us = 50;
@@ -121,44 +104,37 @@ struct Options {
   std::string json, progress_cpus_text, staging_name = "direct";
 };
 
-// Parses argv (every rank does the same); throws UsageError with a one-line message.
-// Returns false when --help was asked for (help text in *help).
-bool parse_args(int argc, char** argv, Options& o, std::string* help) {
-  std::string minb = "8", maxb = "64M", stepf = "2", warm = "5", iters = "20", ops = all_op_names(), check = "1",
-              progress = "none", poll = "50";
+// Parses the command line (every rank does the same) and checks it, the --json path and
+// the memory of the two buffers; throws UsageError with a one-line message.
+void parse_args(const hn::Args& a, Options& o) {
+  std::string minb = "8", maxb = "64M", ops = all_op_names(), progress = "none";
   CLI::App app{
       "minicp-comm-bench: latency and bandwidth of the miniCP Communicator, nccl-tests style.\n"
       "For each op and size: time per iteration (max over ranks of the average), algbw = size/time,\n"
       "busbw = algbw * factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n;\n"
       "sendrecv, pingpong 1). Data type float32; sizes are rounded down to whole elements.",
-      "minicp-comm-bench"};
+      a.prog()};
   app.add_option("-b,--minbytes", minb, "Smallest size in bytes (suffix K, M, G)")
       ->capture_default_str()
       ->type_name("SIZE");
   app.add_option("-e,--maxbytes", maxb, "Largest size in bytes (suffix K, M, G; at most 2G)")
       ->capture_default_str()
       ->type_name("SIZE");
-  app.add_option("-f,--stepfactor", stepf, "Multiply the size by this between steps (>= 2)")
-      ->capture_default_str()
-      ->type_name("INT");
-  app.add_option("-w,--warmup_iters", warm, "Untimed iterations before each size (>= 0)")
-      ->capture_default_str()
-      ->type_name("INT");
-  app.add_option("-n,--iters", iters, "Timed iterations per size (>= 1)")->capture_default_str()->type_name("INT");
+  hn::add_int(app, "-f,--stepfactor", o.factor, 2, 1 << 20, "Multiply the size by this between steps");
+  hn::add_int(app, "-w,--warmup-iters", o.warmup, 0, 1000000, "Untimed iterations before each size");
+  hn::add_int(app, "-n,--iters", o.iters, 1, 1000000, "Timed iterations per size");
   app.add_option("--ops", ops, "Comma-separated ops to run, from: " + all_op_names())
       ->capture_default_str()
       ->type_name("LIST");
-  app.add_option("-c,--check", check, "1: check the data of one iteration per size before timing it; 0: don't")
-      ->capture_default_str()
+  int check = 1;
+  hn::add_int(app, "-c,--check", check, 0, 1, "1: check the data of one iteration per size before timing it; 0: don't")
       ->type_name("0|1");
   app.add_option("--progress", progress,
                  "Progress of non-blocking ops: none (inside MPI calls only) or thread (a polling thread)")
       ->capture_default_str()
       ->type_name("MODE");
-  app.add_option("--poll_us", poll, "Polling interval of the progress thread, microseconds (>= 1)")
-      ->capture_default_str()
-      ->type_name("INT");
-  app.add_option("--progress_cpus", o.progress_cpus_text,
+  hn::add_int(app, "--poll-us", o.poll_us, 1, 1000000, "Polling interval of the progress thread, microseconds");
+  app.add_option("--progress-cpus", o.progress_cpus_text,
                  "Pin node-local rank i's progress thread to CPU LIST[i mod n] (needs --progress thread); "
                  "default: not pinned")
       ->type_name("LIST");
@@ -166,7 +142,9 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
                  "direct (MPI reads the buffers) or host (through host staging buffers; backend mpi-staged)")
       ->capture_default_str()
       ->type_name("MODE");
-  app.add_option("--json", o.json, "Write all results to FILE (by rank 0, whole, then renamed into place; an old FILE is removed at start)")
+  app.add_option("--json", o.json,
+                 "Write all results to FILE (by rank 0, whole, then renamed into place; checked before the run, "
+                 "and an old FILE is removed when the run starts)")
       ->type_name("FILE");
   app.footer(
       "What `size` means (nccl-tests convention): the bytes of each rank's buffer.\n"
@@ -181,25 +159,14 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
       "Each pingpong half trip is one isendrecv pair (size one way, 0 bytes back): the\n"
       "Communicator has no one-sided send. Exit status: 0 ok, 1 data check failed or run error,\n"
       "2 bad command line.");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    *help = app.help();
-    return false;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(std::string(e.what()) + " (see --help)");
-  }
+  hn::parse(app, a);
+  o.check = check == 1;
   o.minbytes = parse_size("-b/--minbytes", minb);
   o.maxbytes = parse_size("-e/--maxbytes", maxb);
   if (o.minbytes < 1) throw UsageError("-b/--minbytes '" + minb + "': must be at least 1 byte");
   if (o.minbytes > o.maxbytes)
     throw UsageError("-b/--minbytes '" + minb + "' is larger than -e/--maxbytes '" + maxb +
                      "': need minbytes <= maxbytes");
-  o.factor = parse_int("-f/--stepfactor", stepf, 2, 1 << 20, "an integer >= 2");
-  o.warmup = parse_int("-w/--warmup_iters", warm, 0, 1000000, "an integer >= 0");
-  o.iters = parse_int("-n/--iters", iters, 1, 1000000, "an integer >= 1");
-  o.check = parse_int("-c/--check", check, 0, 1, "0 or 1") == 1;
-  o.poll_us = parse_int("--poll_us", poll, 1, 1000000, "an integer >= 1");
   try {
     o.progress = mc::parse_progress(progress);
     o.progress_name = progress;
@@ -212,12 +179,12 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
     throw UsageError("--staging '" + o.staging_name + "': allowed values are direct, host");
   }
   try {
-    o.progress_cpus = mc::parse_cpu_list(o.progress_cpus_text, "--progress_cpus");
+    o.progress_cpus = mc::parse_cpu_list(o.progress_cpus_text, "--progress-cpus");
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
   if (!o.progress_cpus.empty() && o.progress != mc::Progress::Thread)
-    throw UsageError("--progress_cpus '" + o.progress_cpus_text + "' needs --progress thread (got --progress " +
+    throw UsageError("--progress-cpus '" + o.progress_cpus_text + "' needs --progress thread (got --progress " +
                      progress + ")");
   std::vector<bool> want(std::size(kOps), false);
   std::stringstream ss(ops);
@@ -234,8 +201,10 @@ bool parse_args(int argc, char** argv, Options& o, std::string* help) {
   if (!any) throw UsageError("--ops '" + ops + "': no op named; allowed: " + all_op_names());
   for (size_t k = 0; k < std::size(kOps); ++k)
     if (want[k]) o.ops.push_back(kOps[k].op);
-  if (o.json.empty() && app.count("--json")) throw UsageError("--json '': needs a file name");
-  return true;
+  if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
+  // The two buffers of -e/--maxbytes each (host staging adds pooled copies of what is in flight).
+  hn::check_memory(a, "-e/--maxbytes " + maxb, 2.0 * double(o.maxbytes),
+                   mc::Communicator::node_topology().local_size);
 }
 
 // Exact float32 test data: moved values below 2^24, reduced values small integers.
@@ -386,59 +355,39 @@ class Bench {
   std::vector<float> a_, b_;
 };
 
-std::string json_escape(const std::string& s) {
-  std::string r;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      r += '\\';
-      r += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      r += buf;
-    } else {
-      r += ch;
-    }
+// The --json document; keys as documented in comm/bench/README.md.
+hn::Json results_json(const std::string& backend, const std::string& library, int ranks, int hosts,
+                      const Options& o, const std::vector<Row>& rows, const std::vector<std::string>& skipped) {
+  hn::Json js;
+  js["backend"] = backend;
+  js["mpi_library"] = library;
+  js["ranks"] = ranks;
+  js["hosts"] = hosts;
+  js["progress"] = o.progress_name;
+  js["progress_cpus"] = o.progress_cpus_text;
+  js["dtype"] = "float32";
+  js["warmup_iters"] = o.warmup;
+  js["iters"] = o.iters;
+  js["check"] = o.check ? 1 : 0;
+  js["skipped"] = skipped;
+  js["results"] = hn::Json::array();
+  for (const Row& r : rows) {
+    hn::Json x;
+    x["op"] = Bench::info(r.op).name;
+    x["bytes"] = r.bytes;
+    x["count"] = r.count;
+    x["time_us"] = r.time_us;
+    x["algbw_GBps"] = r.algbw;
+    x["busbw_GBps"] = r.busbw;
+    x["wrong"] = r.wrong < 0 ? hn::Json() : hn::Json(r.wrong);
+    js["results"].push_back(x);
   }
-  return r;
-}
-std::string json_num(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
+  return js;
 }
 
-// Writes the JSON to path.tmp.<pid>, then renames it over path.
-bool write_json(const std::string& path, const std::string& backend, const std::string& library, int ranks, int hosts,
-                const Options& o, const std::vector<Row>& rows, const std::vector<std::string>& skipped) {
-  std::ostringstream js;
-  js << "{\n  \"backend\": \"" << json_escape(backend) << "\",\n  \"mpi_library\": \"" << json_escape(library)
-     << "\",\n  \"ranks\": " << ranks << ",\n  \"hosts\": " << hosts << ",\n  \"progress\": \"" << o.progress_name
-     << "\",\n  \"progress_cpus\": \"" << json_escape(o.progress_cpus_text) << "\",\n  \"dtype\": \"float32\",\n  \"warmup_iters\": " << o.warmup << ",\n  \"iters\": " << o.iters
-     << ",\n  \"check\": " << (o.check ? 1 : 0) << ",\n  \"skipped\": [";
-  for (size_t i = 0; i < skipped.size(); ++i) js << (i ? ", " : "") << '"' << skipped[i] << '"';
-  js << "],\n  \"results\": [";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    js << (i ? ",\n" : "\n") << "    {\"op\": \"" << Bench::info(r.op).name << "\", \"bytes\": " << r.bytes
-       << ", \"count\": " << r.count << ", \"time_us\": " << json_num(r.time_us)
-       << ", \"algbw_GBps\": " << json_num(r.algbw) << ", \"busbw_GBps\": " << json_num(r.busbw)
-       << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong)) << "}";
-  }
-  js << "\n  ]\n}\n";
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return false;
-  const std::string s = js.str();
-  bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) std::remove(tmp.c_str());
-  return ok;
-}
-
-int run(const Options& o, int rank, int nranks) {
+int run(const hn::Args& a, const Options& o) {
+  const int rank = a.rank(), nranks = a.size();
+  hn::remove_old_outputs(a, {{"--json", o.json}});  // no stale results if this run fails
   auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus, o.staging);
   // Hosts: distinct processor names.
   char name[MPI_MAX_PROCESSOR_NAME] = {};
@@ -454,7 +403,6 @@ int run(const Options& o, int rank, int nranks) {
   std::string library(lib);
   library = library.substr(0, library.find_first_of(",\n"));
 
-  if (rank == 0 && !o.json.empty()) std::remove(o.json.c_str());  // no stale results if this run fails
   std::vector<uint64_t> sizes;
   for (uint64_t s = o.minbytes; s <= o.maxbytes; s *= uint64_t(o.factor)) {
     sizes.push_back(s);
@@ -543,45 +491,16 @@ int run(const Options& o, int rank, int nranks) {
     std::fflush(stdout);
   }
 
-  int status = total_wrong > 0 ? 1 : 0;
-  if (root && !o.json.empty()) {
-    if (!write_json(o.json, comm->backend(), library, nranks, int(per_host.size()), o, rows, skipped)) {
-      std::fprintf(stderr, "minicp-comm-bench: cannot write --json '%s': %s\n", o.json.c_str(), std::strerror(errno));
-      status = 1;
-    }
-  }
-  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return status;
+  if (root && !o.json.empty())
+    hn::write_json("--json", o.json, results_json(comm->backend(), library, nranks, int(per_host.size()), o, rows, skipped));
+  return total_wrong > 0 ? 1 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, nranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   Options o;
-  std::string help;
-  try {
-    if (!parse_args(argc, argv, o, &help)) {
-      if (rank == 0) std::fputs(help.c_str(), stdout);
-      MPI_Finalize();
-      return 0;
-    }
-  } catch (const UsageError& e) {
-    if (rank == 0) std::fprintf(stderr, "minicp-comm-bench: error: %s\n", e.what());
-    MPI_Finalize();
-    return 2;
-  }
-  int status = 0;
-  try {
-    status = run(o, rank, nranks);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "minicp-comm-bench: rank %d: %s\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Finalize();
-  return status;
+  return hn::main(
+      argc, argv, "minicp-comm-bench", [&](const hn::Args& a) { parse_args(a, o); },
+      [&](const hn::Args& a) { return run(a, o); });
 }

@@ -67,7 +67,7 @@ def main():
     filt = f"BM_Attention(Fwd|Bwd)/{a.seq}/{a.head_dim}/"
     if a.long_seq:
         filt += f"|BM_Attention(Fwd|Bwd)/{a.long_seq}/{a.head_dim}/1/"
-    attn = bench(filt, ["--seq=" + ",".join(map(str, seqs)), f"--head_dim={a.head_dim}", f"--heads={a.heads}"])
+    attn = bench(filt, ["--seq=" + ",".join(map(str, seqs)), f"--head-dim={a.head_dim}", f"--heads={a.heads}"])
     gemm_after = bench(gemm_filter)
     data = {"context": attn["context"], "sgemm_before": gemm_before["benchmarks"],
             "sgemm_after": gemm_after["benchmarks"], "benchmarks": attn["benchmarks"]}

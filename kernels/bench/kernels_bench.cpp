@@ -1,15 +1,19 @@
 // Google Benchmark timings of the miniCP kernels (fp32): BLAS GEMM, attention forward and
 // backward on one rank. FLOPS counters report useful FLOP/s; exec_FLOPS the executed ones.
+// Its own flags are checked (harness/, no MPI) before Kokkos starts or anything is allocated.
 // Run: minicp-kernels-bench --benchmark_filter='BM_(Sgemm|AttentionFwd|AttentionBwd)'
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "harness/cli.hpp"
+#include "harness/main.hpp"
+#include "harness/memory.hpp"
+#include "harness/output.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/types.hpp"
@@ -141,7 +145,7 @@ void BM_AttentionBwd(benchmark::State& state) {
   state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Attention sizes: defaults, or the lists given by --seq=... --head_dim=... (see main).
+// Attention sizes: defaults, or the lists given by --seq, --head-dim, --causal (see parse).
 std::vector<int64_t> g_seq = {1024, 4096}, g_dim = {64, 128}, g_causal = {0, 1};
 
 void AttentionArgs(benchmark::internal::Benchmark* b) {
@@ -157,63 +161,59 @@ void TileArgs(benchmark::internal::Benchmark* b) {
       for (int64_t tk : {64, 128, 256, 512}) b->Args({4096, 128, causal, tq, tk});
 }
 
-// Parses "--name=a,b,c" into out; returns false if arg is not that flag.
-bool list_flag(const char* arg, const std::string& name, std::vector<int64_t>& out) {
-  const std::string a(arg), pre = "--" + name + "=";
-  if (a.compare(0, pre.size(), pre) != 0) return false;
-  out.clear();
-  std::string rest = a.substr(pre.size());
-  size_t pos = 0;
-  while (pos <= rest.size()) {
-    const size_t comma = rest.find(',', pos);
-    const std::string item = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 0) {
-      std::fprintf(stderr, "minicp-kernels-bench: %s: '%s' is not a list of non-negative integers\n", pre.c_str(),
-                   rest.c_str());
-      std::exit(2);
+// Google Benchmark's own arguments (--benchmark_*), handed to benchmark::Initialize.
+std::vector<std::string> g_bench_args;
+
+// Options -> the globals above, every check, before Kokkos starts: Google Benchmark's flags
+// are checked here too, and the attention buffers of the largest case must fit in memory.
+void parse(const minicp::harness::Args& a) {
+  namespace hn = minicp::harness;
+  CLI::App app{"minicp-kernels-bench: Google Benchmark timings of the miniCP kernels (fp32).", a.prog()};
+  app.allow_extras();  // Google Benchmark's --benchmark_* flags
+  hn::add_int_list(app, "--seq", g_seq, 1, hn::kNoMax, "attention sequence lengths S, tokens (comma list)");
+  hn::add_int_list(app, "--head-dim", g_dim, 2, hn::kNoMax, "attention head dims D, even (comma list)");
+  hn::add_int_list(app, "--causal", g_causal, 0, 1, "0 full, 1 causal (comma list)");
+  hn::add_int(app, "--heads", kHeads, 1, hn::kNoMax, "query heads = kv heads");
+  app.footer(
+      "Counters: FLOPS = useful FLOP/s (README formulas), exec_FLOPS = executed FLOP/s.\n"
+      "Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.\n"
+      "Google Benchmark's own flags:");
+  hn::parse(app, a, [] { benchmark::PrintDefaultHelp(); });
+  for (int64_t D : g_dim)
+    if (D % 2) throw hn::UsageError("--head-dim " + std::to_string(D) + ": must be even and >= 2");
+  kKvHeads = kHeads;
+
+  g_bench_args.assign(1, a.args()[0]);
+  for (const std::string& x : app.remaining()) {
+    if (x.rfind("--benchmark_out=", 0) == 0) {
+      const std::string why = hn::output_path_problem("--benchmark_out", x.substr(16));
+      if (!why.empty()) throw hn::UsageError(why);
     }
-    out.push_back(v);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+    g_bench_args.push_back(x);
   }
-  return true;
+  std::vector<char*> argv;
+  for (std::string& x : g_bench_args) argv.push_back(x.data());
+  argv.push_back(nullptr);
+  int argc = int(g_bench_args.size());
+  benchmark::Initialize(&argc, argv.data());
+  if (argc > 1) {
+    std::string unknown;
+    for (int i = 1; i < argc; ++i) unknown += std::string(unknown.empty() ? "" : " ") + argv[i];
+    throw hn::UsageError("unrecognised argument(s): " + unknown + " (see --help)");
+  }
+
+  // The attention buffers of the largest case: q, k, v, o, dout, dq, dk, dv [S,H,D] and lse
+  // [S,H], fp32 (counted in double: S near 2^63 must read as too much, not wrap).
+  const int64_t S = *std::max_element(g_seq.begin(), g_seq.end());
+  const int64_t D = *std::max_element(g_dim.begin(), g_dim.end());
+  const double bytes = (8.0 * double(S) * kHeads * double(D) + double(S) * kHeads) * sizeof(float);
+  hn::check_memory(a,
+                   "--seq " + std::to_string(S) + " --heads " + std::to_string(kHeads) + " --head-dim " +
+                       std::to_string(D),
+                   bytes, 1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // miniCP flags first (removed from argv), then Kokkos', then Google Benchmark's.
-  std::vector<int64_t> heads = {8};
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::printf(
-          "minicp-kernels-bench: Google Benchmark timings of the miniCP kernels (fp32).\n"
-          "  --seq=LIST        attention sequence lengths S in tokens (default 1024,4096)\n"
-          "  --head_dim=LIST   attention head dims D (default 64,128)\n"
-          "  --causal=LIST     0 full, 1 causal (default 0,1)\n"
-          "  --heads=N         query heads = kv heads (default 8)\n"
-          "Counters: FLOPS = useful FLOP/s (README formulas), exec_FLOPS = executed FLOP/s.\n"
-          "Kokkos flags (--kokkos-num-threads=N) and Google Benchmark flags follow:\n\n");
-      argv[kept++] = argv[i];
-      continue;
-    }
-    if (list_flag(argv[i], "seq", g_seq) || list_flag(argv[i], "head_dim", g_dim) ||
-        list_flag(argv[i], "causal", g_causal) || list_flag(argv[i], "heads", heads))
-      continue;
-    argv[kept++] = argv[i];
-  }
-  argc = kept;
-  if (heads.size() != 1 || heads[0] < 1) {
-    std::fprintf(stderr, "minicp-kernels-bench: --heads must be one positive integer\n");
-    return 2;
-  }
-  kHeads = kKvHeads = int(heads[0]);
-
-  Kokkos::ScopeGuard kokkos(argc, argv);
+int run(const minicp::harness::Args&) {
   benchmark::RegisterBenchmark("BM_Sgemm", BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(
       benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_AttentionFwd", BM_AttentionFwd)
@@ -232,8 +232,6 @@ int main(int argc, char** argv) {
       ->Apply(TileArgs)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::AddCustomContext("kokkos_exec_space", kk::Exec::name());
   benchmark::AddCustomContext("kokkos_concurrency", std::to_string(kk::Exec().concurrency()));
   benchmark::AddCustomContext("gemm_backend", kk::gemm_backend());
@@ -241,4 +239,10 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return minicp::harness::main_serial(argc, argv, "minicp-kernels-bench", parse, run);
 }

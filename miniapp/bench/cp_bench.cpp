@@ -1,23 +1,36 @@
 // minicp-cp-bench: runs one CP scheme on this MPI job's ranks in the modes full,
 // compute-only and comm-only and prints per-rank compute, the load imbalance (max/mean of
-// per-rank compute time) and overlap = 1 - (T_full - T_compute) / T_comm.
+// per-rank compute time) and overlap = 1 - (T_full - T_compute) / T_comm (the figures are
+// defined in harness/stats.hpp).
+//
+// main is: parse (options -> Plan, every check: ranges, the scheme's constraints, the --json
+// path and the predicted memory, before anything is allocated), then build (tensors,
+// communicator, scheme), measure (interleaved reps -> samples) and report (table, the
+// MINICP_CP line, JSON).
 #include <mpi.h>
 
-#include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
+#include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "harness/cli.hpp"
+#include "harness/main.hpp"
+#include "harness/memory.hpp"
+#include "harness/output.hpp"
+#include "harness/stats.hpp"
 #include "miniapp/cp/scheme.hpp"
 
 namespace {
 using namespace minicp;
+namespace hn = minicp::harness;
+using hn::UsageError;
 
 struct Options {
   std::string scheme = "zigzag";
@@ -26,9 +39,153 @@ struct Options {
   int causal = 1;
   int64_t window = 0, doc_len = 0;
   int tile = 0;
-  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus, staging = "direct", json;
+  std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus,
+              staging = "direct", json;
   int reps = 3, warmup = 1, poll_us = 50;
 };
+
+// Everything the parse step decided, checked.
+struct Plan {
+  Options o;
+  cp::Config cfg;
+  const cp::SchemeInfo* info = nullptr;
+  std::vector<cp::Mode> modes;
+  comm::Progress progress = comm::Progress::Thread;
+  std::vector<int> progress_cpus;
+  comm::Staging staging = comm::Staging::Direct;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+std::string kebab(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+// cp::check's sentences name Config keys with their values ("zigzag needs seq_len (100)
+// divisible by 2*ranks (8)"); this prefixes the flags that set those keys:
+// "--seq 100: zigzag needs seq_len (100) divisible by 2*ranks (8)".
+std::string with_flags(const std::string& why) {
+  std::map<std::string, std::string> flag = {{"seq_len", "--seq"},       {"heads", "--heads"},
+                                             {"kv_heads", "--kv-heads"}, {"head_dim", "--head-dim"},
+                                             {"window", "--window"},     {"doc_len", "--doc-len"}};
+  for (const cp::Setting& st : cp::all_settings()) flag[st.name] = "--" + kebab(st.name);
+  std::string prefix;
+  const std::regex key_value("([a-z_]+) \\(([^)]*)\\)");
+  for (auto it = std::sregex_iterator(why.begin(), why.end(), key_value); it != std::sregex_iterator(); ++it) {
+    const auto f = flag.find((*it)[1].str());
+    if (f == flag.end()) continue;
+    const std::string named = f->second + " " + (*it)[2].str();
+    if (prefix.find(named) == std::string::npos) prefix += (prefix.empty() ? "" : ", ") + named;
+  }
+  return prefix.empty() ? why : prefix + ": " + why;
+}
+
+// Options -> Plan with every check, on every rank alike; throws UsageError.
+Plan parse(const hn::Args& a) {
+  Plan p;
+  Options& o = p.o;
+  cp::Config& cfg = p.cfg;
+  CLI::App app{"minicp-cp-bench: one CP scheme in modes full / compute-only / comm-only", a.prog()};
+  std::string names;
+  for (const auto& sc : cp::registry()) names += (names.empty() ? "" : ", ") + sc.name;
+  app.add_option("--scheme", o.scheme, "CP scheme: " + names)->capture_default_str();
+  hn::add_int(app, "--seq", o.seq, 1, hn::kNoMax, "global sequence length S, tokens");
+  hn::add_int(app, "--heads", o.heads, 1, hn::kNoMax, "query heads");
+  hn::add_int(app, "--kv-heads", o.kv_heads, 1, hn::kNoMax, "key/value heads");
+  hn::add_int(app, "--head-dim", o.head_dim, 2, hn::kNoMax, "head dimension D (even)");
+  hn::add_int(app, "--causal", o.causal, 0, 1, "1 causal mask, 0 full");
+  hn::add_int(app, "--window", o.window, 0, hn::kNoMax, "sliding window, tokens (0 none)");
+  hn::add_int(app, "--doc-len", o.doc_len, 0, hn::kNoMax, "packed documents of this many tokens (0 one document)");
+  for (const cp::Setting& st : cp::all_settings())  // the schemes' own settings, from the registry
+    hn::add_int(app, "--" + kebab(st.name), cfg.*st.field, st.min_value, hn::kNoMax, st.help);
+  hn::add_int(app, "--tile", o.tile, 0, hn::kNoMax, "attention tile size, tokens (0 kernel default)");
+  app.add_option("--pass", o.pass, "fwd, bwd (timed alone, after an untimed fwd) or fwdbwd")->capture_default_str();
+  app.add_option("--modes", o.modes, "comma list of full, compute-only, comm-only")->capture_default_str();
+  hn::add_int(app, "--reps", o.reps, 1, hn::kNoMax, "timed repetitions per mode (median reported)");
+  hn::add_int(app, "--warmup", o.warmup, 0, hn::kNoMax, "untimed repetitions per mode");
+  app.add_option("--progress", o.progress, "communication progress: none or thread")->capture_default_str();
+  hn::add_int(app, "--poll-us", o.poll_us, 1, hn::kNoMax, "progress thread polling interval, microseconds");
+  app.add_option("--progress-cpus", o.progress_cpus,
+                 "pin each node-local rank's progress thread to a CPU of this comma list (local rank i: entry i "
+                 "mod length); default: not pinned")
+      ->capture_default_str();
+  app.add_option("--staging", o.staging,
+                 "MPI buffers: direct (MPI reads the tensors) or host (copied through host staging buffers, "
+                 "for device memory and an MPI that is not GPU-aware)")
+      ->capture_default_str();
+  app.add_option("--json", o.json,
+                 "write the results to this JSON file (rank 0; checked before the run, an old file is removed when "
+                 "the run starts, the new one renamed into place at the end)");
+  app.footer("Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.");
+  hn::parse(app, a);
+
+  if (o.head_dim % 2) throw UsageError("--head-dim " + std::to_string(o.head_dim) + ": must be even and >= 2");
+  if (o.pass != "fwd" && o.pass != "bwd" && o.pass != "fwdbwd")
+    throw UsageError("--pass '" + o.pass + "': must be one of fwd, bwd, fwdbwd");
+  try {
+    p.info = &cp::find(o.scheme);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--scheme: " + std::string(e.what()));
+  }
+  for (const auto& m : split(o.modes)) {
+    try {
+      p.modes.push_back(cp::parse_mode(m));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--modes '" + o.modes + "': " + e.what());
+    }
+  }
+  if (p.modes.empty()) throw UsageError("--modes '" + o.modes + "': must name at least one of full, compute-only, comm-only");
+  try {
+    p.progress = comm::parse_progress(o.progress);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--progress: " + std::string(e.what()));
+  }
+  try {
+    p.staging = comm::parse_staging(o.staging);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--staging: " + std::string(e.what()));
+  }
+  try {
+    p.progress_cpus = comm::parse_cpu_list(o.progress_cpus, "--progress-cpus");
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (!p.progress_cpus.empty() && p.progress != comm::Progress::Thread)
+    throw UsageError("--progress-cpus '" + o.progress_cpus + "' needs --progress thread (got --progress " +
+                     o.progress + ")");
+
+  cfg.seq_len = o.seq;
+  cfg.heads = o.heads;
+  cfg.kv_heads = o.kv_heads;
+  cfg.head_dim = o.head_dim;
+  cfg.causal = o.causal == 1;
+  cfg.window = o.window;
+  cfg.doc_len = o.doc_len;
+  cfg.ranks = a.size();
+  cfg.problem = p.info->problems.front();
+  cfg.attn.tile_q = cfg.attn.tile_k = o.tile;
+  const std::string why = cp::check(*p.info, cfg);
+  if (!why.empty()) throw UsageError(with_flags(why));
+  if (o.pass != "fwd" && !p.info->has_backward())
+    throw UsageError("--scheme " + o.scheme + " solves only the decode problem, which has no backward pass: "
+                     "use --pass fwd");
+
+  if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
+  // Memory, named by --seq and the other size flags given.
+  std::string what = "--seq " + std::to_string(o.seq);
+  for (const char* f : {"--heads", "--kv-heads", "--head-dim"})
+    if (app.count(f)) what += std::string(" ") + f + " " + app.get_option(f)->as<std::string>();
+  hn::check_memory(a, what, double(cp::predicted_bytes(*p.info, cfg, sizeof(float))),
+                   comm::Communicator::node_topology().local_size);
+  return p;
+}
 
 // Deterministic value in [-1, 1) from (seed, global index).
 double hash_unit(uint64_t seed, uint64_t i) {
@@ -51,144 +208,66 @@ kernels::View3<float> local_rows(const std::vector<int64_t>& idx, int64_t offset
   return v;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-struct ModeResult {
-  double t_max = 0;                          // median over reps of the slowest rank's time
-  std::vector<double> compute, wait, flops, busy;  // per rank (median over reps); busy: progress thread in MPI
-  int64_t bytes = 0;                         // this rank's bytes per rep (rank 0's shown)
+// One rank's tensors, communicator and scheme object.
+struct Setup {
+  kernels::View3<float> q, k, v, dout, out, dq, dk, dv;
+  kernels::View2<float> lse;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<cp::Scheme<float>> scheme;
+  int threads = 1;
 };
 
-int run(int argc, char** argv, int rank, int P) {
-  Options o;
-  CLI::App app{"minicp-cp-bench: one CP scheme in modes full / compute-only / comm-only"};
-  std::string names;
-  for (const auto& sc : cp::registry()) names += (names.empty() ? "" : ", ") + sc.name;
-  app.add_option("--scheme", o.scheme, "CP scheme: " + names)->capture_default_str();
-  app.add_option("--seq", o.seq, "global sequence length S, tokens")->capture_default_str();
-  app.add_option("--heads", o.heads, "query heads")->capture_default_str();
-  app.add_option("--kv-heads", o.kv_heads, "key/value heads")->capture_default_str();
-  app.add_option("--head-dim", o.head_dim, "head dimension D")->capture_default_str();
-  app.add_option("--causal", o.causal, "1 causal mask, 0 full")->capture_default_str();
-  app.add_option("--window", o.window, "sliding window, tokens (0 none)")->capture_default_str();
-  app.add_option("--doc-len", o.doc_len, "packed documents of this many tokens (0 one document)")
-      ->capture_default_str();
-  cp::Config cfg;
-  for (const cp::Setting& st : cp::all_settings()) {  // the schemes' own settings, from the registry
-    std::string flag = "--" + st.name;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    app.add_option(flag, cfg.*st.field, st.help)->capture_default_str();
-  }
-  app.add_option("--tile", o.tile, "attention tile size, tokens (0 kernel default)")->capture_default_str();
-  app.add_option("--pass", o.pass, "fwd, bwd (timed alone, after an untimed fwd) or fwdbwd")->capture_default_str();
-  app.add_option("--modes", o.modes, "comma list of full, compute-only, comm-only")->capture_default_str();
-  app.add_option("--reps", o.reps, "timed repetitions per mode (median reported)")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed repetitions per mode")->capture_default_str();
-  app.add_option("--progress", o.progress, "communication progress: none or thread")->capture_default_str();
-  app.add_option("--poll-us", o.poll_us, "progress thread polling interval, microseconds")->capture_default_str();
-  app.add_option("--progress-cpus", o.progress_cpus,
-                 "pin each node-local rank's progress thread to a CPU of this comma list (local rank i: entry i "
-                 "mod length); default: not pinned")
-      ->capture_default_str();
-  app.add_option("--staging", o.staging,
-                 "MPI buffers: direct (MPI reads the tensors) or host (copied through host staging buffers, "
-                 "for device memory and an MPI that is not GPU-aware)")
-      ->capture_default_str();
-  app.add_option("--json", o.json, "write the results to this JSON file (rank 0)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  auto fail = [&](const std::string& msg) {
-    if (rank == 0) std::fprintf(stderr, "minicp-cp-bench: %s\n", msg.c_str());
-    return 2;
-  };
-  if (o.pass != "fwd" && o.pass != "bwd" && o.pass != "fwdbwd")
-    return fail("--pass '" + o.pass + "' is not one of: fwd, bwd, fwdbwd");
-  if (o.reps < 1) return fail("--reps " + std::to_string(o.reps) + " must be >= 1");
-  if (o.warmup < 0) return fail("--warmup " + std::to_string(o.warmup) + " must be >= 0");
-  if (o.causal != 0 && o.causal != 1) return fail("--causal " + std::to_string(o.causal) + " must be 0 or 1");
-  std::vector<cp::Mode> modes;
-  comm::Progress progress;
-  std::vector<int> progress_cpus;
-  comm::Staging staging;
-  const cp::SchemeInfo* info = nullptr;
-  try {
-    for (const auto& m : split(o.modes)) modes.push_back(cp::parse_mode(m));
-    progress = comm::parse_progress(o.progress);
-    progress_cpus = comm::parse_cpu_list(o.progress_cpus, "--progress-cpus");
-    staging = comm::parse_staging(o.staging);
-    if (!progress_cpus.empty() && progress != comm::Progress::Thread)
-      return fail("--progress-cpus needs --progress thread (got --progress " + o.progress + ")");
-    info = &cp::find(o.scheme);
-  } catch (const std::invalid_argument& e) {
-    return fail(e.what());
-  }
-  if (modes.empty()) return fail("--modes is empty");
-  cfg.seq_len = o.seq;
-  cfg.heads = o.heads;
-  cfg.kv_heads = o.kv_heads;
-  cfg.head_dim = o.head_dim;
-  cfg.causal = o.causal == 1;
-  cfg.window = o.window;
-  cfg.doc_len = o.doc_len;
-  cfg.ranks = P;
-  cfg.problem = info->problems.front();
-  cfg.attn.tile_q = cfg.attn.tile_k = o.tile;
-  const std::string why = cp::check(*info, cfg);
-  if (!why.empty()) return fail(why);  // before any allocation
-  if (o.pass != "fwd" && !info->has_backward())
-    return fail(o.scheme + " solves only the decode problem, which has no backward pass: use --pass fwd");
-
+Setup build(const Plan& p, int rank) {
+  const cp::Config& cfg = p.cfg;
   const int64_t q0 = cp::first_q_position(cfg);
-  const cp::Shard sh = info->shard(cfg, rank);
+  const cp::Shard sh = p.info->shard(cfg, rank);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
-  auto q = local_rows(sh.q, q0, H, D, 1), dout = local_rows(sh.q, q0, H, D, 4);
-  auto k = local_rows(sh.kv, 0, Hkv, D, 2), v = local_rows(sh.kv, 0, Hkv, D, 3);
-  kernels::View3<float> out("o", sh.q.size(), H, D), dq("dq", sh.q.size(), H, D), dk("dk", sh.kv.size(), Hkv, D),
-      dv("dv", sh.kv.size(), Hkv, D);
-  kernels::View2<float> lse("lse", sh.q.size(), H);
-  auto comm = comm::make_mpi_comm(progress, o.poll_us, progress_cpus, staging);
-  comm->trace().set_enabled(false);
-  auto scheme = info->make_f32();
-  const int threads = int(kernels::Exec().concurrency());
+  Setup s;
+  s.q = local_rows(sh.q, q0, H, D, 1);
+  s.dout = local_rows(sh.q, q0, H, D, 4);
+  s.k = local_rows(sh.kv, 0, Hkv, D, 2);
+  s.v = local_rows(sh.kv, 0, Hkv, D, 3);
+  s.out = kernels::View3<float>("o", sh.q.size(), H, D);
+  s.dq = kernels::View3<float>("dq", sh.q.size(), H, D);
+  s.dk = kernels::View3<float>("dk", sh.kv.size(), Hkv, D);
+  s.dv = kernels::View3<float>("dv", sh.kv.size(), Hkv, D);
+  s.lse = kernels::View2<float>("lse", sh.q.size(), H);
+  s.comm = comm::make_mpi_comm(p.progress, p.o.poll_us, p.progress_cpus, p.staging);
+  s.comm->trace().set_enabled(false);
+  s.scheme = p.info->make_f32();
+  s.threads = int(kernels::Exec().concurrency());
   if (rank == 0)
     std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s%s comm=%s\n",
-                o.scheme.c_str(), P, threads, (long long)cfg.seq_len, H, Hkv, D,
-                cfg.causal ? "causal" : "full", o.pass.c_str(), o.progress.c_str(),
-                o.progress_cpus.empty() ? "" : (" progress-cpus=" + o.progress_cpus).c_str(), comm->backend().c_str());
+                p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D,
+                cfg.causal ? "causal" : "full", p.o.pass.c_str(), p.o.progress.c_str(),
+                p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(),
+                s.comm->backend().c_str());
+  return s;
+}
 
-  // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
-  // drifts of a shared machine hit every mode alike; medians over reps are reported.
-  struct Samples {
-    std::vector<double> tmax, comp, wait, flops, busy;
-    int64_t bytes = 0;
-  };
+// Per-rep samples of one mode on this rank.
+struct Samples {
+  std::vector<double> tmax, comp, wait, flops, busy;  // tmax: slowest rank's time
+  int64_t bytes = 0;                                  // this rank's bytes per rep
+};
+
+// Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
+// drifts of a shared machine hit every mode alike.
+std::map<cp::Mode, Samples> measure(const Plan& p, Setup& s, int rank) {
+  const Options& o = p.o;
+  cp::Config cfg = p.cfg;
   std::map<cp::Mode, Samples> samples;
   for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
-    for (cp::Mode mode : modes) {
+    for (cp::Mode mode : p.modes) {
       cfg.mode = mode;
-      cp::Context ctx{*comm, cfg};
-      if (o.pass == "bwd") scheme->forward(ctx, q, k, v, out, lse);
+      cp::Context ctx{*s.comm, cfg};
+      if (o.pass == "bwd") s.scheme->forward(ctx, s.q, s.k, s.v, s.out, s.lse);
       ctx.reset();
       MPI_Barrier(MPI_COMM_WORLD);
-      const double busy0 = comm->progress_busy_s();
+      const double busy0 = s.comm->progress_busy_s();
       const double t0 = MPI_Wtime();
-      if (o.pass != "bwd") scheme->forward(ctx, q, k, v, out, lse);
-      if (o.pass != "fwd") scheme->backward(ctx, q, k, v, out, lse, dout, dq, dk, dv);
+      if (o.pass != "bwd") s.scheme->forward(ctx, s.q, s.k, s.v, s.out, s.lse);
+      if (o.pass != "fwd") s.scheme->backward(ctx, s.q, s.k, s.v, s.out, s.lse, s.dout, s.dq, s.dk, s.dv);
       Kokkos::fence();
       double t = MPI_Wtime() - t0, tm = 0;
       MPI_Allreduce(&t, &tm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -198,20 +277,32 @@ int run(int argc, char** argv, int rank, int P) {
       sm.comp.push_back(ctx.stats.compute_s);
       sm.wait.push_back(ctx.stats.comm_wait_s);
       sm.flops.push_back(ctx.stats.flops);
-      sm.busy.push_back(comm->progress_busy_s() - busy0);
+      sm.busy.push_back(s.comm->progress_busy_s() - busy0);
       sm.bytes = ctx.bytes_sent();
     }
     if (rank == 0 && o.reps + o.warmup > 3)
       std::fprintf(stderr, "\rminicp-cp-bench: rep %d/%d", rep + 1, o.warmup + o.reps);
   }
   if (rank == 0 && o.reps + o.warmup > 3) std::fprintf(stderr, "\n");
+  return samples;
+}
+
+// One mode's medians over reps: the slowest rank's time, and per rank (gathered on rank 0).
+struct ModeResult {
+  double t_max = 0;
+  std::vector<double> compute, wait, flops, busy;  // busy: progress thread inside MPI
+  int64_t bytes = 0;                               // rank 0's bytes per rep
+};
+
+std::map<cp::Mode, ModeResult> gather(const Plan& p, std::map<cp::Mode, Samples>& samples) {
+  const int P = p.cfg.ranks;
   std::map<cp::Mode, ModeResult> results;
-  for (cp::Mode mode : modes) {
-    Samples& sm = samples[mode];
+  for (cp::Mode mode : p.modes) {
+    const Samples& sm = samples[mode];
     ModeResult r;
-    r.t_max = median(sm.tmax);
+    r.t_max = hn::median(sm.tmax);
     r.bytes = sm.bytes;
-    double mine[4] = {median(sm.comp), median(sm.wait), median(sm.flops), median(sm.busy)};
+    double mine[4] = {hn::median(sm.comp), hn::median(sm.wait), hn::median(sm.flops), hn::median(sm.busy)};
     std::vector<double> all(4 * size_t(P));
     MPI_Gather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int i = 0; i < P; ++i) {
@@ -222,115 +313,100 @@ int run(int argc, char** argv, int rank, int P) {
     }
     results[mode] = r;
   }
-  if (rank != 0) return 0;
+  return results;
+}
 
-  auto imbalance = [](const std::vector<double>& x) {
-    double mx = 0, sum = 0;
-    for (double e : x) mx = std::max(mx, e), sum += e;
-    return sum > 0 ? mx / (sum / double(x.size())) : 1.0;
-  };
+double max_of(const std::vector<double>& x) { return *std::max_element(x.begin(), x.end()); }
+double min_of(const std::vector<double>& x) { return *std::min_element(x.begin(), x.end()); }
+
+// Rank 0: the table, the figures of merit, the MINICP_CP line and the JSON file.
+void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
+            std::map<cp::Mode, ModeResult>& results) {
+  const Options& o = p.o;
+  const cp::Config& cfg = p.cfg;
+  const int P = cfg.ranks;
   std::printf("%-13s %10s %14s %14s %12s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]",
               "compute min[s]", "wait max[s]", "progress[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
   for (const auto& [mode, r] : results)
     std::printf("%-13s %10.4f %14.4f %14.4f %12.4f %12.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
-                *std::max_element(r.compute.begin(), r.compute.end()),
-                *std::min_element(r.compute.begin(), r.compute.end()),
-                *std::max_element(r.wait.begin(), r.wait.end()), *std::max_element(r.busy.begin(), r.busy.end()),
-                *std::max_element(r.flops.begin(), r.flops.end()) / 1e9,
-                *std::min_element(r.flops.begin(), r.flops.end()) / 1e9, double(r.bytes) / 1048576.0);
+                max_of(r.compute), min_of(r.compute), max_of(r.wait), max_of(r.busy), max_of(r.flops) / 1e9,
+                min_of(r.flops) / 1e9, double(r.bytes) / 1048576.0);
   const bool has_full = results.count(cp::Mode::Full), has_comp = results.count(cp::Mode::ComputeOnly),
              has_comm = results.count(cp::Mode::CommOnly);
   const ModeResult& basis = has_comp ? results[cp::Mode::ComputeOnly] : results.begin()->second;
-  const double imb = imbalance(basis.compute), flop_imb = imbalance(basis.flops);
-  double overlap = -1, overlap_q1 = -1, overlap_q3 = -1, exposed_s = -1;
+  const double imb = hn::imbalance(basis.compute), flop_imb = hn::imbalance(basis.flops);
   std::string summary = "MINICP_CP scheme=" + o.scheme + " ranks=" + std::to_string(P) +
-                        " threads=" + std::to_string(threads) + " S=" + std::to_string(cfg.seq_len) +
+                        " threads=" + std::to_string(s.threads) + " S=" + std::to_string(cfg.seq_len) +
                         " pass=" + o.pass + " progress=" + o.progress;
   char buf[256];
   for (const auto& [mode, r] : results) {
     std::snprintf(buf, sizeof buf, " T_%s_s=%.5f", cp::to_string(mode), r.t_max);
     summary += buf;
   }
+  hn::Overlap ov = hn::not_measured();
   if (has_full && has_comp && has_comm) {
-    // Exposed comm from paired differences: rep i's full and compute-only runs are adjacent
-    // in time, so the median of T_full_i - T_compute_i cancels the machine's drift; the
-    // quartiles of the pairs give the spread.
-    const auto& F = samples[cp::Mode::Full].tmax;
-    const auto& C = samples[cp::Mode::ComputeOnly].tmax;
-    std::vector<double> diff;
-    for (size_t i = 0; i < F.size(); ++i) diff.push_back(F[i] - C[i]);
-    std::sort(diff.begin(), diff.end());
     const double tm = results[cp::Mode::CommOnly].t_max, tc = results[cp::Mode::ComputeOnly].t_max;
-    const double exposed = median(diff), q1 = diff[diff.size() / 4], q3 = diff[(3 * diff.size()) / 4];
-    overlap = 1.0 - exposed / tm;
-    exposed_s = exposed;
-    overlap_q1 = 1.0 - q3 / tm;
-    overlap_q3 = 1.0 - q1 / tm;
-    std::printf("overlap = 1 - (T_full - T_compute) / T_comm = 1 - %.5f / %.5f = %.3f  (quartiles %.3f .. %.3f; "
-                "T_compute/T_comm = %.1f)\n",
-                exposed, tm, overlap, 1.0 - q3 / tm, 1.0 - q1 / tm, tc / tm);
-    std::snprintf(buf, sizeof buf, " overlap=%.3f overlap_q1=%.3f overlap_q3=%.3f", overlap, 1.0 - q3 / tm,
-                  1.0 - q1 / tm);
-    summary += buf;
+    ov = hn::paired_overlap(samples[cp::Mode::Full].tmax, samples[cp::Mode::ComputeOnly].tmax, tm);
+    if (ov.measured()) {
+      std::printf("overlap = 1 - (T_full - T_compute) / T_comm = 1 - %.5f / %.5f = %.3f  (quartiles %.3f .. %.3f; "
+                  "T_compute/T_comm = %.1f)\n",
+                  ov.exposed_s, tm, ov.overlap, ov.overlap_q1, ov.overlap_q3, tc / tm);
+      std::snprintf(buf, sizeof buf, " overlap=%.3f overlap_q1=%.3f overlap_q3=%.3f", ov.overlap, ov.overlap_q1,
+                    ov.overlap_q3);
+      summary += buf;
+    } else {
+      std::printf("overlap: not measured (T_comm = %.5f s)\n", tm);
+    }
   }
   std::printf("load imbalance (max/mean compute time per rank) = %.3f; executed FLOPs max/mean = %.3f\n", imb,
               flop_imb);
   std::snprintf(buf, sizeof buf, " imbalance=%.3f flop_imbalance=%.3f", imb, flop_imb);
   summary += buf;
   std::printf("%s\n", summary.c_str());
-  if (!o.json.empty()) {
-    const std::string tmp = o.json + ".tmp";
-    std::ofstream f(tmp);
-    f << "{\"scheme\": \"" << o.scheme << "\", \"ranks\": " << P << ", \"threads\": " << threads
-      << ", \"seq_len\": " << cfg.seq_len << ", \"heads\": " << H << ", \"kv_heads\": " << Hkv
-      << ", \"head_dim\": " << D << ", \"causal\": " << (cfg.causal ? "true" : "false") << ", \"pass\": \""
-      << o.pass << "\", \"progress\": \"" << o.progress << "\", \"progress_cpus\": \"" << o.progress_cpus << "\", \"comm\": \"" << comm->backend()
-      << "\", \"overlap\": " << overlap << ", \"overlap_q1\": " << overlap_q1
-      << ", \"overlap_q3\": " << overlap_q3 << ", \"exposed_comm_s\": " << exposed_s
-      << ", \"imbalance\": " << imb << ", \"flop_imbalance\": " << flop_imb << ", \"modes\": {";
-    bool first = true;
-    for (const auto& [mode, r] : results) {
-      f << (first ? "" : ", ") << "\"" << cp::to_string(mode) << "\": {\"time_s\": " << r.t_max
-        << ", \"bytes_sent_rank0\": " << r.bytes << ", \"compute_s\": [";
-      for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.compute[i];
-      f << "], \"wait_s\": [";
-      for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.wait[i];
-      f << "], \"progress_s\": [";
-      for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.busy[i];
-      f << "], \"flops\": [";
-      for (int i = 0; i < P; ++i) f << (i ? ", " : "") << r.flops[i];
-      f << "]}";
-      first = false;
-    }
-    f << "}}\n";
-    f.close();
-    std::rename(tmp.c_str(), o.json.c_str());
-  }
+  std::fflush(stdout);
+  if (o.json.empty()) return;
+
+  hn::Json js;
+  js["scheme"] = o.scheme;
+  js["ranks"] = P;
+  js["threads"] = s.threads;
+  js["seq_len"] = cfg.seq_len;
+  js["heads"] = cfg.heads;
+  js["kv_heads"] = cfg.kv_heads;
+  js["head_dim"] = cfg.head_dim;
+  js["causal"] = cfg.causal;
+  js["pass"] = o.pass;
+  js["progress"] = o.progress;
+  js["progress_cpus"] = o.progress_cpus;
+  js["comm"] = s.comm->backend();
+  js["overlap"] = ov.overlap;  // null when not measured
+  js["overlap_q1"] = ov.overlap_q1;
+  js["overlap_q3"] = ov.overlap_q3;
+  js["exposed_comm_s"] = ov.exposed_s;
+  js["imbalance"] = imb;
+  js["flop_imbalance"] = flop_imb;
+  js["modes"] = hn::Json::object();
+  for (const auto& [mode, r] : results)
+    js["modes"][cp::to_string(mode)] = {{"time_s", r.t_max},     {"bytes_sent_rank0", r.bytes},
+                                        {"compute_s", r.compute}, {"wait_s", r.wait},
+                                        {"progress_s", r.busy},   {"flops", r.flops}};
+  hn::write_json("--json", o.json, js);
+}
+
+int run(const hn::Args& a, const Plan& p) {
+  hn::remove_old_outputs(a, {{"--json", p.o.json}});  // a failed run leaves no old result behind
+  Setup s = build(p, a.rank());
+  auto samples = measure(p, s, a.rank());
+  auto results = gather(p, samples);
+  if (a.rank() == 0) report(p, s, samples, results);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, P = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
-  int rc = 0;
-  bool help = false;  // --help: CLI11's list of options only, without Kokkos' own
-  for (int i = 1; i < argc; ++i) help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
-  if (help) {
-    rc = run(argc, argv, rank, P);
-  } else {
-    Kokkos::ScopeGuard kokkos(argc, argv);
-    try {
-      rc = run(argc, argv, rank, P);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "minicp-cp-bench (rank %d): %s\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-  MPI_Finalize();
-  return rc;
+  Plan plan;
+  return hn::main(
+      argc, argv, "minicp-cp-bench", [&](const hn::Args& a) { plan = parse(a); },
+      [&](const hn::Args& a) { return run(a, plan); });
 }

@@ -136,6 +136,7 @@ struct CaseResult {
   double sgemm_gflops_group = 0;            // SGEMM capacity of the group (sum over its ranks)
   double tokens = 0;                        // tokens per step
   double grad_exposed_s = 0;
+  model::PhaseTimes fwd_phases, bwd_phases;  // all layers, the last full-mode rep, this rank
 };
 
 template <class T>
@@ -146,6 +147,7 @@ CaseResult run_case(const Plan& p, const Case& c, comm::Communicator& comm, doub
   const bool train = c.stack.pass == model::Pass::Train;
   MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
   std::vector<double> step, fwd, bwd, exposed;
+  model::PhaseTimes last_fwd, last_bwd;
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       ctx.cfg.mode = mode;
@@ -162,8 +164,14 @@ CaseResult run_case(const Plan& p, const Case& c, comm::Communicator& comm, doub
       if (rep < p.deck.warmup || mode != cp::Mode::Full) continue;
       fwd.push_back(t[0]), bwd.push_back(t[1]), step.push_back(t[2]);
       exposed.push_back(st.grad_allreduce_exposed_s());
+      last_fwd = last_bwd = model::PhaseTimes{};
+      for (int l = 0; l < c.stack.shape.layers; ++l) {
+        last_fwd += st.forward_times(l);
+        if (train) last_bwd += st.backward_times(l);
+      }
     }
   CaseResult r;
+  r.fwd_phases = last_fwd, r.bwd_phases = last_bwd;
   r.ran = true;
   r.step_s = hn::median(step), r.fwd_s = hn::median(fwd), r.bwd_s = hn::median(bwd);
   r.grad_exposed_s = hn::median(exposed);
@@ -223,7 +231,17 @@ int execute(const hn::Args& a, const Plan& p) {
                   model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len, c.stack.attn.ranks,
                   1e3 * r.fwd_s / L, 1e3 * r.bwd_s / L, r.step_s, r.tokens / r.step_s, flops_rate / 1e9, eff);
     }
-    summary += " " + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) + "_P" +
+    if (say) {
+      for (int dir = 0; dir < 2; ++dir) {
+        const model::PhaseTimes& ph = dir == 0 ? r.fwd_phases : r.bwd_phases;
+        if (ph.total() <= 0) continue;
+        std::printf("  %s phases per layer [ms]:", dir == 0 ? "fwd" : "bwd");
+        for (int i = 0; i < model::kPhases; ++i)
+          std::printf(" %s %.2f", model::to_string(model::Phase(i)), 1e3 * ph.s[i] / L);
+        std::printf("\n");
+      }
+    }
+    summary += " " + std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) + "_P" +
                std::to_string(c.stack.attn.ranks) + "=" + fmt("%.3f", eff);
   }
   if (world_rank == 0)

@@ -1,0 +1,106 @@
+// The MPI + Kokkos main wrapper and its single error mapping (guarded); see main.hpp.
+#include "harness/main.hpp"
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+namespace minicp::harness {
+
+Args::Args(std::string prog, std::vector<std::string> args, int rank, int size, bool mpi)
+    : prog_(std::move(prog)), args_(std::move(args)), rank_(rank), size_(size), mpi_(mpi) {
+  for (const std::string& s : args_) ptrs_.push_back(s.c_str());
+}
+
+namespace {
+
+constexpr int kContinue = -1;  // guarded(parse) succeeded: go on to run
+
+// The one place errors become messages and exit codes (main.hpp). Returns fn's value, 0
+// after --help, 2 after a UsageError; aborts the MPI job (or returns 1 without MPI) on
+// anything else.
+int guarded(const Args& a, const std::function<int()>& fn) {
+  std::string fatal;
+  try {
+    return fn();
+  } catch (const HelpShown&) {
+    return 0;
+  } catch (const UsageError& e) {
+    if (a.rank() == 0) std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), e.what());
+    std::fflush(stderr);
+    return 2;
+  } catch (const std::exception& e) {
+    fatal = e.what();
+  } catch (...) {
+    fatal = "unknown exception";
+  }
+  if (a.mpi()) {
+    std::fprintf(stderr, "%s (rank %d): %s\n", a.prog().c_str(), a.rank(), fatal.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  } else {
+    std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), fatal.c_str());
+  }
+  return 1;
+}
+
+// Kokkos' own flags (--kokkos-num-threads=N, ...; always one "--kokkos-x=value" word) are
+// kept apart, so the program's parser never sees them and Kokkos sees only them.
+void split_args(int argc, char** argv, std::vector<std::string>& own, std::vector<std::string>& kokkos) {
+  own.assign(1, argc > 0 ? argv[0] : "");
+  kokkos = own;
+  for (int i = 1; i < argc; ++i) (std::strncmp(argv[i], "--kokkos-", 9) == 0 ? kokkos : own).push_back(argv[i]);
+}
+
+// Parse, then run inside a Kokkos::ScopeGuard. Errors of run are caught while Kokkos is
+// still up (an abort does not wait for Kokkos to finalise).
+int parse_then_run(const Args& a, std::vector<std::string> kokkos_args, const ParseFn& parse, const RunFn& run) {
+  const int rc = guarded(a, [&] {
+    parse(a);
+    return kContinue;
+  });
+  if (rc != kContinue) return rc;
+  std::vector<char*> kargv;
+  for (std::string& s : kokkos_args) kargv.push_back(s.data());
+  kargv.push_back(nullptr);
+  int kargc = int(kokkos_args.size());
+  Kokkos::ScopeGuard kokkos(kargc, kargv.data());
+  return guarded(a, [&] { return run(a); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<std::string> own, kokkos;
+  split_args(argc, argv, own, kokkos);
+  const int rc = parse_then_run(Args(prog, own, rank, size, true), kokkos, parse, run);
+  MPI_Finalize();
+  return rc;
+}
+
+int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run) {
+  std::vector<std::string> own, kokkos;
+  split_args(argc, argv, own, kokkos);
+  return parse_then_run(Args(prog, own, 0, 1, false), kokkos, parse, run);
+}
+
+void check_on_root(const Args& a, const std::function<std::string()>& check) {
+  std::string msg = a.rank() == 0 ? check() : std::string();
+  if (a.mpi()) {
+    int n = int(msg.size());
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    msg.resize(size_t(n));
+    if (n > 0) MPI_Bcast(msg.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+  if (!msg.empty()) throw UsageError(msg);
+}
+
+}  // namespace minicp::harness

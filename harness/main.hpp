@@ -1,0 +1,71 @@
+// The main of every miniCP program, so that bad input is handled the same way everywhere:
+// the program's parse step (options -> config and every check, output paths and memory
+// included) runs before Kokkos starts and before any work, and one function maps what it
+// throws to a message and an exit code.
+//
+//   UsageError (bad input)    -> "<prog>: <message>" on stderr from rank 0 only; every rank
+//                                returns 2 (after MPI_Finalize). Must be thrown on every rank:
+//                                parsing is deterministic, and facts only one rank sees go
+//                                through check_on_root().
+//   --help                    -> parse() prints the help on rank 0; exit code 0; Kokkos is
+//                                never initialised, so the help lists the program's options.
+//   any other std::exception  -> "<prog> (rank r): <what>" and MPI_Abort(MPI_COMM_WORLD, 1),
+//                                so one failed rank ends the whole job at once.
+#pragma once
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace minicp::harness {
+
+// Bad input: the message names the flag as typed, the value and what is allowed.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown by parse() once the help has been printed: the program ends with exit code 0.
+struct HelpShown {};
+
+// The command line a program parses and where it runs.
+class Args {
+ public:
+  Args(std::string prog, std::vector<std::string> args, int rank, int size, bool mpi);
+  const std::string& prog() const { return prog_; }
+  // The program's own arguments, argv[0] first; Kokkos' --kokkos-* arguments are taken out
+  // (they go to Kokkos::initialize).
+  const std::vector<std::string>& args() const { return args_; }
+  int argc() const { return int(ptrs_.size()); }
+  const char* const* argv() const { return ptrs_.data(); }
+  int rank() const { return rank_; }  // in MPI_COMM_WORLD; 0 under main_serial
+  int size() const { return size_; }  // ranks of MPI_COMM_WORLD; 1 under main_serial
+  bool mpi() const { return mpi_; }   // false under main_serial (MPI is not initialised)
+
+ private:
+  std::string prog_;
+  std::vector<std::string> args_;
+  std::vector<const char*> ptrs_;
+  int rank_, size_;
+  bool mpi_;
+};
+
+// parse: options -> the program's config, every check; throws UsageError (or HelpShown).
+// run: the work, with Kokkos initialised; returns the exit code. Everything Kokkos that run
+// creates must be destroyed when it returns (Kokkos is finalised right after).
+using ParseFn = std::function<void(const Args&)>;
+using RunFn = std::function<int(const Args&)>;
+
+// MPI programs: MPI_Init_thread(MPI_THREAD_MULTIPLE), parse, Kokkos::ScopeGuard, run,
+// MPI_Finalize; returns the exit code for main to return.
+int main(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run);
+
+// Single-process programs that do not use MPI: the same steps and the same error mapping
+// without MPI (an unexpected exception prints "<prog>: <what>" and returns 1).
+int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run);
+
+// Runs check on rank 0 only and makes its answer every rank's: a non-empty message throws
+// UsageError(message) on every rank. For what only rank 0 sees (the file system where it
+// writes its outputs).
+void check_on_root(const Args& a, const std::function<std::string()>& check);
+
+}  // namespace minicp::harness

@@ -1,0 +1,101 @@
+// Output path checks and the one JSON writer (see output.hpp for the policy).
+#include "harness/output.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace minicp::harness {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A new, uniquely named file "<dir>/.<base>.<tag>.XXXXXX" (mkstemp); fd < 0 on failure.
+int make_temp(const std::string& path, const char* tag, std::string& name) {
+  name = parent_dir(path) + "/." + base_name(path) + "." + tag + ".XXXXXX";
+  return ::mkstemp(name.data());
+}
+}  // namespace
+
+std::string parent_dir(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string output_path_problem(const std::string& flag, const std::string& path) {
+  if (path.empty()) return flag + " '': needs a file name";
+  const std::string at = flag + " " + path + ": ";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return at + "is a directory; give the name of a file to write";
+    if (!S_ISREG(st.st_mode)) return at + "exists and is not a regular file";
+  } else if (errno != ENOENT && errno != ENOTDIR) {
+    return at + errno_text();
+  }
+  const std::string dir = parent_dir(path);
+  if (::stat(dir.c_str(), &st) != 0)
+    return at + (errno == ENOENT ? "directory " + dir + " does not exist" : dir + ": " + errno_text());
+  if (!S_ISDIR(st.st_mode)) return at + dir + " is not a directory";
+  std::string probe;
+  const int fd = make_temp(path, "write-test", probe);
+  if (fd < 0) return at + "directory " + dir + " is not writable (creating a file there failed: " + errno_text() + ")";
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
+void check_outputs(const Args& a, const std::vector<OutputFile>& outs) {
+  check_on_root(a, [&] {
+    for (const OutputFile& o : outs) {
+      if (o.path.empty()) continue;
+      const std::string why = output_path_problem(o.flag, o.path);
+      if (!why.empty()) return why;
+    }
+    return std::string();
+  });
+}
+
+void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs) {
+  if (a.rank() != 0) return;
+  for (const OutputFile& o : outs)
+    if (!o.path.empty() && ::unlink(o.path.c_str()) != 0 && errno != ENOENT)
+      throw std::runtime_error(o.flag + " " + o.path + ": cannot remove the old file: " + errno_text());
+}
+
+void write_json(const std::string& flag, const std::string& path, const Json& doc, int indent) {
+  const std::string text = doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string at = flag + " " + path + ": ";
+  std::string tmp;
+  const int fd = make_temp(path, "tmp", tmp);
+  if (fd < 0) throw std::runtime_error(at + "cannot create a temporary file in " + parent_dir(path) + ": " + errno_text());
+  // mkstemp creates mode 0600; give the file the mode a plain create would (0666 & ~umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  std::string why;
+  if (::fchmod(fd, 0666 & ~mask) != 0) why = "chmod: " + errno_text();
+  for (size_t done = 0; why.empty() && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) why = "write: " + errno_text();
+    else done += size_t(n);
+  }
+  if (::close(fd) != 0 && why.empty()) why = "close: " + errno_text();
+  if (why.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) why = "rename: " + errno_text();
+  if (!why.empty()) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(at + "cannot write: " + why);
+  }
+}
+
+}  // namespace minicp::harness

@@ -1,0 +1,47 @@
+// Output files: checked before any work, written whole or not at all. An output flag's path
+// must name a regular file (or nothing yet) in an existing directory this process can create
+// files in; a directory, a missing directory or an unwritable one is refused at start, not
+// after the run.
+//
+// Policy for an old file at the path: check_outputs() leaves it alone (a refused run changes
+// nothing); remove_old_outputs(), the first step of the run, deletes it, so a run that fails
+// later leaves no file rather than an old one that looks new. write_json() writes to a
+// temporary file in the same directory and renames it into place, removing the temporary
+// on any failure.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness/main.hpp"
+
+namespace minicp::harness {
+
+// Keys keep the order they are set in.
+using Json = nlohmann::ordered_json;
+
+struct OutputFile {
+  std::string flag;  // as the user typed it: "--json"
+  std::string path;  // empty: the flag was not given (skipped)
+};
+
+// "" when path can be written as an output file, else "<flag> <path>: <why>". Writability is
+// tested by creating and removing a uniquely named file in the target directory.
+std::string output_path_problem(const std::string& flag, const std::string& path);
+
+// Rank 0 checks every given output (output_path_problem); a problem throws UsageError on
+// every rank. Call from the parse step.
+void check_outputs(const Args& a, const std::vector<OutputFile>& outs);
+
+// Rank 0 deletes the files at the given outputs' paths (see the policy above).
+void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs);
+
+// Writes doc (pretty-printed with indent spaces; NaN and infinities as null) to path through
+// a temporary file in its directory; throws std::runtime_error "<flag> <path>: ..." when
+// that fails, leaving no temporary behind.
+void write_json(const std::string& flag, const std::string& path, const Json& doc, int indent = 1);
+
+// The directory part of path ("." when there is none).
+std::string parent_dir(const std::string& path);
+
+}  // namespace minicp::harness
