@@ -1,0 +1,198 @@
+// harness/ against hand-computed values: the figures of merit (quartile rule, paired
+// overlap, imbalance), integer option checks and their messages, output path checks and the
+// JSON writer, the memory message. One process, no MPI (Args built as main_serial does).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "harness/cli.hpp"
+#include "harness/main.hpp"
+#include "harness/memory.hpp"
+#include "harness/output.hpp"
+#include "harness/stats.hpp"
+
+namespace hn = minicp::harness;
+
+namespace {
+
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const hn::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its files at the end of the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/minicp-harness-test.XXXXXX";
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  int entries() const {
+    FILE* p = ::popen(("ls -A '" + path + "' | wc -l").c_str(), "r");
+    int n = -1;
+    if (p && std::fscanf(p, "%d", &n) != 1) n = -1;
+    if (p) ::pclose(p);
+    return n;
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+hn::Args args_of(std::vector<std::string> v) { return hn::Args("prog", std::move(v), 0, 1, false); }
+
+}  // namespace
+
+TEST(HarnessStats, QuartilesOddAndEven) {
+  const hn::Quartiles odd = hn::quartiles({5, 1, 3, 2, 4});  // sorted 1 2 3 4 5: indices 1, 2, 3
+  EXPECT_EQ(odd.q1, 2);
+  EXPECT_EQ(odd.median, 3);
+  EXPECT_EQ(odd.q3, 4);
+  const hn::Quartiles even = hn::quartiles({40, 10, 30, 20});  // sorted 10 20 30 40: indices 1, 2, 3
+  EXPECT_EQ(even.q1, 20);
+  EXPECT_EQ(even.median, 30);  // the upper of the two middle samples
+  EXPECT_EQ(even.q3, 40);
+  const hn::Quartiles one = hn::quartiles({7});
+  EXPECT_EQ(one.q1, 7);
+  EXPECT_EQ(one.q3, 7);
+  EXPECT_TRUE(std::isnan(hn::median({})));
+  EXPECT_EQ(hn::median({3, 1, 2}), 2);
+}
+
+TEST(HarnessStats, PairedOverlap) {
+  // Differences 0.1 0.2 0.05 0.3 -> sorted 0.05 0.1 0.2 0.3: Q1 0.1, median 0.2, Q3 0.3.
+  const hn::Overlap o = hn::paired_overlap({1.0, 1.2, 1.1, 1.3}, {0.9, 1.0, 1.05, 1.0}, 0.4);
+  ASSERT_TRUE(o.measured());
+  EXPECT_NEAR(o.exposed_s, 0.2, 1e-12);
+  EXPECT_NEAR(o.overlap, 0.5, 1e-12);      // 1 - 0.2 / 0.4
+  EXPECT_NEAR(o.overlap_q1, 0.25, 1e-12);  // 1 - 0.3 / 0.4
+  EXPECT_NEAR(o.overlap_q3, 0.75, 1e-12);  // 1 - 0.1 / 0.4
+  EXPECT_FALSE(hn::paired_overlap({}, {}, 0.4).measured());
+  EXPECT_FALSE(hn::paired_overlap({1.0}, {0.5}, 0.0).measured());
+  EXPECT_TRUE(std::isnan(hn::not_measured().exposed_s));
+  EXPECT_THROW(hn::paired_overlap({1.0, 2.0}, {1.0}, 1.0), std::invalid_argument);
+}
+
+TEST(HarnessStats, Imbalance) {
+  EXPECT_DOUBLE_EQ(hn::imbalance({1, 2, 3}), 1.5);  // max 3 / mean 2
+  EXPECT_DOUBLE_EQ(hn::imbalance({4, 4}), 1.0);
+  EXPECT_DOUBLE_EQ(hn::imbalance({0, 0}), 1.0);
+  EXPECT_TRUE(std::isnan(hn::imbalance({})));
+}
+
+TEST(HarnessCli, ParseIntMessages) {
+  EXPECT_EQ(hn::parse_int("--seq", "42", 1, hn::kNoMax), 42);
+  EXPECT_EQ(usage_error([] { hn::parse_int("--seq", "0", 1, hn::kNoMax); }), "--seq 0: must be >= 1");
+  EXPECT_EQ(usage_error([] { hn::parse_int("--seq", "x1", 1, hn::kNoMax); }), "--seq x1: must be an integer >= 1");
+  EXPECT_EQ(usage_error([] { hn::parse_int("--seq", "99999999999999999999", 1, hn::kNoMax); }),
+            "--seq 99999999999999999999: must be between 1 and 9223372036854775807");
+  EXPECT_EQ(usage_error([] { hn::parse_int("--causal", "5", 0, 1); }), "--causal 5: must be 0 or 1");
+  EXPECT_EQ(usage_error([] { hn::parse_int("-f/--stepfactor", "1", 2, 64); }),
+            "-f/--stepfactor 1: must be between 2 and 64");
+  EXPECT_EQ(hn::flag_label("-n, --iters"), "-n/--iters");
+}
+
+TEST(HarnessCli, IntOptionsAreCheckedBeforeNarrowing) {
+  CLI::App app{"test", "prog"};
+  int heads = 8;
+  int64_t seq = 4;
+  std::vector<int64_t> dims = {64};
+  hn::add_int(app, "--heads", heads, 1, hn::kNoMax, "heads");
+  hn::add_int(app, "--seq", seq, 1, hn::kNoMax, "seq");
+  hn::add_int_list(app, "--head-dim", dims, 2, hn::kNoMax, "dims");
+  EXPECT_EQ(usage_error([&] { hn::parse(app, args_of({"prog", "--heads=4294967297"})); }),
+            "--heads 4294967297: must be between 1 and 2147483647");
+  EXPECT_EQ(heads, 8);
+  hn::parse(app, args_of({"prog", "--seq", "9223372036854775807", "--head-dim=2,4"}));
+  EXPECT_EQ(seq, INT64_MAX);
+  EXPECT_EQ(dims, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(usage_error([&] { hn::parse(app, args_of({"prog", "--head-dim=2,"})); }),
+            "--head-dim '2,': must be a comma list of integers >= 2");
+  EXPECT_NE(usage_error([&] { hn::parse(app, args_of({"prog", "--bogus"})); }).find("(see --help)"),
+            std::string::npos);
+  CLI::App snake{"test", "prog"};
+  int x = 0;
+  hn::add_int(snake, "--poll_us", x, 0, 1, "not kebab-case");
+  EXPECT_THROW(hn::parse(snake, args_of({"prog"})), std::logic_error);
+}
+
+TEST(HarnessOutput, PathProblems) {
+  TempDir d;
+  const std::string file = d.path + "/x.json";
+  EXPECT_EQ(hn::output_path_problem("--json", file), "");
+  EXPECT_EQ(hn::output_path_problem("--json", d.path), "--json " + d.path + ": is a directory; give the name of a file to write");
+  EXPECT_EQ(hn::output_path_problem("--json", d.path + "/no/x.json"),
+            "--json " + d.path + "/no/x.json: directory " + d.path + "/no does not exist");
+  EXPECT_EQ(hn::output_path_problem("--json", "/dev/null"), "--json /dev/null: exists and is not a regular file");
+  EXPECT_EQ(hn::output_path_problem("--json", ""), "--json '': needs a file name");
+  { std::ofstream(file) << "old"; }
+  EXPECT_EQ(hn::output_path_problem("--json", file), "");  // an old regular file may be replaced
+  EXPECT_EQ(hn::output_path_problem("--json", file + "/y.json"),
+            "--json " + file + "/y.json: " + file + " is not a directory");
+  if (::geteuid() != 0) {  // root writes anywhere
+    ::chmod(d.path.c_str(), 0500);
+    EXPECT_NE(hn::output_path_problem("--json", d.path + "/z.json").find("is not writable"), std::string::npos);
+    ::chmod(d.path.c_str(), 0700);
+  }
+  EXPECT_EQ(d.entries(), 1);  // the write test left nothing behind
+  EXPECT_EQ(hn::parent_dir("x.json"), ".");
+  EXPECT_EQ(hn::parent_dir("/x.json"), "/");
+}
+
+TEST(HarnessOutput, JsonWrittenWholeOrNotAtAll) {
+  TempDir d;
+  const std::string file = d.path + "/r.json";
+  hn::Json doc;
+  doc["name"] = "a \"quoted\"\\ name\n";
+  doc["nan"] = std::nan("");
+  doc["x"] = 1.5;
+  hn::write_json("--json", file, doc);
+  EXPECT_EQ(slurp(file), "{\n \"name\": \"a \\\"quoted\\\"\\\\ name\\n\",\n \"nan\": null,\n \"x\": 1.5\n}\n");
+  EXPECT_EQ(d.entries(), 1);
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask);
+  EXPECT_THROW(hn::write_json("--json", d.path + "/no/r.json", doc), std::runtime_error);
+  EXPECT_THROW(hn::write_json("--json", d.path, doc), std::runtime_error);  // a directory: rename fails
+  EXPECT_EQ(d.entries(), 1);  // no temporary left behind
+  hn::remove_old_outputs(args_of({"prog"}), {{"--json", file}});
+  EXPECT_EQ(d.entries(), 0);
+}
+
+TEST(HarnessMemory, Messages) {
+  EXPECT_EQ(hn::human_bytes(512), "512 B");
+  EXPECT_EQ(hn::human_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(hn::human_bytes(1.2 * 1099511627776.0), "1.2 TiB");
+  EXPECT_EQ(hn::memory_message("--seq 100000000", 1.2 * 1099511627776.0, 11.3 * 1073741824.0, 2, true),
+            "--seq 100000000: needs 1.2 TiB per rank (predicted), 11.3 GiB available per rank (2 ranks on this "
+            "node)");
+  EXPECT_EQ(hn::memory_message("--seq 8", 2048, 1024, 1, false), "--seq 8: needs 2.0 KiB (predicted), 1.0 KiB available");
+  EXPECT_GT(hn::node_available_bytes(), 0);
+  EXPECT_NO_THROW(hn::check_memory(args_of({"prog"}), "--seq 1", 1024, 1));
+  EXPECT_NE(usage_error([] { hn::check_memory(args_of({"prog"}), "--seq 1", 1e30, 1); }).find("--seq 1: needs "),
+            std::string::npos);
+}
+
+TEST(HarnessMain, CheckOnRootWithoutMpi) {
+  EXPECT_NO_THROW(hn::check_on_root(args_of({"prog"}), [] { return std::string(); }));
+  EXPECT_EQ(usage_error([] { hn::check_on_root(args_of({"prog"}), [] { return std::string("bad"); }); }), "bad");
+}
