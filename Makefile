@@ -2,7 +2,8 @@
 #   make deps   install what miniCP needs (Debian 12; idempotent)
 #   make        configure + build into build/, executables in build/bin/
 #   make test   build, then run ctest (output shown on failure)
-#   make run    the main job (today: the kernel study, see README)
+#   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file)
+#   make kernel-study  the kernel study (attention vs the same run's SGEMM)
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
@@ -17,7 +18,14 @@ CLANG_FORMAT ?= clang-format
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps configure build test run bench cp-study format sanitize clean
+RANKS ?= 2
+DECK ?= inputs/default.toml
+MPIRUN ?= mpirun
+# One thread per rank (the ranks share the cores), ranks not bound so that Open MPI's
+# oversubscription rule does not refuse more ranks than cores.
+MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
+
+.PHONY: all deps configure build test run kernel-study bench cp-study format sanitize clean
 
 all: build
 
@@ -36,7 +44,11 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600
 
 run: build
-	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json $(RUN_ARGS)
+	mkdir -p results
+	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) $(RUN_ARGS)
+
+kernel-study: build
+	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
 
 bench: build
 	mkdir -p results

@@ -69,14 +69,22 @@ Plan parse(const hn::Args& a) {
   Options& o = p.o;
   CLI::App app{"minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
                "driven by an input deck (TOML)"};
-  app.add_option("--deck", o.deck, "input deck (TOML), e.g. inputs/tiny.toml");
-  app.add_option("--set", o.sets, "override one deck key: section.key=value (TOML value), repeatable")
+  app.add_option("--deck", o.deck, "input deck (TOML), e.g. inputs/tiny.toml (required; no default)")
+      ->type_name("FILE");
+  app.add_option("--set", o.sets, "override one deck key: section.key=value (a TOML value), repeatable (default: none)")
       ->type_name("KEY=VALUE");
-  app.add_option("--out", o.out, "HDF5 results file (default: output.file of the deck; none when unset)");
-  app.add_option("--dump", o.dump, "write the first case's global tensors (x, y, dy, dx, weights, gradients) here");
-  app.add_flag("--dry-run", o.dry_run, "print the resolved cases with predicted memory per rank; run nothing");
-  app.add_flag("--quiet", o.quiet, "print only the one-line summary");
-  app.add_flag("--list-schemes", o.list_schemes, "print every scheme: problems, summary, settings, refusals");
+  app.add_option("--out", o.out, "HDF5 results file (default: the deck's output.file; no file when that is unset)")
+      ->type_name("FILE.h5");
+  app.add_option("--dump", o.dump,
+                 "write the first case's global tensors (x, y, dy, dx, weights, gradients) to this HDF5 file "
+                 "(default: no dump)")
+      ->type_name("FILE.h5");
+  app.add_flag("--dry-run", o.dry_run,
+               "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
+               "would not fit (default: off)");
+  app.add_flag("--quiet", o.quiet, "print only the one-line summary (default: off)");
+  app.add_flag("--list-schemes", o.list_schemes,
+               "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
   if (o.list_schemes) {
     if (a.rank() == 0) std::printf("%s", scheme_list().c_str());
@@ -100,6 +108,7 @@ Plan parse(const hn::Args& a) {
     const int64_t node = hn::node_available_bytes();
     const double avail = node < 0 ? -1.0 : double(node) / p.local_ranks;
     if (a.rank() == 0) print_dry_run(p, avail);
+    std::fflush(stdout);  // the table before any refusal below
   }
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
