@@ -1,6 +1,7 @@
-# Finds Kokkos, BLAS, MPI, CLI11 and nlohmann::json. Kokkos_ROOT (or CMAKE_PREFIX_PATH) picks a user's Kokkos as is;
-# otherwise the OpenMP build that `make deps` puts in /opt/minicp/kokkos-openmp, then the
-# system one. Debian's Kokkos target names a missing include directory: repaired below.
+# Finds Kokkos, BLAS, MPI, CLI11, nlohmann::json, toml++ and parallel HDF5. Kokkos_ROOT (or
+# CMAKE_PREFIX_PATH) picks a user's Kokkos as is; otherwise the OpenMP build that `make deps`
+# puts in /opt/minicp/kokkos-openmp, then the system one. Debian's Kokkos target names a
+# missing include directory: repaired below.
 set(MINICP_KOKKOS_HINT "/opt/minicp/kokkos-openmp" CACHE PATH "Fallback Kokkos install searched after Kokkos_ROOT")
 find_package(Kokkos CONFIG REQUIRED HINTS ${MINICP_KOKKOS_HINT})
 
@@ -63,6 +64,25 @@ find_package(OpenMP COMPONENTS CXX)
 # Command lines and JSON outputs of every program (harness/).
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
+
+# Parallel HDF5 (C API) for miniapp/output/: files are written collectively through MPI-IO.
+# Debian installs each flavour under /usr/lib/<arch>/hdf5/<flavour>; the openmpi one is
+# preferred (its h5pcc wrapper first), and a serial HDF5 is refused rather than used.
+set(HDF5_PREFER_PARALLEL TRUE)
+if(NOT HDF5_C_COMPILER_EXECUTABLE AND EXISTS /usr/bin/h5pcc.openmpi)
+  set(HDF5_C_COMPILER_EXECUTABLE /usr/bin/h5pcc.openmpi CACHE FILEPATH "HDF5 C compiler wrapper (parallel)")
+endif()
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "miniCP needs a parallel (MPI) HDF5, found a serial one (${HDF5_C_LIBRARIES}); "
+                      "install libhdf5-openmpi-dev or set HDF5_C_COMPILER_EXECUTABLE to its h5pcc")
+endif()
+foreach(lib IN LISTS HDF5_C_LIBRARIES)
+  if(lib MATCHES "/hdf5/serial/")
+    message(FATAL_ERROR "miniCP: HDF5 resolved to the serial flavour (${lib}); set HDF5_C_COMPILER_EXECUTABLE to h5pcc.openmpi")
+  endif()
+endforeach()
+message(STATUS "miniCP: parallel HDF5 ${HDF5_VERSION}: ${HDF5_C_LIBRARIES}")
 
 if(MINICP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)

@@ -109,6 +109,7 @@ struct Stack<T>::Impl {
   int64_t N = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0;
   std::vector<Param> params;
   std::vector<int64_t> rows;                     // global index of each local row (= its position)
+  std::vector<int64_t> cache_rows;               // decode: global token of each cache row
   Kokkos::View<int64_t*, kernels::Mem> pos;      // [N] positions for RoPE
   std::vector<View2<T>> xs;                      // L+1 of [N,C]: input of layer l, output of the last
   View2<T> dy, gbuf[2], dx;                      // [N,C]
@@ -128,6 +129,7 @@ struct Stack<T>::Impl {
     rows = sh.q;
     N = int64_t(rows.size());
     pos = cp::to_device(rows, "model::pos");
+    if (cfg.pass == Pass::Decode) cache_rows = sh.kv;
     const bool train = cfg.pass == Pass::Train;
     auto mat = [&](const char* label, int64_t r, int64_t cols) {
       return View2<T>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), r, cols);
@@ -405,6 +407,12 @@ template <class T>
 View1<T> Stack<T>::params(int layer) const { return p_->layers.at(size_t(layer)).w; }
 template <class T>
 View1<T> Stack<T>::grads(int layer) const { return p_->layers.at(size_t(layer)).dw; }
+template <class T>
+View3<T> Stack<T>::cache_k(int layer) const { return p_->layers.at(size_t(layer)).kc; }
+template <class T>
+View3<T> Stack<T>::cache_v(int layer) const { return p_->layers.at(size_t(layer)).vc; }
+template <class T>
+const std::vector<int64_t>& Stack<T>::cache_rows() const { return p_->cache_rows; }
 template <class T>
 const PhaseTimes& Stack<T>::forward_times(int layer) const { return p_->layers.at(size_t(layer)).fwd; }
 template <class T>

@@ -71,6 +71,11 @@ class Stack {
   View2<T> dx() const;  // [N, C]
   View1<T> params(int layer) const;  // [layer_param_count]
   View1<T> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
+  // Decode: this rank's shard of layer l's KV cache [Nc, Hkv, D] (K after RoPE) and the
+  // global token index of each of its rows; empty for the other passes.
+  View3<T> cache_k(int layer) const;
+  View3<T> cache_v(int layer) const;
+  const std::vector<int64_t>& cache_rows() const;
   // Per-layer phase times of the last forward / backward.
   const PhaseTimes& forward_times(int layer) const;
   const PhaseTimes& backward_times(int layer) const;

@@ -15,6 +15,7 @@
 #include "harness/stats.hpp"
 #include "kernels/gemm.hpp"
 #include "miniapp/model/layer.hpp"
+#include "miniapp/output/dump.hpp"
 
 namespace minicp::run {
 namespace {
@@ -148,8 +149,9 @@ struct CaseResult {
   model::PhaseTimes fwd_phases, bwd_phases;  // all layers, the last full-mode rep, this rank
 };
 
+// dump: when not empty, one more full-mode step after the timed reps, written there.
 template <class T>
-CaseResult run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sgemm) {
+CaseResult run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sgemm, const std::string& dump) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
   model::Stack<T> st(c.stack, info, comm);
   cp::Context ctx{comm, model::attention_config(c.stack)};
@@ -179,6 +181,13 @@ CaseResult run_case(const Plan& p, const Case& c, comm::Communicator& comm, doub
         if (train) last_bwd += st.backward_times(l);
       }
     }
+  if (!dump.empty()) {
+    ctx.cfg.mode = cp::Mode::Full;
+    ctx.reset();
+    st.forward(ctx);
+    if (train) st.backward(ctx);
+    output::write_dump(dump, st, c.stack, c.scheme, comm);
+  }
   CaseResult r;
   r.fwd_phases = last_fwd, r.bwd_phases = last_bwd;
   r.ran = true;
@@ -226,8 +235,11 @@ int execute(const hn::Args& a, const Plan& p) {
     const comm::Progress progress = comm::parse_progress(p.deck.progress);
     auto comm = comm::make_mpi_comm(progress, 50, {}, comm::Staging::Direct, c.stack.attn.ranks);
     CaseResult r;
+    const std::string dump = &c == &p.cases.front() ? p.o.dump : "";  // --dump: the first case
     if (world_rank < c.stack.attn.ranks)  // the CP group; the other ranks wait at the barrier
-      r = p.deck.dtype == "f64" ? run_case<double>(p, c, *comm, sgemm) : run_case<float>(p, c, *comm, sgemm);
+      r = p.deck.dtype == "f64" ? run_case<double>(p, c, *comm, sgemm, dump)
+                                : run_case<float>(p, c, *comm, sgemm, dump);
+    if (say && !dump.empty()) std::printf("  --dump: %s written\n", dump.c_str());
     MPI_Barrier(MPI_COMM_WORLD);
     ++done;
     if (world_rank != 0) continue;

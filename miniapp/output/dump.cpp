@@ -1,0 +1,119 @@
+// The --dump file (see dump.hpp), written through output::H5File.
+#include "miniapp/output/dump.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
+
+#include "miniapp/output/h5.hpp"
+
+namespace minicp::output {
+
+namespace {
+
+// A host copy of a view (the view itself when it already lives on the host).
+template <class V>
+auto on_host(const V& v) {
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+}
+
+constexpr const char* kRopeConvention =
+    "rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
+    "(decode: the new tokens at S..S+T-1)";
+
+}  // namespace
+
+std::string mask_name(const cp::Config& a) {
+  if (a.window > 0) return "window";
+  if (a.doc_len > 0) return "documents";
+  return a.causal ? "causal" : "full";
+}
+
+MPI_Comm mpi_world(const comm::Communicator& comm) {
+  if (comm.backend().rfind("mpi", 0) == 0) return *static_cast<MPI_Comm*>(comm.world().native);
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n != comm.world().size)
+    throw std::runtime_error("the " + comm.backend() + " communicator spans " + std::to_string(comm.world().size) +
+                             " ranks, MPI_COMM_WORLD " + std::to_string(n) + ": no MPI communicator for the file");
+  return MPI_COMM_WORLD;
+}
+
+template <class T>
+void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
+                const std::string& scheme, comm::Communicator& comm) {
+  const model::Shape& m = cfg.shape;
+  const cp::Config& a = cfg.attn;
+  const bool train = cfg.pass == model::Pass::Train, decode = cfg.pass == model::Pass::Decode;
+  const int64_t C = m.hidden, S = a.seq_len, T_ = decode ? a.decode_tokens : 0;
+  const auto& rows = st.rows();
+  if (int64_t(st.x().extent(0)) != int64_t(rows.size()) || int64_t(st.x().extent(1)) != C)
+    throw std::logic_error("write_dump '" + path + "': the stack does not match the config");
+  if (train && st.dx().extent(0) != rows.size())
+    throw std::logic_error("write_dump '" + path + "': a train dump needs the stack's backward() first");
+
+  H5File f(path, mpi_world(comm));
+  f.set_attr("/", "rope_theta", m.rope_theta);
+  f.set_attr("/", "norm_eps", m.norm_eps);
+  f.set_attr("/", "heads", m.heads);
+  f.set_attr("/", "kv_heads", m.kv_heads);
+  f.set_attr("/", "head_dim", m.head_dim);
+  f.set_attr("/", "layers", m.layers);
+  f.set_attr("/", "hidden", m.hidden);
+  f.set_attr("/", "ffn", m.ffn);
+  f.set_attr("/", "seq_len", S);
+  f.set_attr("/", "mask", mask_name(a));
+  f.set_attr("/", "causal", int64_t(a.causal || a.window > 0 ? 1 : 0));
+  f.set_attr("/", "window", a.window);
+  f.set_attr("/", "doc_len", a.doc_len);
+  f.set_attr("/", "softmax_scale", a.attn.scale > 0 ? a.attn.scale : 1.0 / std::sqrt(double(m.head_dim)));
+  f.set_attr("/", "scheme", scheme);
+  f.set_attr("/", "ranks", comm.world().size);
+  f.set_attr("/", "dtype", std::is_same<T, float>::value ? "f32" : "f64");
+  f.set_attr("/", "pass", model::to_string(cfg.pass));
+  f.set_attr("/", "rope_convention", kRopeConvention);
+  if (decode) f.set_attr("/", "decode_tokens", T_);
+
+  // Activations: each rank its own rows, at their global token index (decode: the T new
+  // tokens, the same on every rank).
+  auto activation = [&](const char* name, const kernels::View2<T>& v) {
+    const auto h = on_host(v);
+    const std::string dset = std::string("/tensors/") + name;
+    if (decode)
+      f.write_replicated(dset, T_, C, h.data());
+    else
+      f.write_rows(dset, S, C, rows, h.data());
+  };
+  activation("x", st.x());
+  activation("y", st.y());
+  if (train) {
+    activation("dy", st.dy());
+    activation("dx", st.dx());
+  }
+
+  // Per layer: the parameters (replicated), their gradients, the decode cache.
+  const auto params = model::layer_params(m);
+  const int64_t KD = int64_t(m.kv_heads) * m.head_dim;
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string dir = "/tensors/layers/" + std::to_string(l) + "/";
+    const auto w = on_host(st.params(l));
+    for (const model::Param& p : params) f.write_replicated(dir + p.name, p.rows, p.cols, w.data() + p.offset);
+    if (train) {
+      const auto dw = on_host(st.grads(l));
+      for (const model::Param& p : params) f.write_replicated(dir + "d" + p.name, p.rows, p.cols, dw.data() + p.offset);
+    }
+    if (decode) {
+      const auto k = on_host(st.cache_k(l)), v = on_host(st.cache_v(l));
+      f.write_rows(dir + "cache_k", S, KD, st.cache_rows(), k.data());
+      f.write_rows(dir + "cache_v", S, KD, st.cache_rows(), v.data());
+    }
+  }
+  f.commit();
+}
+
+template void write_dump<float>(const std::string&, const model::Stack<float>&, const model::StackConfig&,
+                                const std::string&, comm::Communicator&);
+template void write_dump<double>(const std::string&, const model::Stack<double>&, const model::StackConfig&,
+                                 const std::string&, comm::Communicator&);
+
+}  // namespace minicp::output

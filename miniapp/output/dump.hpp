@@ -1,0 +1,38 @@
+// The --dump file: one case of a run written whole, in global token order, so that anyone
+// can recompute it independently (tests/check_dump.py does, in numpy). Layout (README,
+// "--dump FILE.h5"):
+//   /tensors/x, /tensors/y                   [S, hidden] input, output of the last layer
+//   /tensors/dy, /tensors/dx                 [S, hidden] train: upstream gradient, input gradient
+//   /tensors/layers/<l>/<param>              each parameter of layer l (model::layer_params,
+//                                            y = x @ W), and d<param> (train: summed over ranks)
+//   /tensors/layers/<l>/cache_k, cache_v     decode: [S, kv_heads*head_dim] the KV cache
+//   decode: x, y are [T, hidden], the decode tokens at positions S..S+T-1.
+// Root attributes describe the shape, the mask, the run and the RoPE convention.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+#include "comm/comm.hpp"
+#include "miniapp/model/layer.hpp"
+
+namespace minicp::output {
+
+// Writes the dump of `st` (after its forward; train: after its backward too) to `path`,
+// atomically (output::H5File). Collective over comm's world; the datasets have the stack's
+// type T. `scheme` is the CP scheme's name, recorded as an attribute. Throws
+// std::runtime_error naming the path (and the dataset) when the file cannot be written,
+// std::logic_error when a train stack has not run its backward.
+template <class T>
+void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
+                const std::string& scheme, comm::Communicator& comm);
+
+// The mask of an attention config in one word: window, documents, causal or full (the
+// first that applies, in that order).
+std::string mask_name(const cp::Config& attn);
+
+// The MPI communicator spanning comm's world (MPI backends: their own; NCCL: MPI_COMM_WORLD,
+// which it is built over).
+MPI_Comm mpi_world(const comm::Communicator& comm);
+
+}  // namespace minicp::output

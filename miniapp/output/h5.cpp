@@ -1,0 +1,371 @@
+// The HDF5 writer (see h5.hpp): parallel HDF5 C API through MPI-IO, collective data writes.
+#include "miniapp/output/h5.hpp"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace minicp::output {
+
+static_assert(std::is_same<hid_t, int64_t>::value, "h5.hpp stores hid_t as int64_t (HDF5 >= 1.10)");
+
+namespace {
+
+// Silences HDF5's own printing of its error stack while in scope: a failure is reported
+// once, by the exception, with the stack's innermost messages (hdf5_message).
+class Quiet {
+ public:
+  Quiet() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~Quiet() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  Quiet(const Quiet&) = delete;
+  Quiet& operator=(const Quiet&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+herr_t collect(unsigned n, const H5E_error2_t* e, void* out) {
+  auto& s = *static_cast<std::string*>(out);
+  if (n < 2 && e->desc && *e->desc) s += (s.empty() ? "" : "; ") + std::string(e->desc);
+  return 0;
+}
+// The two innermost messages of HDF5's error stack (then cleared), or "" when empty.
+std::string hdf5_message() {
+  std::string s;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect, &s);
+  H5Eclear2(H5E_DEFAULT);
+  return s;
+}
+
+// An HDF5 identifier closed at scope exit by its close function.
+class Id {
+ public:
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Id() {
+    if (id_ >= 0) close_(id_);
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  operator hid_t() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+// The memory and file (little-endian) types of a value type.
+template <class T>
+hid_t mem_type() {
+  if constexpr (std::is_same<T, float>::value) return H5T_NATIVE_FLOAT;
+  if constexpr (std::is_same<T, double>::value) return H5T_NATIVE_DOUBLE;
+  static_assert(std::is_same<T, float>::value || std::is_same<T, double>::value || std::is_same<T, int64_t>::value,
+                "HDF5 datasets of float, double or int64_t");
+  return H5T_NATIVE_INT64;
+}
+template <class T>
+hid_t file_type() {
+  if constexpr (std::is_same<T, float>::value) return H5T_IEEE_F32LE;
+  if constexpr (std::is_same<T, double>::value) return H5T_IEEE_F64LE;
+  return H5T_STD_I64LE;
+}
+
+// Maximal runs of consecutive rows (start, length) of a sorted, duplicate-free row list.
+using Runs = std::vector<std::pair<int64_t, int64_t>>;
+Runs runs_of(const std::vector<int64_t>& sorted) {
+  Runs r;
+  for (int64_t row : sorted) {
+    if (!r.empty() && r.back().first + r.back().second == row)
+      ++r.back().second;
+    else
+      r.emplace_back(row, 1);
+  }
+  return r;
+}
+
+bool mpi_finalized() {
+  int f = 0;
+  MPI_Finalized(&f);
+  return f != 0;
+}
+
+}  // namespace
+
+H5File::H5File(const std::string& path, MPI_Comm comm) : path_(path) {
+  MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  long long pid = rank_ == 0 ? (long long)getpid() : 0;  // one temporary name, rank 0's
+  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, comm_);
+  temp_ = path_ + ".tmp." + std::to_string(pid);
+  Quiet quiet;
+  Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.ok() || H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, true) < 0 ||
+      H5Pset_coll_metadata_write(fapl, true) < 0) {
+    MPI_Comm_free(&comm_);
+    throw std::runtime_error("HDF5 file '" + path_ + "': cannot set up MPI-IO access: " + hdf5_message());
+  }
+  file_ = H5Fcreate(temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  if (file_ < 0) {
+    const std::string why = hdf5_message();
+    MPI_Comm_free(&comm_);
+    throw std::runtime_error("HDF5 file '" + path_ + "': cannot create its temporary '" + temp_ +
+                             "' (the directory must exist and be writable): " + why);
+  }
+}
+
+H5File::~H5File() {
+  if (mpi_finalized()) return;  // nothing collective can run any more
+  if (!committed_) {
+    try {
+      close_file();
+    } catch (...) {  // the temporary goes either way
+    }
+    MPI_Barrier(comm_);
+    if (rank_ == 0) std::remove(temp_.c_str());
+  }
+  MPI_Comm_free(&comm_);
+}
+
+void H5File::close_file() {
+  if (file_ < 0) return;
+  Quiet quiet;
+  const herr_t rc = H5Fclose(file_);
+  file_ = -1;
+  if (rc < 0) fail("cannot close", temp_);
+}
+
+void H5File::fail(const std::string& what, const std::string& object) const {
+  const std::string why = hdf5_message();
+  throw std::runtime_error("HDF5 file '" + path_ + "': " + what + " '" + object + "'" +
+                           (why.empty() ? "" : ": " + why));
+}
+
+void H5File::create_group(const std::string& group) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': create_group '" + group + "' after commit");
+  Quiet quiet;
+  std::string prefix;
+  size_t i = 0;
+  while (i < group.size()) {
+    const size_t j = std::min(group.find('/', i), group.size());
+    if (j > i) {
+      prefix += "/" + group.substr(i, j - i);
+      const htri_t there = H5Lexists(file_, prefix.c_str(), H5P_DEFAULT);
+      if (there < 0) fail("cannot look up group", prefix);
+      if (!there) {
+        Id g(H5Gcreate2(file_, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+        if (!g.ok()) fail("cannot create group", prefix);
+      }
+    }
+    i = j + 1;
+  }
+}
+
+namespace {
+
+// Writes the scalar attribute `name` of type `type` on `object`, replacing one already there.
+template <class Fail>
+void write_attr(hid_t file, const std::string& object, const std::string& name, hid_t type, const void* value,
+                Fail&& fail) {
+  const std::string what = object + "@" + name;
+  Id obj(H5Oopen(file, object.c_str(), H5P_DEFAULT), H5Oclose);
+  if (!obj.ok()) fail("cannot open the object of attribute", what);
+  const htri_t there = H5Aexists(obj, name.c_str());
+  if (there < 0 || (there > 0 && H5Adelete(obj, name.c_str()) < 0)) fail("cannot replace attribute", what);
+  Id space(H5Screate(H5S_SCALAR), H5Sclose);
+  Id attr(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!space.ok() || !attr.ok()) fail("cannot create attribute", what);
+  if (H5Awrite(attr, type, value) < 0) fail("cannot write attribute", what);
+}
+
+}  // namespace
+
+void H5File::set_attr(const std::string& object, const std::string& name, const std::string& value) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': set_attr '" + name + "' after commit");
+  Quiet quiet;
+  Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (!type.ok() || H5Tset_size(type, H5T_VARIABLE) < 0 || H5Tset_cset(type, H5T_CSET_UTF8) < 0)
+    fail("cannot make the string type of attribute", object + "@" + name);
+  const char* p = value.c_str();
+  write_attr(file_, object, name, type, &p, [this](const std::string& w, const std::string& o) { fail(w, o); });
+}
+
+void H5File::set_attr(const std::string& object, const std::string& name, const char* value) {
+  set_attr(object, name, std::string(value));
+}
+
+void H5File::set_attr(const std::string& object, const std::string& name, int64_t value) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': set_attr '" + name + "' after commit");
+  Quiet quiet;
+  write_attr(file_, object, name, H5T_STD_I64LE, &value,
+             [this](const std::string& w, const std::string& o) { fail(w, o); });
+}
+
+void H5File::set_attr(const std::string& object, const std::string& name, double value) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': set_attr '" + name + "' after commit");
+  Quiet quiet;
+  write_attr(file_, object, name, H5T_IEEE_F64LE, &value,
+             [this](const std::string& w, const std::string& o) { fail(w, o); });
+}
+
+template <class T>
+void H5File::write_rows(const std::string& dset, int64_t rows, int64_t cols, const std::vector<int64_t>& row_index,
+                        const T* data) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': write of dataset '" + dset + "' after commit");
+  // Checked on every rank, then agreed on, so that all ranks throw together (no rank is
+  // left waiting in a collective call).
+  std::string why;
+  if (rows < 0 || cols < 0) why = "negative shape";
+  const int64_t n = int64_t(row_index.size());
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return row_index[size_t(a)] < row_index[size_t(b)]; });
+  std::vector<int64_t> sorted(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n && why.empty(); ++i) {
+    sorted[size_t(i)] = row_index[size_t(order[size_t(i)])];
+    if (sorted[size_t(i)] < 0 || sorted[size_t(i)] >= rows)
+      why = "row " + std::to_string(sorted[size_t(i)]) + " outside [0, " + std::to_string(rows) + ")";
+    else if (i > 0 && sorted[size_t(i)] == sorted[size_t(i) - 1])
+      why = "row " + std::to_string(sorted[size_t(i)]) + " given twice";
+  }
+  if (n > 0 && data == nullptr && why.empty()) why = "no data";
+  int64_t agree[2] = {why.empty() ? 0 : 1, n};
+  MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT64_T, MPI_SUM, comm_);
+  if (agree[0] > 0)
+    throw std::runtime_error(
+        "HDF5 file '" + path_ + "': dataset '" + dset +
+        "': " + (why.empty() ? std::string("bad rows on another rank") : "rank " + std::to_string(rank_) + ": " + why));
+  if (agree[1] != rows)
+    throw std::runtime_error("HDF5 file '" + path_ + "': dataset '" + dset + "': the ranks give " +
+                             std::to_string(agree[1]) + " rows in all, the dataset has " + std::to_string(rows));
+  // HDF5 moves a selection in increasing file order: hand it the rows in that order.
+  const int64_t w = std::max<int64_t>(cols, 1);
+  const bool in_order = std::is_sorted(row_index.begin(), row_index.end());
+  std::vector<T> packed;
+  if (!in_order) {
+    packed.resize(size_t(n * w));
+    for (int64_t i = 0; i < n; ++i)
+      std::copy(data + order[size_t(i)] * w, data + (order[size_t(i)] + 1) * w, packed.begin() + i * w);
+  }
+  write_selected(dset, rows, cols, sorted, in_order ? data : packed.data());
+}
+
+template <class T>
+void H5File::write_replicated(const std::string& dset, int64_t rows, int64_t cols, const T* data) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': write of dataset '" + dset + "' after commit");
+  if (rows < 0 || cols < 0)
+    throw std::runtime_error("HDF5 file '" + path_ + "': dataset '" + dset + "': negative shape");
+  std::vector<int64_t> all;
+  if (rank_ == 0) {
+    all.resize(size_t(rows));
+    std::iota(all.begin(), all.end(), int64_t(0));
+  }
+  write_selected(dset, rows, cols, all, rank_ == 0 ? data : nullptr);
+}
+
+template <class T>
+void H5File::write_selected(const std::string& dset, int64_t rows, int64_t cols,
+                            const std::vector<int64_t>& sorted_rows, const T* packed) {
+  Quiet quiet;
+  const int rank = cols == 0 ? 1 : 2;
+  const int64_t w = std::max<int64_t>(cols, 1);
+  const hsize_t dims[2] = {hsize_t(rows), hsize_t(cols)};
+  Id fspace(H5Screate_simple(rank, dims, nullptr), H5Sclose);
+  Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (!fspace.ok() || !lcpl.ok() || !dcpl.ok() || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
+    fail("cannot describe dataset", dset);
+  Id d(H5Dcreate2(file_, dset.c_str(), file_type<T>(), fspace, lcpl, dcpl, H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) fail("cannot create dataset", dset);
+  if (rows == 0) return;  // an empty dataset has no storage to write to (the same on every rank)
+
+  // The rows as hyperslabs OR-ed together: each run of consecutive rows is a block, and
+  // equal blocks at a constant stride (a striped layout) go in one call.
+  const Runs runs = runs_of(sorted_rows);
+  const int64_t n = int64_t(sorted_rows.size());
+  if (runs.empty() && H5Sselect_none(fspace) < 0) fail("cannot select no rows of dataset", dset);
+  for (size_t i = 0; i < runs.size();) {
+    size_t k = i + 1;
+    const int64_t len = runs[i].second;
+    const int64_t stride = k < runs.size() ? runs[k].first - runs[i].first : 1;
+    while (k < runs.size() && runs[k].second == len && runs[k].first - runs[k - 1].first == stride) ++k;
+    const hsize_t start[2] = {hsize_t(runs[i].first), 0}, step[2] = {hsize_t(k - i > 1 ? stride : 1), 1},
+                  count[2] = {hsize_t(k - i), 1}, block[2] = {hsize_t(len), hsize_t(cols)};
+    if (H5Sselect_hyperslab(fspace, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, start, step, count, block) < 0)
+      fail("cannot select the rows of dataset", dset);
+    i = k;
+  }
+  const hsize_t mdims[1] = {hsize_t(std::max<int64_t>(n * w, 1))};
+  Id mspace(H5Screate_simple(1, mdims, nullptr), H5Sclose);
+  if (!mspace.ok() || (n == 0 && H5Sselect_none(mspace) < 0)) fail("cannot describe the local rows of dataset", dset);
+  Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (!dxpl.ok() || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) fail("cannot set collective transfer for", dset);
+  const T dummy{};
+  if (H5Dwrite(d, mem_type<T>(), mspace, fspace, dxpl, n > 0 ? packed : &dummy) < 0) fail("cannot write dataset", dset);
+}
+
+void H5File::commit() {
+  if (committed_) return;
+  close_file();
+  MPI_Barrier(comm_);  // every rank's data is in the temporary
+  int err = 0;
+  if (rank_ == 0 && std::rename(temp_.c_str(), path_.c_str()) != 0) err = errno;
+  MPI_Bcast(&err, 1, MPI_INT, 0, comm_);
+  if (err != 0)
+    throw std::runtime_error("HDF5 file '" + path_ + "': cannot rename '" + temp_ +
+                             "' into place: " + std::strerror(err));
+  committed_ = true;
+}
+
+std::vector<double> read_dataset(const std::string& file, const std::string& dset, std::vector<int64_t>* dims) {
+  Quiet quiet;
+  auto fail = [&](const std::string& what) -> void {
+    const std::string why = hdf5_message();
+    throw std::runtime_error("HDF5 file '" + file + "': " + what + " '" + dset + "'" + (why.empty() ? "" : ": " + why));
+  };
+  Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) fail("cannot open to read");
+  Id d(H5Dopen2(f, dset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) fail("cannot open dataset");
+  Id space(H5Dget_space(d), H5Sclose);
+  const int rank = space.ok() ? H5Sget_simple_extent_ndims(space) : -1;
+  if (rank < 0) fail("cannot read the shape of dataset");
+  std::vector<hsize_t> h(size_t(rank) + 1);
+  H5Sget_simple_extent_dims(space, h.data(), nullptr);
+  size_t count = 1;
+  if (dims) dims->clear();
+  for (int i = 0; i < rank; ++i) {
+    count *= size_t(h[size_t(i)]);
+    if (dims) dims->push_back(int64_t(h[size_t(i)]));
+  }
+  std::vector<double> out(count);
+  if (count > 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    fail("cannot read dataset");
+  return out;
+}
+
+template void H5File::write_rows<float>(const std::string&, int64_t, int64_t, const std::vector<int64_t>&,
+                                        const float*);
+template void H5File::write_rows<double>(const std::string&, int64_t, int64_t, const std::vector<int64_t>&,
+                                         const double*);
+template void H5File::write_rows<int64_t>(const std::string&, int64_t, int64_t, const std::vector<int64_t>&,
+                                          const int64_t*);
+template void H5File::write_replicated<float>(const std::string&, int64_t, int64_t, const float*);
+template void H5File::write_replicated<double>(const std::string&, int64_t, int64_t, const double*);
+template void H5File::write_replicated<int64_t>(const std::string&, int64_t, int64_t, const int64_t*);
+
+}  // namespace minicp::output

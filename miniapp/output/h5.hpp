@@ -1,0 +1,86 @@
+// The one HDF5 writer of miniCP: a thin RAII wrapper over the parallel HDF5 C API (MPI-IO).
+// A file is created collectively under a temporary name in the directory of its final path
+// and renamed into place only by commit(); destroyed without commit (an exception, an early
+// return) it removes the temporary, so no truncated file ever appears under the final name
+// and a file already there stays untouched. A process killed outright can leave the
+// temporary (<path>.tmp.<pid of rank 0>), never a partial <path>.
+//
+// Every member is COLLECTIVE over the communicator the file was created on: every rank calls
+// it, in the same order, with the same names, shapes and attribute values (HDF5 metadata is
+// written by all ranks alike); only the data of a write differs per rank. The destructor of
+// an uncommitted file is collective too: a rank that fails alone must abort the job.
+// Errors throw std::runtime_error naming the file and the object.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minicp::output {
+
+class H5File {
+ public:
+  // Creates `path`'s temporary (truncating any stale one); the directory must exist.
+  H5File(const std::string& path, MPI_Comm comm);
+  ~H5File();
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+
+  const std::string& path() const { return path_; }       // the final name
+  const std::string& temp_path() const { return temp_; }  // where it is written until commit()
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Creates the group `group` ("/a/b/c") and any missing parent; an existing one is kept.
+  void create_group(const std::string& group);
+
+  // A scalar attribute `name` on the object `object` ("/" for the root, or a group or
+  // dataset path, which must exist). Strings are variable-length UTF-8.
+  void set_attr(const std::string& object, const std::string& name, const std::string& value);
+  void set_attr(const std::string& object, const std::string& name, const char* value);
+  void set_attr(const std::string& object, const std::string& name, int64_t value);
+  void set_attr(const std::string& object, const std::string& name, int value) {
+    set_attr(object, name, int64_t(value));
+  }
+  void set_attr(const std::string& object, const std::string& name, double value);
+
+  // Creates the dataset `dset` [rows, cols] (cols == 0: a vector [rows]; parent groups are
+  // created) and writes it collectively: this rank supplies the global rows `row_index`, in
+  // any order, from `data` (row-major, row_index.size() x max(cols, 1) values, row i of
+  // data being global row row_index[i]). The rows of all ranks together must be every row
+  // exactly once (a rank may have none; it still takes part). T: float, double, int64_t.
+  template <class T>
+  void write_rows(const std::string& dset, int64_t rows, int64_t cols, const std::vector<int64_t>& row_index,
+                  const T* data);
+  // Creates the dataset `dset` [rows, cols] (cols == 0: [rows]) and writes rank 0's `data`
+  // (row-major) collectively: a tensor every rank holds the same copy of (weights). The
+  // other ranks' data is not read (it may be null).
+  template <class T>
+  void write_replicated(const std::string& dset, int64_t rows, int64_t cols, const T* data);
+
+  // Closes the file and renames the temporary to the final path (rank 0, after every rank
+  // has closed it); afterwards the object holds nothing. Throws if the rename failed.
+  void commit();
+  bool committed() const { return committed_; }
+
+ private:
+  void close_file();  // collective; safe to call twice
+  [[noreturn]] void fail(const std::string& what, const std::string& object) const;
+  template <class T>
+  void write_selected(const std::string& dset, int64_t rows, int64_t cols, const std::vector<int64_t>& sorted_rows,
+                      const T* packed);
+
+  std::string path_, temp_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  int64_t file_ = -1;  // hid_t
+  bool committed_ = false;
+};
+
+// Reads a whole dataset (any rank, serially; e.g. a test reading back what it wrote):
+// values converted to double, row-major; dims gets its shape.
+std::vector<double> read_dataset(const std::string& file, const std::string& dset,
+                                 std::vector<int64_t>* dims = nullptr);
+
+}  // namespace minicp::output

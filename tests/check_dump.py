@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Checks a miniCP --dump file against an independent numpy implementation of the layer
+stack, written from the README's definition (section "--dump FILE.h5"):
+
+  per layer:  h  = rmsnorm(x, attn_norm)              rmsnorm(x, w) = x / sqrt(mean(x^2) + eps) * w
+              q, k, v = h @ wq, h @ wk, h @ wv         split into heads of head_dim
+              q, k = rope(q), rope(k)                  rotate-half at the token's global position
+              o  = attention(q, k, v)                  softmax(scale q.k) v over the visible keys;
+                                                       query head h uses K/V head h // (heads/kv_heads)
+              x2 = x + o @ wo
+              y  = x2 + (silu(h2 @ w1) * (h2 @ w3)) @ w2,   h2 = rmsnorm(x2, mlp_norm)
+  mask:       key j visible from query i iff (!causal or pos_j <= pos_i)
+              and (window == 0 or pos_i - window < pos_j <= pos_i)
+              and (doc_len == 0 or pos_i // doc_len == pos_j // doc_len)
+
+Checks: every root attribute, every dataset's presence and shape; the forward in float64
+from /tensors/x and the weights reproduces /tensors/y (rows must be in global token order
+for that); train: central finite differences (h = 1e-6) of loss = sum(y * dy) with respect to
+a sample of the entries of x and of every parameter of every layer match /tensors/dx and the
+d<param> datasets; decode: the T new tokens at positions S.. against the cache
+(cache_k = K after RoPE, cache_v = V of tokens 0..S-1) and, under the same mask, each other.
+Exit code 0 when everything holds, 1 otherwise (each failure printed).
+
+Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--mask M] [--dtype f32|f64]
+       (each option, when given, is also required of the file's attributes)
+       --corrupt KIND   (for the test suite) damage the data after reading, to show that the
+                        check catches it: rows (reverse the token order of the activations),
+                        grads (halve every weight gradient), theta (a wrong rope_theta)."""
+import argparse
+import sys
+
+import h5py
+import numpy as np
+
+PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w1", "w3", "w2"]
+ROPE_CONVENTION = ("rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
+                   "(decode: the new tokens at S..S+T-1)")
+INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "causal", "window", "doc_len",
+             "ranks"]
+FLOAT_ATTRS = ["rope_theta", "norm_eps"]
+STR_ATTRS = ["mask", "scheme", "dtype", "pass", "rope_convention"]
+
+
+class Model:
+    """The stack's hyperparameters and mask, from the root attributes."""
+
+    def __init__(self, a):
+        self.H, self.Hkv, self.D = int(a["heads"]), int(a["kv_heads"]), int(a["head_dim"])
+        self.C, self.F, self.L = int(a["hidden"]), int(a["ffn"]), int(a["layers"])
+        self.theta, self.eps = float(a["rope_theta"]), float(a["norm_eps"])
+        self.causal, self.window, self.doc_len = bool(a["causal"]), int(a["window"]), int(a["doc_len"])
+        self.scale = float(a.get("softmax_scale", 1.0 / np.sqrt(self.D)))
+
+    def shapes(self):
+        C, HD, KD, F = self.C, self.H * self.D, self.Hkv * self.D, self.F
+        return {"attn_norm": (C,), "wq": (C, HD), "wk": (C, KD), "wv": (C, KD), "wo": (HD, C),
+                "mlp_norm": (C,), "w1": (C, F), "w3": (C, F), "w2": (F, C)}
+
+    def rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, pos):  # x [N, heads, D] at global positions pos [N]
+        half = self.D // 2
+        freq = self.theta ** (-2.0 * np.arange(half) / self.D)
+        ang = pos[:, None].astype(np.float64) * freq[None, :]
+        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+    def visible(self, qpos, kpos):
+        q, k = qpos[:, None], kpos[None, :]
+        ok = np.ones((len(qpos), len(kpos)), dtype=bool)
+        if self.causal or self.window > 0:
+            ok &= k <= q
+        if self.window > 0:
+            ok &= k > q - self.window
+        if self.doc_len > 0:
+            ok &= (q // self.doc_len) == (k // self.doc_len)
+        return ok
+
+    def attention(self, q, k, v, qpos, kpos):  # q [Nq,H,D], k, v [Nk,Hkv,D] -> [Nq,H,D]
+        group = self.H // self.Hkv
+        kh, vh = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # head h -> kv head h // group
+        s = np.einsum("qhd,khd->hqk", q, kh) * self.scale
+        vis = self.visible(qpos, kpos)[None]
+        s = np.where(vis, s, -np.inf)
+        m = np.max(s, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        p = np.where(vis, np.exp(s - m), 0.0)
+        den = np.sum(p, axis=-1, keepdims=True)
+        p = p / np.where(den > 0, den, 1.0)  # no visible key: output 0
+        return np.einsum("hqk,khd->qhd", p, vh)
+
+    def layer(self, x, w, pos, cache=None):
+        N = x.shape[0]
+        h = self.rmsnorm(x, w["attn_norm"])
+        q = self.rope((h @ w["wq"]).reshape(N, self.H, self.D), pos)
+        k = self.rope((h @ w["wk"]).reshape(N, self.Hkv, self.D), pos)
+        v = (h @ w["wv"]).reshape(N, self.Hkv, self.D)
+        kpos = pos
+        if cache is not None:  # decode: the cache's tokens 0..S-1 first, then the new ones
+            ck, cv = cache
+            S = ck.shape[0]
+            k = np.concatenate([ck.reshape(S, self.Hkv, self.D), k])
+            v = np.concatenate([cv.reshape(S, self.Hkv, self.D), v])
+            kpos = np.concatenate([np.arange(S), pos])
+        o = self.attention(q, k, v, pos, kpos).reshape(N, self.H * self.D)
+        x2 = x + o @ w["wo"]
+        h2 = self.rmsnorm(x2, w["mlp_norm"])
+        a, b = h2 @ w["w1"], h2 @ w["w3"]
+        return x2 + (a / (1.0 + np.exp(-a)) * b) @ w["w2"]
+
+    def forward(self, x, weights, pos, caches=None):
+        for l in range(self.L):
+            x = self.layer(x, weights[l], pos, None if caches is None else caches[l])
+        return x
+
+
+def text(v):
+    return v.decode() if isinstance(v, (bytes, np.bytes_)) else v
+
+
+def rel_err(got, want):
+    return float(np.max(np.abs(got - want)) / max(1e-300, float(np.max(np.abs(want)))))
+
+
+def check(path, args):
+    errors = []
+    err = errors.append
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        return [f"cannot open: {e}"]
+    with f:
+        a = {k: f.attrs[k] for k in f.attrs}
+        # --- attributes
+        for k in INT_ATTRS:
+            if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.integer):
+                err(f"root attribute '{k}' missing or not an integer ({a.get(k)!r})")
+        for k in FLOAT_ATTRS:
+            if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.floating):
+                err(f"root attribute '{k}' missing or not a float ({a.get(k)!r})")
+        for k in STR_ATTRS:
+            if k not in a or not isinstance(text(a[k]), str):
+                err(f"root attribute '{k}' missing or not a string ({a.get(k)!r})")
+        if errors:
+            return errors
+        a = {k: text(v) for k, v in a.items()}
+        p = a["pass"]
+        if p not in ("train", "prefill", "decode"):
+            return [f"pass = {p!r}, expected train, prefill or decode"]
+        if p == "decode" and "decode_tokens" not in a:
+            err("decode dump without the root attribute 'decode_tokens'")
+        if a["rope_convention"] != ROPE_CONVENTION:
+            err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
+        if a["dtype"] not in ("f32", "f64"):
+            err(f"dtype = {a['dtype']!r}, expected f32 or f64")
+        if a["causal"] not in (0, 1):
+            err(f"causal = {a['causal']}, expected 0 or 1")
+        want_mask = ("window" if a["window"] > 0 else "documents" if a["doc_len"] > 0
+                     else "causal" if a["causal"] else "full")
+        if a["mask"] != want_mask:
+            err(f"mask = {a['mask']!r} but window = {a['window']}, doc_len = {a['doc_len']}, "
+                f"causal = {a['causal']}: expected {want_mask!r}")
+        if a["window"] > 0 and not a["causal"]:
+            err("a window implies causal, but causal = 0")
+        for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks"):
+            if a[k] < 1:
+                err(f"{k} = {a[k]}, expected >= 1")
+        if a["heads"] % max(1, a["kv_heads"]) or a["head_dim"] % 2:
+            err(f"heads ({a['heads']}) must be a multiple of kv_heads ({a['kv_heads']}) and head_dim even")
+        if not (a["rope_theta"] > 1 and a["norm_eps"] > 0):
+            err(f"rope_theta = {a['rope_theta']}, norm_eps = {a['norm_eps']}")
+        for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("mask", "mask"),
+                         ("dtype", "dtype")):
+            want = getattr(args, opt)
+            if want is not None and str(a[key]) != str(want):
+                err(f"{key} = {a[key]!r}, expected {want!r}")
+        if errors:
+            return errors
+
+        # --- datasets: presence, shape, dtype
+        m = Model(a)
+        S = int(a["seq_len"])
+        N = int(a["decode_tokens"]) if p == "decode" else S
+        want_dt = np.float32 if a["dtype"] == "f32" else np.float64
+        expect = {"x": (N, m.C), "y": (N, m.C)}
+        if p == "train":
+            expect.update({"dy": (N, m.C), "dx": (N, m.C)})
+        shapes = m.shapes()
+        for l in range(m.L):
+            for name, shape in shapes.items():
+                expect[f"layers/{l}/{name}"] = shape
+                if p == "train":
+                    expect[f"layers/{l}/d{name}"] = shape
+            if p == "decode":
+                for name in ("cache_k", "cache_v"):
+                    expect[f"layers/{l}/{name}"] = (S, m.Hkv * m.D)
+        if "tensors" not in f:
+            return errors + ["no group /tensors"]
+        t = f["tensors"]
+        data = {}
+        for name, shape in expect.items():
+            if name not in t:
+                err(f"missing dataset /tensors/{name}")
+                continue
+            d = t[name]
+            if d.shape != shape:
+                err(f"/tensors/{name}: shape {d.shape}, expected {shape}")
+            if d.dtype != want_dt:
+                err(f"/tensors/{name}: dtype {d.dtype}, expected {np.dtype(want_dt)} (dtype = {a['dtype']})")
+            data[name] = d[...].astype(np.float64)
+        for name in ("dy", "dx"):
+            if p != "train" and name in t:
+                err(f"/tensors/{name} present in a {p} dump")
+        if "layers" in t:
+            present = sorted(t["layers"].keys(), key=lambda s: (len(s), s))
+            if present != [str(l) for l in range(m.L)]:
+                err(f"/tensors/layers holds {present}, expected 0..{m.L - 1}")
+            for l in range(m.L):
+                extra = set(t["layers"].get(str(l), {}).keys()) - {n.split("/")[-1] for n in expect
+                                                                    if n.startswith(f"layers/{l}/")}
+                if extra:
+                    err(f"/tensors/layers/{l}: unexpected datasets {sorted(extra)}")
+        if errors:
+            return errors
+
+    # --- the damage of --corrupt (test only)
+    if args.corrupt == "rows":
+        for name in ("x", "y", "dy", "dx"):
+            if name in data:
+                data[name] = data[name][::-1].copy()
+    elif args.corrupt == "grads":
+        for name in list(data):
+            if name.split("/")[-1] in ["d" + q for q in PARAMS]:
+                data[name] *= 0.5
+    elif args.corrupt == "theta":
+        m.theta *= 1.5
+
+    # --- the forward
+    weights = [{name: data[f"layers/{l}/{name}"] for name in PARAMS} for l in range(m.L)]
+    f32 = a["dtype"] == "f32"
+    y_tol = 2e-4 if f32 else 1e-9
+    if p == "decode":
+        pos = np.arange(S, S + N)
+        caches = [(data[f"layers/{l}/cache_k"], data[f"layers/{l}/cache_v"]) for l in range(m.L)]
+    else:
+        pos = np.arange(S)
+        caches = None
+    y = m.forward(data["x"], weights, pos, caches)
+    e = rel_err(data["y"], y)
+    print(f"{path}: y: relative max error {e:.3e} (tolerance {y_tol:g})")
+    if not e < y_tol:
+        err(f"/tensors/y differs from the numpy forward: relative max error {e:.3e} >= {y_tol:g}")
+    if p != "train":
+        return errors
+
+    # --- train: central finite differences of loss = sum(y * dy)
+    dy, h = data["dy"], 1e-6
+    g_tol = 2e-3 if f32 else 1e-5
+    rng = np.random.default_rng(12345)
+
+    def loss(x, ws):
+        return float(np.sum(m.forward(x, ws, pos) * dy))
+
+    def probe(what, grad, perturb, count):
+        """perturb(index, delta) -> loss with that entry moved by delta."""
+        flat = grad.reshape(-1)
+        idx = {int(np.argmax(np.abs(flat)))} | {int(i) for i in rng.choice(flat.size, min(count, flat.size), False)}
+        gmax = float(np.max(np.abs(flat)))
+        worst = 0.0
+        for i in sorted(idx):
+            fd = (perturb(i, h) - perturb(i, -h)) / (2 * h)
+            # relative to the entry, or to a tenth of the tensor's largest entry when the entry is
+            # small (its absolute error is that of the difference quotient, not its own size)
+            rel = abs(fd - flat[i]) / max(abs(flat[i]), 0.1 * gmax, 1e-300)
+            worst = max(worst, rel)
+            if not rel < g_tol:
+                err(f"/tensors/{what}: entry {np.unravel_index(i, grad.shape)} is {flat[i]:.10g}, finite "
+                    f"difference {fd:.10g} (relative error {rel:.3e} >= {g_tol:g})")
+        return worst
+
+    def perturb_x(i, delta):
+        x = data["x"].copy()
+        x.reshape(-1)[i] += delta
+        return loss(x, weights)
+
+    worst = {"dx": probe("dx", data["dx"], perturb_x, args.samples * 2)}
+    for l in range(m.L):
+        for name in PARAMS:
+            def perturb_w(i, delta, l=l, name=name):
+                ws = [dict(w) for w in weights]
+                ws[l][name] = weights[l][name].copy()
+                ws[l][name].reshape(-1)[i] += delta
+                return loss(data["x"], ws)
+            key = f"layers/{l}/d{name}"
+            worst[key] = probe(key, data[key], perturb_w, args.samples)
+    print(f"{path}: gradients: worst relative error {max(worst.values()):.3e} over dx and "
+          f"{len(worst) - 1} weight gradients (tolerance {g_tol:g})")
+    return errors
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file")
+    ap.add_argument("--pass", dest="pass_", choices=["train", "prefill", "decode"])
+    ap.add_argument("--scheme")
+    ap.add_argument("--ranks", type=int)
+    ap.add_argument("--mask", choices=["causal", "full", "window", "documents"])
+    ap.add_argument("--dtype", choices=["f32", "f64"])
+    ap.add_argument("--samples", type=int, default=4, help="random entries probed per weight tensor (dx: twice)")
+    ap.add_argument("--corrupt", choices=["rows", "grads", "theta"])
+    args = ap.parse_args()
+    errors = check(args.file, args)
+    for e in errors:
+        print(f"{args.file}: FAIL: {e}")
+    if not errors:
+        print(f"{args.file}: ok")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
