@@ -14,6 +14,7 @@ const char* to_string(EventKind k) {
     case EventKind::Barrier: return "barrier";
     case EventKind::Compute: return "compute";
     case EventKind::Wait: return "wait";
+    case EventKind::Kernel: return "kernel";
   }
   return "unknown";
 }
@@ -29,7 +30,8 @@ int64_t bytes_leaving(EventKind kind, int64_t payload_bytes, int group_size) {
     case EventKind::AllReduce: return n > 1 ? 2 * (n - 1) * p / n : 0;
     case EventKind::Barrier:
     case EventKind::Compute:
-    case EventKind::Wait: return 0;
+    case EventKind::Wait:
+    case EventKind::Kernel: return 0;
   }
   return 0;
 }

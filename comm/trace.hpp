@@ -1,5 +1,6 @@
 // Per-rank trace buffer: one Event per communication call (and, from the schemes, per
-// compute block), with wall-clock times from MPI_Wtime. Part 3 writes it to HDF5.
+// attention block; from the layer, per kernel), with wall-clock times from MPI_Wtime and
+// the context the caller set (layer, pass, rep, mode). minicp writes it to HDF5.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +18,7 @@ enum class EventKind : int32_t {
   Barrier,
   Compute,        // a compute block recorded by a scheme (bytes = 0, flops set)
   Wait,           // time the caller spent blocked in wait()
+  Kernel,         // a layer kernel (label: its phase, model::Phase; flops: its FLOPs)
 };
 const char* to_string(EventKind k);
 
@@ -32,7 +34,7 @@ const char* to_string(EventKind k);
 //   AllToAllV      payload = the sum of the send sizes to the other ranks         -> payload
 //   AllReduce      payload = p, the buffer                                        -> 2 (n-1) p / n
 //                  (rounded down; 0 at n = 1)
-//   Barrier, Compute, Wait                                                        -> 0
+//   Barrier, Compute, Wait, Kernel                                                -> 0
 int64_t bytes_leaving(EventKind kind, int64_t payload_bytes, int group_size);
 
 struct Event {
@@ -43,13 +45,25 @@ struct Event {
   int64_t bytes;     // bytes that left this rank, see bytes_leaving
   double flops;      // compute events: executed FLOPs
   double t_begin, t_end;  // MPI_Wtime seconds
+  // Stamped by Trace::add from the context the caller set; -1 when not set.
+  int32_t layer = -1, pass = -1, rep = -1, mode = -1;  // pass: 0 forward, 1 backward
+  int32_t label = -1;                                  // Kernel events: the phase
+};
+
+// Where events come from, set by the driver (rep, mode) and the layer (layer, pass).
+struct TraceContext {
+  int32_t layer = -1, pass = -1, rep = -1, mode = -1;
 };
 
 class Trace {
  public:
   void add(const Event& e) {
-    if (enabled_) events_.push_back(e);
+    if (!enabled_) return;
+    events_.push_back(e);
+    Event& x = events_.back();
+    x.layer = ctx_.layer, x.pass = ctx_.pass, x.rep = ctx_.rep, x.mode = ctx_.mode;
   }
+  TraceContext& context() { return ctx_; }
   const std::vector<Event>& events() const { return events_; }
   void clear() { events_.clear(); }
   void set_enabled(bool on) { enabled_ = on; }
@@ -61,6 +75,7 @@ class Trace {
  private:
   std::vector<Event> events_;
   bool enabled_ = true;
+  TraceContext ctx_;
 };
 
 }  // namespace minicp::comm

@@ -238,14 +238,26 @@ struct Stack<T>::Impl {
   static View3<T> heads(View2<T> x, int64_t h, int64_t d) { return View3<T>(x.data(), x.extent(0), h, d); }
   static bool computes(const cp::Context& ctx) { return ctx.cfg.mode != cp::Mode::CommOnly; }
 
+  // Runs f (the layer's kernels of phase p, doing `flops` GEMM FLOPs), fenced and timed, and
+  // records a Kernel event. Comm-only mode skips it.
   template <class Fn>
-  void timed(const cp::Context& ctx, PhaseTimes& t, Phase p, Fn&& f) {
+  void timed(const cp::Context& ctx, PhaseTimes& t, Phase p, double flops, Fn&& f) {
     if (!computes(ctx)) return;
     const double t0 = MPI_Wtime();
     f();
     Kokkos::fence();
-    t.s[int(p)] += MPI_Wtime() - t0;
+    const double t1 = MPI_Wtime();
+    t.s[int(p)] += t1 - t0;
+    if (comm.trace().enabled()) {
+      comm::Event e{comm::EventKind::Kernel, -1, -1, -1, 0, flops, t0, t1};
+      e.label = int32_t(p);
+      comm.trace().add(e);
+    }
   }
+  // GEMM FLOPs of the phases, forward (the backward does twice these: dX and dW).
+  double qkv_flops() const { return 2.0 * N * C * (H * D + 2 * Hkv * D); }
+  double out_flops() const { return 2.0 * N * H * D * C; }
+  double mlp_flops() const { return 3 * 2.0 * N * C * F; }
   // The scheme call: its time blocked on communication is attention comm, the rest compute.
   template <class Fn>
   void timed_attention(cp::Context& ctx, PhaseTimes& t, Fn&& f) {
@@ -267,16 +279,18 @@ struct Stack<T>::Impl {
   void forward_layer(cp::Context& ctx, int l) {
     Layer& L = layers[size_t(l)];
     L.fwd = PhaseTimes{};
+    comm.trace().context().layer = l;
+    comm.trace().context().pass = 0;
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
-    timed(ctx, t, Phase::Norm, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
-    timed(ctx, t, Phase::Qkv, [&] {
+    timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
+    timed(ctx, t, Phase::Qkv, qkv_flops(), [&] {
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wv), 0, L.v);
     });
     const View3<T> q3 = heads(L.q, H, D), k3 = heads(L.k, Hkv, D), v3 = heads(L.v, Hkv, D), o3 = heads(L.o, H, D);
-    timed(ctx, t, Phase::Rope, [&] {
+    timed(ctx, t, Phase::Rope, 0, [&] {
       kernels::rope_apply<T>(q3, pos, m.rope_theta);
       kernels::rope_apply<T>(k3, pos, m.rope_theta);
     });
@@ -293,13 +307,13 @@ struct Stack<T>::Impl {
     } else {
       timed_attention(ctx, t, [&] { L.scheme->forward(ctx, q3, k3, v3, o3, L.lse); });
     }
-    timed(ctx, t, Phase::OutProj, [&] {
+    timed(ctx, t, Phase::OutProj, out_flops(), [&] {
       Kokkos::deep_copy(L.x2, x);
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
     });
-    timed(ctx, t, Phase::Norm,
+    timed(ctx, t, Phase::Norm, 0,
           [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), T(m.norm_eps), L.h2, L.rstd2); });
-    timed(ctx, t, Phase::Mlp, [&] {
+    timed(ctx, t, Phase::Mlp, mlp_flops(), [&] {
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
       kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W3), 0, L.b);
       kernels::swiglu_fwd<T>(L.a, L.b, g);
@@ -312,9 +326,11 @@ struct Stack<T>::Impl {
   void backward_layer(cp::Context& ctx, int l, CV2 dyl, View2<T> dxl) {
     Layer& L = layers[size_t(l)];
     L.bwd = PhaseTimes{};
+    comm.trace().context().layer = l;
+    comm.trace().context().pass = 1;
     PhaseTimes& t = L.bwd;
     const View2<T> x = xs[size_t(l)];
-    timed(ctx, t, Phase::Mlp, [&] {
+    timed(ctx, t, Phase::Mlp, 2 * mlp_flops(), [&] {
       kernels::swiglu_fwd<T>(L.a, L.b, g);                                     // recomputed gate [N,F]
       kernels::gemm<T>(Trans::N, Trans::T, 1, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
       kernels::gemm<T>(Trans::T, Trans::N, 1, g, dyl, 1, mat(L.dw, W2));       // dW2 += g^T dy
@@ -324,11 +340,11 @@ struct Stack<T>::Impl {
       kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, da, 1, mat(L.dw, W1));     // dW1 += h2^T da
       kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, db, 1, mat(L.dw, W3));     // dW3 += h2^T db
     });
-    timed(ctx, t, Phase::Norm, [&] {
+    timed(ctx, t, Phase::Norm, 0, [&] {
       kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
       add(dx2, dyl, dxn);  // the residual
     });
-    timed(ctx, t, Phase::OutProj, [&] {
+    timed(ctx, t, Phase::OutProj, 2 * out_flops(), [&] {
       kernels::gemm<T>(Trans::N, Trans::T, 1, dx2, mat(L.w, Wo), 0, dO);       // dO = dx2 Wo^T
       kernels::gemm<T>(Trans::T, Trans::N, 1, L.o, dx2, 1, mat(L.dw, Wo));     // dWo += o^T dx2
     });
@@ -337,11 +353,11 @@ struct Stack<T>::Impl {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
                          heads(dO, H, D), dq3, dk3, heads(dv, Hkv, D));
     });
-    timed(ctx, t, Phase::Rope, [&] {
+    timed(ctx, t, Phase::Rope, 0, [&] {
       kernels::rope_apply<T>(dq3, pos, m.rope_theta, true);
       kernels::rope_apply<T>(dk3, pos, m.rope_theta, true);
     });
-    timed(ctx, t, Phase::Qkv, [&] {
+    timed(ctx, t, Phase::Qkv, 2 * qkv_flops(), [&] {
       kernels::gemm<T>(Trans::N, Trans::T, 1, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
       kernels::gemm<T>(Trans::N, Trans::T, 1, dk, mat(L.w, Wk), 1, dh);
       kernels::gemm<T>(Trans::N, Trans::T, 1, dv, mat(L.w, Wv), 1, dh);
@@ -349,7 +365,7 @@ struct Stack<T>::Impl {
       kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dk, 1, mat(L.dw, Wk));
       kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dv, 1, mat(L.dw, Wv));
     });
-    timed(ctx, t, Phase::Norm, [&] {
+    timed(ctx, t, Phase::Norm, 0, [&] {
       kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
       add(dxl, dx2, dxn);
     });

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -103,7 +104,7 @@ bool mpi_finalized() {
 
 }  // namespace
 
-H5File::H5File(const std::string& path, MPI_Comm comm) : path_(path) {
+H5File::H5File(const std::string& path, MPI_Comm comm, const std::string& start_from) : path_(path) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -117,7 +118,23 @@ H5File::H5File(const std::string& path, MPI_Comm comm) : path_(path) {
     MPI_Comm_free(&comm_);
     throw std::runtime_error("HDF5 file '" + path_ + "': cannot set up MPI-IO access: " + hdf5_message());
   }
-  file_ = H5Fcreate(temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  if (!start_from.empty()) {
+    int err = 0;
+    if (rank_ == 0) {
+      std::ifstream in(start_from, std::ios::binary);
+      std::ofstream out(temp_, std::ios::binary | std::ios::trunc);
+      out << in.rdbuf();
+      err = in && out ? 0 : 1;
+    }
+    MPI_Bcast(&err, 1, MPI_INT, 0, comm_);
+    if (err != 0) {
+      MPI_Comm_free(&comm_);
+      throw std::runtime_error("HDF5 file '" + path_ + "': cannot copy '" + start_from + "' to '" + temp_ + "'");
+    }
+    file_ = H5Fopen(temp_.c_str(), H5F_ACC_RDWR, fapl);
+  } else {
+    file_ = H5Fcreate(temp_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  }
   if (file_ < 0) {
     const std::string why = hdf5_message();
     MPI_Comm_free(&comm_);
@@ -318,6 +335,44 @@ void H5File::write_selected(const std::string& dset, int64_t rows, int64_t cols,
   if (H5Dwrite(d, mem_type<T>(), mspace, fspace, dxpl, n > 0 ? packed : &dummy) < 0) fail("cannot write dataset", dset);
 }
 
+int64_t H5File::write_table(const std::string& dset, const std::vector<Column>& columns, size_t row_bytes,
+                            const void* rows, int64_t n) {
+  if (file_ < 0) throw std::logic_error("HDF5 file '" + path_ + "': write of table '" + dset + "' after commit");
+  Quiet quiet;
+  int64_t first = 0, total = 0;
+  MPI_Exscan(&n, &first, 1, MPI_INT64_T, MPI_SUM, comm_);
+  if (rank_ == 0) first = 0;
+  MPI_Allreduce(&n, &total, 1, MPI_INT64_T, MPI_SUM, comm_);
+  // The same compound type in memory and in the file (native types, the caller's layout).
+  Id type(H5Tcreate(H5T_COMPOUND, row_bytes), H5Tclose);
+  if (!type.ok()) fail("cannot describe table", dset);
+  for (const Column& c : columns) {
+    const hid_t t = c.type == Column::I32 ? H5T_NATIVE_INT32 : c.type == Column::I64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+    if (H5Tinsert(type, c.name.c_str(), c.offset, t) < 0) fail("cannot describe column " + c.name + " of table", dset);
+  }
+  const hsize_t dims[1] = {hsize_t(total)};
+  Id fspace(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (!fspace.ok() || !lcpl.ok() || !dcpl.ok() || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
+    fail("cannot describe table", dset);
+  Id d(H5Dcreate2(file_, dset.c_str(), type, fspace, lcpl, dcpl, H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) fail("cannot create table", dset);
+  if (total == 0) return 0;
+  const hsize_t start[1] = {hsize_t(first)}, count[1] = {hsize_t(n)};
+  if ((n > 0 ? H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr) : H5Sselect_none(fspace)) < 0)
+    fail("cannot select the rows of table", dset);
+  const hsize_t mdims[1] = {hsize_t(std::max<int64_t>(n, 1))};
+  Id mspace(H5Screate_simple(1, mdims, nullptr), H5Sclose);
+  if (!mspace.ok() || (n == 0 && H5Sselect_none(mspace) < 0)) fail("cannot describe the local rows of table", dset);
+  Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (!dxpl.ok() || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) fail("cannot set collective transfer for", dset);
+  std::vector<char> dummy(row_bytes);
+  if (H5Dwrite(d, type, mspace, fspace, dxpl, n > 0 ? rows : dummy.data()) < 0) fail("cannot write table", dset);
+  return total;
+}
+
 void H5File::commit() {
   if (committed_) return;
   close_file();
@@ -329,6 +384,45 @@ void H5File::commit() {
     throw std::runtime_error("HDF5 file '" + path_ + "': cannot rename '" + temp_ +
                              "' into place: " + std::strerror(err));
   committed_ = true;
+}
+
+std::string read_string_attr(const std::string& file, const std::string& object, const std::string& attr) {
+  Quiet quiet;
+  Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) throw std::runtime_error("HDF5 file '" + file + "': cannot open to read: " + hdf5_message());
+  if (H5Aexists_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT) <= 0) return "";
+  Id a(H5Aopen_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Id t(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (!a.ok() || !t.ok() || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) return "";
+  char* p = nullptr;
+  if (H5Aread(a, t, &p) < 0 || !p) return "";
+  std::string v(p);
+  H5free_memory(p);
+  return v;
+}
+
+std::vector<std::string> groups_with_attr(const std::string& file, const std::string& group, const std::string& attr,
+                                          const std::string& value) {
+  std::vector<std::string> names;
+  {
+    Quiet quiet;
+    Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!f.ok()) throw std::runtime_error("HDF5 file '" + file + "': cannot open to read: " + hdf5_message());
+    if (H5Lexists(f, group.c_str(), H5P_DEFAULT) <= 0) return names;
+    Id g(H5Gopen2(f, group.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!g.ok()) return names;
+    H5Literate(
+        g, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+        [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+          static_cast<std::vector<std::string>*>(out)->push_back(name);
+          return 0;
+        },
+        &names);
+  }
+  std::vector<std::string> keep;
+  for (const std::string& n : names)
+    if (read_string_attr(file, group + "/" + n, attr) == value) keep.push_back(n);
+  return keep;
 }
 
 std::vector<double> read_dataset(const std::string& file, const std::string& dset, std::vector<int64_t>* dims) {

@@ -19,10 +19,21 @@
 
 namespace minicp::output {
 
+// A column of a table (an HDF5 compound dataset): its name, type and byte offset in the
+// row struct the caller writes.
+struct Column {
+  enum Type { I32, I64, F64 };
+  std::string name;
+  Type type;
+  size_t offset;
+};
+
 class H5File {
  public:
-  // Creates `path`'s temporary (truncating any stale one); the directory must exist.
-  H5File(const std::string& path, MPI_Comm comm);
+  // Creates `path`'s temporary (truncating any stale one); the directory must exist. With
+  // start_from, the temporary starts as a copy of that existing HDF5 file (rank 0 copies it)
+  // and is opened for writing: a file grows by whole transactions (copy, add, commit).
+  H5File(const std::string& path, MPI_Comm comm, const std::string& start_from = "");
   ~H5File();
   H5File(const H5File&) = delete;
   H5File& operator=(const H5File&) = delete;
@@ -59,6 +70,12 @@ class H5File {
   template <class T>
   void write_replicated(const std::string& dset, int64_t rows, int64_t cols, const T* data);
 
+  // Creates the table `dset` (a 1-D compound dataset with `columns`, rows of `row_bytes`) and
+  // writes it collectively: each rank appends its n rows, rank 0's first, then rank 1's, ...
+  // Returns the total rows. A rank may have none; it still takes part.
+  int64_t write_table(const std::string& dset, const std::vector<Column>& columns, size_t row_bytes,
+                      const void* rows, int64_t n);
+
   // Closes the file and renames the temporary to the final path (rank 0, after every rank
   // has closed it); afterwards the object holds nothing. Throws if the rename failed.
   void commit();
@@ -77,6 +94,13 @@ class H5File {
   int64_t file_ = -1;  // hid_t
   bool committed_ = false;
 };
+
+// The names of the groups below `group` of an HDF5 file whose string attribute `attr` equals
+// `value` (serially, any rank; empty when the group does not exist), and a string attribute
+// of an object ("" when absent). For reading back a results file (--resume).
+std::vector<std::string> groups_with_attr(const std::string& file, const std::string& group, const std::string& attr,
+                                          const std::string& value);
+std::string read_string_attr(const std::string& file, const std::string& object, const std::string& attr);
 
 // Reads a whole dataset (any rank, serially; e.g. a test reading back what it wrote):
 // values converted to double, row-major; dims gets its shape.

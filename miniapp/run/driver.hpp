@@ -13,7 +13,7 @@ namespace minicp::run {
 struct Options {
   std::string deck;
   std::vector<std::string> sets;
-  std::string out, dump;
+  std::string out, dump, resume;
   bool dry_run = false, quiet = false, list_schemes = false;
 };
 

@@ -1,0 +1,146 @@
+// The results file (see results.hpp).
+#include "miniapp/output/results.hpp"
+
+#include <cstddef>
+#include <stdexcept>
+
+#include "miniapp/output/h5.hpp"
+
+namespace minicp::output {
+namespace {
+
+void write_attrs(H5File& f, const std::string& object, const Attrs& a) {
+  for (const auto& [k, v] : a.text) f.set_attr(object, k, v);
+  for (const auto& [k, v] : a.integer) f.set_attr(object, k, v);
+  for (const auto& [k, v] : a.real) f.set_attr(object, k, v);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + v[i];
+  return s;
+}
+
+// Broadcasts a string from rank 0.
+std::string bcast(std::string s, MPI_Comm comm) {
+  int64_t n = int64_t(s.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  s.resize(size_t(n));
+  MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string all, err, d;
+  if (rank == 0) {
+    try {
+      for (const std::string& id : groups_with_attr(file, "/cases", "complete", "yes")) all += id + "\n";
+      d = read_string_attr(file, "/", "deck");
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  err = bcast(err, comm);
+  if (!err.empty()) throw std::runtime_error(err);
+  all = bcast(all, comm);
+  if (deck) *deck = bcast(d, comm);
+  std::vector<std::string> ids;
+  size_t p = 0;
+  while (p < all.size()) {
+    const size_t q = all.find('\n', p);
+    ids.push_back(all.substr(p, q - p));
+    p = q + 1;
+  }
+  return ids;
+}
+
+Results::Results(std::string path, MPI_Comm comm, const Attrs& root, const std::string& resume_from,
+                 const std::string& resolved_deck)
+    : path_(std::move(path)), comm_(comm), root_(root) {
+  std::string start = resume_from;
+  if (!resume_from.empty()) {
+    std::string deck;
+    done_ = complete_cases(resume_from, comm_, &deck);
+    if (deck != resolved_deck)
+      throw std::runtime_error("--resume " + resume_from +
+                               ": the file was written by another deck (its resolved deck differs from this run's)");
+  }
+  H5File f(path_, comm_, start);
+  write_attrs(f, "/", root_);
+  f.set_attr("/", "complete", "no");
+  f.create_group("/cases");
+  f.commit();
+  exists_ = true;
+}
+
+bool Results::has_case(const std::string& id) const {
+  for (const auto& d : done_)
+    if (d == id) return true;
+  return false;
+}
+
+double Results::add_case(const CaseData& c) {
+  const double t0 = MPI_Wtime();
+  H5File f(path_, comm_, path_);
+  const std::string g = "/cases/" + c.id;
+  f.create_group(g);
+  write_attrs(f, g, c.attrs);
+  f.create_group(g + "/summary");
+  write_attrs(f, g + "/summary", c.summary);
+  f.write_table(g + "/timing",
+                {{"mode", Column::I32, offsetof(TimingRow, mode)},
+                 {"rep", Column::I32, offsetof(TimingRow, rep)},
+                 {"rank", Column::I32, offsetof(TimingRow, rank)},
+                 {"layer", Column::I32, offsetof(TimingRow, layer)},
+                 {"pass", Column::I32, offsetof(TimingRow, pass)},
+                 {"phase", Column::I32, offsetof(TimingRow, phase)},
+                 {"seconds", Column::F64, offsetof(TimingRow, seconds)}},
+                sizeof(TimingRow), c.timing.data(), int64_t(c.timing.size()));
+  f.set_attr(g + "/timing", "mode_names", join(c.mode_names));
+  f.set_attr(g + "/timing", "phase_names", join(c.phase_names));
+  f.set_attr(g + "/timing", "pass_names", "forward,backward");
+  f.set_attr(g + "/timing", "units", "seconds: s");
+  f.write_table(g + "/memory",
+                {{"rank", Column::I32, offsetof(MemoryRow, rank)},
+                 {"kokkos_peak_bytes", Column::I64, offsetof(MemoryRow, kokkos_peak_bytes)},
+                 {"rss_peak_bytes", Column::I64, offsetof(MemoryRow, rss_peak_bytes)},
+                 {"predicted_bytes", Column::I64, offsetof(MemoryRow, predicted_bytes)}},
+                sizeof(MemoryRow), c.memory.data(), int64_t(c.memory.size()));
+  f.set_attr(g + "/memory", "units", "bytes");
+  f.write_table(g + "/events",
+                {{"rank", Column::I32, offsetof(EventRow, rank)},
+                 {"rep", Column::I32, offsetof(EventRow, rep)},
+                 {"mode", Column::I32, offsetof(EventRow, mode)},
+                 {"layer", Column::I32, offsetof(EventRow, layer)},
+                 {"pass", Column::I32, offsetof(EventRow, pass)},
+                 {"step", Column::I32, offsetof(EventRow, step)},
+                 {"kind", Column::I32, offsetof(EventRow, kind)},
+                 {"peer", Column::I32, offsetof(EventRow, peer)},
+                 {"group", Column::I32, offsetof(EventRow, group)},
+                 {"label", Column::I32, offsetof(EventRow, label)},
+                 {"bytes", Column::I64, offsetof(EventRow, bytes)},
+                 {"flops", Column::F64, offsetof(EventRow, flops)},
+                 {"t_begin", Column::F64, offsetof(EventRow, t_begin)},
+                 {"t_end", Column::F64, offsetof(EventRow, t_end)}},
+                sizeof(EventRow), c.events.data(), int64_t(c.events.size()));
+  f.set_attr(g + "/events", "kind_names", join(c.kind_names));
+  f.set_attr(g + "/events", "mode_names", join(c.mode_names));
+  f.set_attr(g + "/events", "label_names", join(c.phase_names));
+  f.set_attr(g + "/events", "units", "bytes: B, flops: FLOP, t_begin/t_end: s on rank 0's clock (aligned)");
+  f.set_attr(g, "complete", "yes");  // last: a case is complete only once all of it is written
+  f.commit();
+  return MPI_Wtime() - t0;
+}
+
+void Results::finish(const Attrs& root_end) {
+  H5File f(path_, comm_, path_);
+  write_attrs(f, "/", root_end);
+  f.set_attr("/", "complete", "yes");
+  f.commit();
+}
+
+}  // namespace minicp::output

@@ -1,0 +1,83 @@
+// The results file of a minicp run (--out FILE.h5): everything measured, every case, every
+// rank, through output::H5File. Layout and units: README, "The results file".
+//   /                      attributes: version, build, platform, run (deck text, command line)
+//   /cases/<id>/           attributes: the case (scheme, settings, shape, pass, mask, status)
+//   /cases/<id>/timing     table: mode, rep, rank, layer, pass, phase, seconds
+//   /cases/<id>/memory     table: rank, kokkos_peak_bytes, rss_peak_bytes, predicted_bytes
+//   /cases/<id>/events     table: rank, rep, mode, layer, pass, step, kind, peer, group,
+//                          label, bytes, flops, t_begin, t_end (seconds on rank 0's clock)
+//   /cases/<id>/summary    attributes: the figures of merit (units in the names)
+// The file grows one case at a time, each a transaction (copy, add the case, rename into
+// place), so a run stopped between cases leaves a valid file of the cases done; --resume
+// starts from such a file and runs only the cases it lacks.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace minicp::output {
+
+// Attributes of one object.
+struct Attrs {
+  std::map<std::string, std::string> text;
+  std::map<std::string, int64_t> integer;
+  std::map<std::string, double> real;
+};
+
+// Rows of the per-rank tables (this rank's).
+struct TimingRow {
+  int32_t mode, rep, rank, layer, pass, phase;  // pass: 0 forward, 1 backward
+  double seconds;
+};
+struct MemoryRow {
+  int32_t rank;
+  int64_t kokkos_peak_bytes, rss_peak_bytes, predicted_bytes;  // -1: not measured (see measured_*)
+};
+struct EventRow {
+  int32_t rank, rep, mode, layer, pass, step, kind, peer, group, label;
+  int64_t bytes;
+  double flops, t_begin, t_end;
+};
+
+struct CaseData {
+  std::string id;
+  Attrs attrs, summary;
+  std::vector<TimingRow> timing;
+  std::vector<MemoryRow> memory;
+  std::vector<EventRow> events;
+  // Names of the enumerations the tables use (recorded as attributes of the tables).
+  std::vector<std::string> mode_names, phase_names, kind_names;
+};
+
+class Results {
+ public:
+  // path: the results file; comm: every rank of the job (all take part in every write).
+  // resume_from: "" or an existing results file of the same resolved deck, whose complete
+  // cases are kept (checked: throws std::runtime_error when the deck differs).
+  Results(std::string path, MPI_Comm comm, const Attrs& root, const std::string& resume_from,
+          const std::string& resolved_deck);
+  // Ids of the complete cases already in the file (from resume_from).
+  const std::vector<std::string>& done() const { return done_; }
+  bool has_case(const std::string& id) const;
+  // Adds one case as a transaction. Collective. Returns the seconds it took.
+  double add_case(const CaseData& c);
+  // Marks the file complete and sets the end-of-run attributes. Collective.
+  void finish(const Attrs& root_end);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  MPI_Comm comm_;
+  std::vector<std::string> done_;
+  bool exists_ = false;  // the file at path_ is ours (written by this run or resumed)
+  Attrs root_;
+};
+
+// Ids of the complete cases (status "ok" or "refused: ...") of an existing results file,
+// and its resolved deck (rank 0 reads; every rank gets the answer). Collective.
+std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck);
+
+}  // namespace minicp::output
