@@ -2,6 +2,7 @@
 #include "miniapp/output/results.hpp"
 
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 
 #include "miniapp/output/h5.hpp"
@@ -28,6 +29,39 @@ std::string bcast(std::string s, MPI_Comm comm) {
   s.resize(size_t(n));
   MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
   return s;
+}
+
+// Rank 0's attributes on every rank: HDF5 metadata (groups, attributes) must be written by
+// every rank with the same values, and some (the figures of merit, the start time) are known
+// on rank 0 only.
+Attrs bcast(const Attrs& a, MPI_Comm comm) {
+  std::string buf;
+  auto put = [&](const std::string& x) {
+    const int64_t n = int64_t(x.size());
+    buf.append(reinterpret_cast<const char*>(&n), sizeof n);
+    buf += x;
+  };
+  for (const auto& [k, v] : a.text) put("t" + k), put(v);
+  for (const auto& [k, v] : a.integer) put("i" + k), put(std::string(reinterpret_cast<const char*>(&v), sizeof v));
+  for (const auto& [k, v] : a.real) put("r" + k), put(std::string(reinterpret_cast<const char*>(&v), sizeof v));
+  buf = bcast(buf, comm);
+  Attrs out;
+  size_t p = 0;
+  auto get = [&] {
+    int64_t n = 0;
+    std::memcpy(&n, buf.data() + p, sizeof n);
+    p += sizeof n;
+    std::string x = buf.substr(p, size_t(n));
+    p += size_t(n);
+    return x;
+  };
+  while (p < buf.size()) {
+    const std::string key = get(), val = get();
+    if (key[0] == 't') out.text[key.substr(1)] = val;
+    if (key[0] == 'i') std::memcpy(&out.integer[key.substr(1)], val.data(), sizeof(int64_t));
+    if (key[0] == 'r') std::memcpy(&out.real[key.substr(1)], val.data(), sizeof(double));
+  }
+  return out;
 }
 
 }  // namespace
@@ -60,7 +94,7 @@ std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, 
 
 Results::Results(std::string path, MPI_Comm comm, const Attrs& root, const std::string& resume_from,
                  const std::string& resolved_deck)
-    : path_(std::move(path)), comm_(comm), root_(root) {
+    : path_(std::move(path)), comm_(comm), root_(bcast(root, comm)) {
   std::string start = resume_from;
   if (!resume_from.empty()) {
     std::string deck;
@@ -88,9 +122,9 @@ double Results::add_case(const CaseData& c) {
   H5File f(path_, comm_, path_);
   const std::string g = "/cases/" + c.id;
   f.create_group(g);
-  write_attrs(f, g, c.attrs);
+  write_attrs(f, g, bcast(c.attrs, comm_));
   f.create_group(g + "/summary");
-  write_attrs(f, g + "/summary", c.summary);
+  write_attrs(f, g + "/summary", bcast(c.summary, comm_));
   f.write_table(g + "/timing",
                 {{"mode", Column::I32, offsetof(TimingRow, mode)},
                  {"rep", Column::I32, offsetof(TimingRow, rep)},
@@ -138,7 +172,7 @@ double Results::add_case(const CaseData& c) {
 
 void Results::finish(const Attrs& root_end) {
   H5File f(path_, comm_, path_);
-  write_attrs(f, "/", root_end);
+  write_attrs(f, "/", bcast(root_end, comm_));
   f.set_attr("/", "complete", "yes");
   f.commit();
 }

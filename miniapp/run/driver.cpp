@@ -205,7 +205,7 @@ std::vector<double> gather_median(const std::vector<double>& x, MPI_Comm g) {
   double m = hn::median(x);
   int size = 1;
   MPI_Comm_size(g, &size);
-  std::vector<double> all(size_t(size));
+  std::vector<double> all(static_cast<size_t>(size));
   MPI_Gather(&m, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, g);
   return all;
 }
