@@ -10,7 +10,8 @@
 //
 // Bound checked ("on one host, the estimated error must be below 50 us"): the uncertainty
 // is below 50 us, the error |estimate - truth| is below 50 us and within the uncertainty
-// (+ 5 us for the reading of the truth and rounding).
+// (+ 5 us for the reading of the truth and rounding). Every rank's figures are gathered and
+// checked on rank 0, which prints them (the other ranks' gtest output is silenced).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -64,15 +65,16 @@ std::vector<double> allgather(double x) {
 }
 
 // Measures, and on a loaded machine measures again (at most kTries times in all) while some
-// rank's uncertainty is at or above the bound, keeping each rank's smallest round trip.
+// rank's uncertainty, less `added` (a delay the test adds to every round trip), is at or
+// above the bound, keeping each rank's smallest round trip.
 constexpr int kTries = 3;
-mh::ClockSync measure(std::function<double()> now) {
+mh::ClockSync measure(std::function<double()> now, double added = 0.0) {
   mh::ClockSync best = mh::measure_offset(MPI_COMM_WORLD, 100, now);
   int tries = 1;
   for (; tries < kTries; ++tries) {
     double worst = 0.0;
     MPI_Allreduce(&best.uncertainty_s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (worst < kBound) break;
+    if (worst - added < kBound) break;
     const mh::ClockSync again = mh::measure_offset(MPI_COMM_WORLD, 100, now);
     if (world_rank() != 0 && again.rtt_min_s < best.rtt_min_s) best = again;
   }
@@ -104,18 +106,7 @@ void check_against_truth(const char* what, const mh::ClockSync& mine, double tru
 }
 
 // A clock on CLOCK_MONOTONIC: the same kernel clock on every rank, true offset 0.
-TEST(ClockSync, SameKernelClockHasZeroOffset) {
-  const mh::ClockSync mine = measure(monotonic);
-  if (world_rank() == 0) {
-    EXPECT_EQ(mine.offset_s, 0.0);
-    EXPECT_EQ(mine.uncertainty_s, 0.0);
-  } else {
-    EXPECT_LT(std::abs(mine.offset_s), kBound);
-    EXPECT_LE(std::abs(mine.offset_s), mine.uncertainty_s + kSlack);
-    EXPECT_LT(mine.uncertainty_s, kBound);
-  }
-  check_against_truth("CLOCK_MONOTONIC", mine, 0.0);
-}
+TEST(ClockSync, SameKernelClockHasZeroOffset) { check_against_truth("CLOCK_MONOTONIC", measure(monotonic), 0.0); }
 
 // MPI_Wtime (the default clock): its true offset is the difference of the origins.
 TEST(ClockSync, MpiWtimeOffsetIsTheOriginDifference) {
@@ -124,10 +115,13 @@ TEST(ClockSync, MpiWtimeOffsetIsTheOriginDifference) {
   const mh::ClockSync mine = measure({});
   // t_on_rank0 = monotonic - origin0 = t_local + origin - origin0.
   check_against_truth("MPI_Wtime", mine, origin - origin0);
-  const mh::ClockSync plain = mh::measure_offset(MPI_COMM_WORLD);  // default arguments
-  if (world_rank() != 0) {
-    EXPECT_LT(std::abs(plain.offset_s - (origin - origin0)), plain.uncertainty_s + kSlack);
-  }
+  // The default arguments (100 rounds, MPI_Wtime), one measurement: within its own bound.
+  const mh::ClockSync plain = mh::measure_offset(MPI_COMM_WORLD);
+  const std::vector<double> error = allgather(plain.offset_s - (origin - origin0)),
+                            bound = allgather(plain.uncertainty_s);
+  if (world_rank() != 0) return;
+  for (int r = 1; r < world_size(); ++r)
+    EXPECT_LE(std::abs(error[size_t(r)]), bound[size_t(r)] + kSlack) << "rank " << r;
 }
 
 // Rank r's clock shifted by r * 0.25 s: the estimate is -r * 0.25 s.
@@ -137,26 +131,56 @@ TEST(ClockSync, KnownShiftIsRecovered) {
   check_against_truth("shifted by r*0.25 s", mine, -shift);
 }
 
-// A slow, lopsided return path on most exchanges: on ranks > 0 the clock reading after the
-// reply is 1 ms late on 9 of every 10 exchanges (readings 2k and 2k+1 belong to exchange k;
-// only those with k % 10 == 0 are on time). Those long round trips are biased by half the
-// delay; the estimate must come from a short one (the minimum round trip), not an average.
+// The next two tests delay messages in the eyes of the clock: on ranks > 0 a reading is
+// moved by the delay instead of waiting for it, which the measurement cannot tell from a
+// message that was late (and which costs no time on a loaded machine). They rely on the
+// two readings of exchange k being readings 2k (t0, before the ping) and 2k+1 (t1, after
+// the reply) of the clock on ranks > 0.
+
+// A slow, lopsided return path on most exchanges: the reply of exchange k of a measurement
+// (warm-ups included) is 1 ms late (t1 read 1 ms later) unless k % 10 >= 7, so the last one
+// is late too. Those round trips are biased by half the delay; the estimate must come from a
+// short one (the minimum round trip), not an average or the last exchange.
 TEST(ClockSync, KeepsTheShortestRoundTrip) {
+  constexpr double kDelay = 1e-3;
   long readings = 0;
   const auto late = [&readings] {
-    if ((readings++ / 2) % 10 != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return monotonic();
+    const long i = readings++ % (2 * (100 + mh::kClockWarmup));  // counted per measurement
+    const bool reply_late = i % 2 == 1 && (i / 2) % 10 < 7;
+    return monotonic() + (reply_late ? kDelay : 0.0);
   };
   const mh::ClockSync mine = world_rank() == 0 ? measure(monotonic) : measure(late);
-  if (world_rank() != 0) {
-    EXPECT_GT(readings, 2 * 100);
-    EXPECT_LT(mine.rtt_min_s, 0.5e-3);
-  }
+  const std::vector<double> read = allgather(double(readings));
   check_against_truth("late replies", mine, 0.0);
+  if (world_rank() != 0) return;
+  for (int r = 1; r < world_size(); ++r) EXPECT_GE(read[size_t(r)], 2 * (100 + mh::kClockWarmup)) << "rank " << r;
+}
+
+// A slow but symmetric path: every ping leaves 200 us after t0 and every reply is read
+// 200 us after it arrived. The bound (half the round trip) is then over 200 us, but the
+// midpoint of the round trip is as good as without the delays: the error must stay below
+// 50 us, where an estimate from one end of the trip would be 200 us off.
+TEST(ClockSync, MidpointOfASymmetricPath) {
+  constexpr double kDelay = 200e-6;
+  long readings = 0;
+  const auto symmetric = [&readings] { return monotonic() + (readings++ % 2 == 0 ? -kDelay : kDelay); };
+  const mh::ClockSync mine = measure(world_rank() == 0 ? std::function<double()>(monotonic) : symmetric, kDelay);
+  const std::vector<mh::ClockSync> all = mh::gather_offsets(MPI_COMM_WORLD, mine);
+  if (world_rank() != 0) return;
+  for (int r = 1; r < world_size(); ++r) {
+    const mh::ClockSync& s = all[size_t(r)];
+    std::printf("symmetric delays rank %d: error %+.3f us, uncertainty %.3f us\n", r, 1e6 * s.offset_s,
+                1e6 * s.uncertainty_s);
+    EXPECT_GE(s.uncertainty_s, kDelay) << "rank " << r;
+    EXPECT_LT(std::abs(s.offset_s), kBound) << "rank " << r;
+    EXPECT_LE(std::abs(s.offset_s), s.uncertainty_s + kSlack) << "rank " << r;
+  }
 }
 
 // Rank r's clock runs r * 1e-4 faster: local = (1 + eps) * monotonic + c. Two measurements
-// 50 ms apart give the rate; to_root maps a local time to rank 0's clock (monotonic).
+// 200 ms apart give the rate within 2e-5 if their errors differ by less than 4 us (50 ms
+// apart leaves 1 us: two ranks on one core, 12 us round trips, have missed that); to_root
+// maps a local time to rank 0's clock (monotonic).
 TEST(ClockModel, DriftAndMappingOfAFastClock) {
   const int rank = world_rank();
   const double eps = 1e-4 * rank, c = 2.0 * rank;
@@ -167,7 +191,7 @@ TEST(ClockModel, DriftAndMappingOfAFastClock) {
 
   mh::ClockModel model;
   model.start = measure(local);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   model.end = measure(local);
 
   const double interval = model.end.t_local - model.start.t_local;
@@ -177,25 +201,25 @@ TEST(ClockModel, DriftAndMappingOfAFastClock) {
   const double mid_error = model.to_root(t_mid) - true_root(t_mid);
   const double after_error = model.to_root(t_after) - true_root(t_after);
 
-  const std::vector<double> drift = allgather(model.drift()), derr = allgather(drift_error),
-                            dbound = allgather(model.drift_uncertainty()), merr = allgather(mid_error),
-                            unc = allgather(model.uncertainty_s());
-  if (rank == 0) {
-    EXPECT_EQ(model.drift(), 0.0);
-    EXPECT_EQ(model.to_root(t_mid), t_mid);
-    for (int r = 1; r < world_size(); ++r)
-      std::printf(
-          "drift rank %d: %.4e (true %.4e, error %+.2e, bound %.2e), to_root error in the middle %+.3f us, "
-          "uncertainty %.3f us\n",
-          r, drift[size_t(r)], 1.0 / (1.0 + 1e-4 * r) - 1.0, derr[size_t(r)], dbound[size_t(r)], 1e6 * merr[size_t(r)],
-          1e6 * unc[size_t(r)]);
+  const std::vector<double> drift = allgather(model.drift()), drift_err = allgather(drift_error),
+                            drift_bound = allgather(model.drift_uncertainty()), mid_err = allgather(mid_error),
+                            after_err = allgather(after_error), unc = allgather(model.uncertainty_s()),
+                            span = allgather(interval);
+  if (rank != 0) return;
+  EXPECT_EQ(model.drift(), 0.0);
+  EXPECT_EQ(model.to_root(t_mid), t_mid);
+  for (int r = 1; r < world_size(); ++r) {
+    const size_t i = size_t(r);
+    std::printf(
+        "drift rank %d: %.4e (true %.4e, error %+.2e, bound %.2e), to_root error in the middle %+.3f us, "
+        "uncertainty %.3f us\n",
+        r, drift[i], 1.0 / (1.0 + 1e-4 * r) - 1.0, drift_err[i], drift_bound[i], 1e6 * mid_err[i], 1e6 * unc[i]);
+    EXPECT_GT(span[i], 0.19) << "rank " << r;
+    EXPECT_LT(std::abs(drift_err[i]), 2e-5) << "rank " << r;
+    EXPECT_LE(std::abs(drift_err[i]), drift_bound[i] + kSlack / span[i]) << "rank " << r;
+    EXPECT_LE(std::abs(mid_err[i]), unc[i] + kSlack) << "rank " << r;
+    EXPECT_LE(std::abs(after_err[i]), unc[i] + drift_bound[i] * span[i] + kSlack) << "rank " << r;
   }
-  EXPECT_GT(interval, 0.045);
-  EXPECT_LT(std::abs(drift_error), 2e-5) << "rank " << rank << " drift " << model.drift();
-  EXPECT_LE(std::abs(drift_error), model.drift_uncertainty() + kSlack / interval) << "rank " << rank;
-  EXPECT_LE(std::abs(mid_error), model.uncertainty_s() + kSlack) << "rank " << rank;
-  EXPECT_LE(std::abs(after_error), model.uncertainty_s() + model.drift_uncertainty() * interval + kSlack)
-      << "rank " << rank;
 }
 
 // The model's arithmetic on hand-made measurements.
