@@ -471,13 +471,26 @@ int execute(const hn::Args& a, const Plan& p) {
   std::map<std::string, double> none_time;  // "<pass>_<S>" -> measured_time_s of `none`
   double write_s = 0;
   int done = 0, todo = 0;
-  for (const Case& c : p.cases) todo += results && results->has_case(c.id) ? 0 : 1;
+  // The ETA weighs the cases by their useful FLOPs times their reps and modes (the time
+  // model a case's cost follows), scaled by the seconds the cases done so far took.
+  auto cost = [&](const Case& c) {
+    if (!c.refused.empty()) return 0.0;
+    const cp::Config at = model::attention_config(c.stack);
+    const bool dec = c.stack.pass == model::Pass::Decode, tr = c.stack.pass == model::Pass::Train;
+    const double Nq = double(cp::global_q_tokens(at)), Nk = dec ? double(at.seq_len + at.decode_tokens) : Nq;
+    return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, at.causal, tr, dec).total() *
+           (p.deck.warmup + p.deck.reps) * double(p.deck.modes.size());
+  };
+  double cost_left = 0, cost_done = 0, cost_prev = 0;
+  for (const Case& c : p.cases)
+    if (!(results && results->has_case(c.id))) ++todo, cost_left += cost(c);
   for (const Case& c : p.cases) {
     if (results && results->has_case(c.id)) continue;
+    cost_done += cost_prev, cost_left -= cost_prev, cost_prev = cost(c);  // the previous case is done
     const double elapsed = MPI_Wtime() - t_start;
     if (say) {
       std::printf("[%d/%d] %s (elapsed %.1f s", done + 1, todo, c.id.c_str(), elapsed);
-      if (done > 0) std::printf(", ETA %.1f s", elapsed / done * double(todo - done));
+      if (cost_done > 0) std::printf(", ETA %.1f s", elapsed / cost_done * cost_left);
       std::printf(")\n");
       std::fflush(stdout);
     }
@@ -505,12 +518,15 @@ int execute(const hn::Args& a, const Plan& p) {
     // Events on rank 0's clock: the offset measured at start and now, interpolated.
     hn::ClockModel clock{clock0, hn::measure_offset(MPI_COMM_WORLD)};
     for (output::EventRow& e : run.data.events) e.t_begin = clock.to_root(e.t_begin), e.t_end = clock.to_root(e.t_end);
+    double clock_err[2] = {clock.uncertainty_s(), std::abs(clock.drift())};  // the worst rank's
+    MPI_Allreduce(MPI_IN_PLACE, clock_err, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     data.timing = std::move(run.data.timing);
     data.memory = std::move(run.data.memory);
     data.events = std::move(run.data.events);
     if (world_rank == 0) {
       data.summary = figures(c, run.m, none_time, threads);
-      data.summary.real["clock_uncertainty_s"] = clock.uncertainty_s();
+      data.summary.real["clock_uncertainty_s"] = clock_err[0];  // of the events' t_begin / t_end
+      data.summary.real["clock_drift"] = clock_err[1];          // |d offset / d t|, dimensionless
       if (c.scheme == std::string("none"))
         none_time[std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.stack.attn.seq_len)] =
             data.summary.real["measured_time_s"];
