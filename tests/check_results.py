@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--cases", type=int)
     ap.add_argument("--memory-tolerance", type=float)
     ap.add_argument("--complete", action="store_true", help="the run must have finished")
+    ap.add_argument("--no-events", action="store_true", help="the run recorded no events")
     args = ap.parse_args()
     fails = []
     fail = fails.append
@@ -91,16 +92,19 @@ def main():
                     fail(f"{cid}/memory: rank {row['rank']}: predicted {row['predicted_bytes']} B vs Kokkos peak "
                          f"{row['kokkos_peak_bytes']} B ({100 * err:.1f}% > {100 * args.memory_tolerance:.0f}%)")
             e = g["events"][()]
-            if len(e) == 0:
+            kinds = text(g["events"].attrs["kind_names"]).split(",")
+            if args.no_events:
+                if len(e):
+                    fail(f"{cid}/events: {len(e)} events with --no-events")
+            elif len(e) == 0:
                 fail(f"{cid}/events: empty")
             elif np.any(e["t_end"] < e["t_begin"]):
                 fail(f"{cid}/events: t_end < t_begin")
             elif sorted(set(e["rank"])) != list(range(ranks)):
                 fail(f"{cid}/events: ranks {sorted(set(e['rank']))}")
-            kinds = text(g["events"].attrs["kind_names"]).split(",")
-            if "kernel" not in kinds or not np.any(e["kind"] == kinds.index("kernel")):
+            elif "kernel" not in kinds or not np.any(e["kind"] == kinds.index("kernel")):
                 fail(f"{cid}/events: no kernel events")
-            if ranks > 1 and not np.any(e["bytes"] > 0):
+            elif ranks > 1 and not np.any(e["bytes"] > 0):
                 fail(f"{cid}/events: no event moved bytes on {ranks} ranks")
             s = g["summary"].attrs
             for k in SUMMARY:

@@ -97,6 +97,9 @@ Plan parse(const hn::Args& a) {
                "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
                "would not fit (default: off)");
   app.add_flag("--quiet", o.quiet, "print only the one-line summary (default: off)");
+  app.add_flag("--no-events", o.no_events,
+               "record no trace events (the events tables stay empty; for measuring the tracing overhead) "
+               "(default: off)");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
@@ -231,7 +234,7 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sge
   const int rank = comm.world().rank, L = c.stack.shape.layers;
   MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
   comm::Trace& trace = comm.trace();
-  trace.set_enabled(true);
+  trace.set_enabled(!p.o.no_events);
   trace.clear();
   Measured& m = out.m;
   std::vector<double> my_compute, my_flops, my_bytes, exposed;

@@ -14,7 +14,7 @@ struct Options {
   std::string deck;
   std::vector<std::string> sets;
   std::string out, dump, resume;
-  bool dry_run = false, quiet = false, list_schemes = false;
+  bool dry_run = false, quiet = false, list_schemes = false, no_events = false;
 };
 
 struct Plan {
