@@ -210,11 +210,13 @@ SchemeInfo allgather_scheme() {
     return Shard{t, t};
   };
   // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each),
-  // and one partial (O, LSE).
+  // and with more than one chunk one partial (O, LSE).
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, half = n / 2;
-    const double rows_c = std::ceil(half / std::max(1.0, std::min<double>(c.chunks, half)));
-    return Workspace{8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + n * c.heads * (c.head_dim + 1.0), 0};
+    const double count = std::max(1.0, std::min<double>(c.chunks, std::floor(half)));
+    const double rows_c = std::ceil(half / count);
+    const double partial = count > 1 ? n * c.heads * (c.head_dim + 1.0) : 0;
+    return Workspace{8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + partial, 0};
   };
   return s;
 }

@@ -3,6 +3,19 @@
 
 namespace minicp::cp {
 
+namespace {
+std::vector<std::function<void()>>& scratch_caches() {
+  static std::vector<std::function<void()>> clears;
+  return clears;
+}
+}  // namespace
+
+void detail::register_scratch_cache(std::function<void()> clear) { scratch_caches().push_back(std::move(clear)); }
+
+void release_scratch() {
+  for (const auto& clear : scratch_caches()) clear();
+}
+
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine) {
   std::vector<int64_t> all(mine.size() * g.size);

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -83,20 +84,32 @@ View3<T> view3(T* p, size_t n0, size_t n1, size_t n2) {
   return View3<T>(p, n0, n1, n2);
 }
 
+namespace detail {
+// Registers the function that empties one scratch cache (one per value type), for
+// release_scratch().
+void register_scratch_cache(std::function<void()> clear);
+}  // namespace detail
+
 // A named scratch buffer of n elements, kept across calls so that page first-touch and the
 // MPI library's registration of the pages are paid once, not on every step. Contents are
-// undefined on return. Buffers are released by a Kokkos finalize hook.
+// undefined on return. Buffers are released by a Kokkos finalize hook, or by release_scratch().
 template <class T>
 View1<T> scratch(const std::string& name, size_t n) {
   static std::map<std::string, View1<T>>* cache = [] {
     auto* c = new std::map<std::string, View1<T>>();
     Kokkos::push_finalize_hook([c] { c->clear(); });
+    detail::register_scratch_cache([c] { c->clear(); });
     return c;
   }();
   View1<T>& buf = (*cache)[name];
   if (buf.extent(0) < n) buf = View1<T>(Kokkos::view_alloc(name, Kokkos::WithoutInitializing), n);
   return View1<T>(buf.data(), n);
 }
+
+// Frees every scratch buffer of every value type now (the next scratch() call allocates
+// afresh), e.g. between cases that should not inherit each other's buffers. No view returned
+// by scratch() may be used afterwards: call it between scheme calls, never during one.
+void release_scratch();
 
 // What a scheme keeps from a forward for the backward is reused only when the backward is
 // handed the same data: the same buffer, the same size, and the same contents (a hash of the

@@ -198,12 +198,31 @@ SchemeInfo doublering_scheme() {
     const auto t = layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  // The outer ring's eight [K | V]-sized buffers (two in flight, kept, three dK/dV, a fetched
-  // first block and its send copy), a dQ step and a partial (O, LSE), and the inner ring's own.
+  // For an inner ring of I ranks and an outer one of O = P/I: a dQ step, and with O > 1 the
+  // outer ring's five [K | V]-sized scratch buffers (two in flight, three dK/dV) and a partial
+  // (O, LSE), else one dK/dV buffer; each object keeps the outer block it ended with (O > 1).
+  // The inner ring's buffers are each object's own: its scratch is named by the inner group,
+  // which every object splits anew (setup()); with O > 1 its backward fetches its first block
+  // at every outer step after the first (no kept block there). I depends on the node topology
+  // (inner_ring_size), which a Config does not carry: unless inner_ring is set, the most over
+  // every divisor of P (the rule picks one of them).
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, nkv = n * c.kv_heads * c.head_dim, nq = n * c.heads * c.head_dim;
-    const Workspace inner = ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim);
-    return Workspace{14 * nkv + 2 * nq + n * c.heads + inner.shared, 2 * nkv + inner.per_object};
+    const double block = 2 * nkv;
+    auto of = [&](int I) {
+      const int O = c.ranks / I;
+      const Workspace inner = ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim, I, O > 1);
+      const double shared = nq + (O > 1 ? 5 * block + nq + n * c.heads : block);
+      return Workspace{shared, (O > 1 ? block : 0) + inner.shared + inner.per_object};
+    };
+    if (c.inner_ring > 0) return of(c.inner_ring);
+    Workspace most;
+    for (int I = 1; I <= c.ranks; ++I) {
+      if (c.ranks % I != 0) continue;
+      const Workspace w = of(I);
+      if (w.shared + w.per_object > most.shared + most.per_object) most = w;
+    }
+    return most;
   };
   return s;
 }

@@ -208,12 +208,15 @@ class RingScheme final : public Scheme<T> {
   KeptBlock<T> kept_;  // the forward's last K/V block, which the backward starts from
 };
 
-// A ring's buffers for q[sq,H,D], k,v[skv,Hkv,D], forward and backward: shared scratch for
-// two K/V blocks in flight, three dK/dV accumulators, a fetched first block and its send copy
-// (2*skv*Hkv*D each) and one partial (O, LSE); each object keeps one K/V block.
-inline Workspace ring_workspace(double sq, double skv, int H, int Hkv, int D) {
+// A ring of P ranks' buffers for q[sq,H,D], k,v[skv,Hkv,D], a forward then its backward:
+// scratch for two K/V blocks in flight and three dK/dV accumulators (2*skv*Hkv*D each, at any
+// P), and with P > 1 one partial (O, LSE) and the K/V block each object keeps. A backward
+// without its forward's block (no forward on the object, or other data) fetches its first
+// block into two more blocks (fetch_block): `fetched` counts them, for callers that do that.
+inline Workspace ring_workspace(double sq, double skv, int H, int Hkv, int D, int P, bool fetched = false) {
   const double block = 2.0 * skv * Hkv * D;
-  return {7 * block + sq * H * (D + 1.0), block};
+  const bool ring = P > 1;
+  return {(5 + (fetched && ring ? 2 : 0)) * block + (ring ? sq * H * (D + 1.0) : 0), ring ? block : 0};
 }
 
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
@@ -226,7 +229,7 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
   };
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks;
-    return ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim);
+    return ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim, c.ranks);
   };
   return s;
 }

@@ -85,7 +85,8 @@ int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   // In double: a seq_len near 2^63 must give "too much", not wrap around.
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
   const int copies = cfg.problem == Problem::Train ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
-  const double tensors = 2.0 * copies * (q + kv) + double(sq) * cfg.heads;
+  // lse [Sq,H], and in the backward the kernel's row term (dout . o) [Sq,H] during the call.
+  const double tensors = 2.0 * copies * (q + kv) + double(copies) * double(sq) * cfg.heads;
   const Workspace w = s.workspace ? s.workspace(cfg) : Workspace{};
   const double work = w.shared + w.per_object;
   return bytes_of(tensors + work, elem);

@@ -109,9 +109,10 @@ struct Setting {
   int Config::*field = nullptr;
 };
 
-// A scheme's buffers, in values: `shared` scratch serves every object of the scheme (one per
-// layer) in turn; `per_object` is held by each object between calls (kept K/V blocks, the
-// Ulysses engine's head-sharded tensors).
+// A scheme's buffers, in values, for a forward then its backward: `shared` scratch serves
+// every object of the scheme (one per layer) in turn; `per_object` is held by each object
+// between calls (kept K/V blocks, the Ulysses engine's head-sharded tensors, and scratch
+// named by a group the object splits for itself).
 struct Workspace {
   double shared = 0, per_object = 0;
 };
@@ -172,7 +173,8 @@ std::vector<int64_t> decode_positions(const Config& cfg);
 
 // Bytes per rank of the attention tensors a caller hands the scheme on the rank that holds
 // most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H]; the backward
-// ones only for train), plus the scheme's workspace for one object.
+// ones only for train, with the backward kernel's row term [Sq,H]), plus the scheme's
+// workspace for one object.
 int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem);
 
 // Helpers shared by the scheme files.

@@ -58,11 +58,11 @@ inline int usp_ulysses_size(const Config& cfg) {
 
 // The engine's buffers for a group of U ranks holding n sequence rows each: each object keeps
 // the head-sharded q, o, dout, dq [U*n, H/U, D] and lse [U*n, H/U], k, v, dk, dv [U*n, per, D],
-// and one exchange buffer of the larger of the two.
+// and, when U > 1, one exchange buffer of the larger of the two (U = 1 packs in place).
 inline Workspace ulysses_workspace(const Config& c, int U, double n) {
   const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
   const double N = U * n, qh = N * (c.heads / U) * c.head_dim, kh = N * ks.per * c.head_dim;
-  return {0, 4 * qh + N * (c.heads / U) + 4 * kh + std::max(qh, kh)};
+  return {0, 4 * qh + N * (c.heads / U) + 4 * kh + (U > 1 ? std::max(qh, kh) : 0)};
 }
 
 // send[w][t][j][:] = x[t, head(w, j), :] for w < U, t < n, j < per (one block per destination).

@@ -70,12 +70,17 @@ SchemeInfo usp_scheme() {
     const auto t = layout::usp(c.seq_len, c.ranks / U, U, r);
     return Shard{t, t};
   };
+  // The Ulysses engine's buffers, and the ring's over the R groups on the head-sharded rows
+  // (none when R = 1: attention is local). The ring's scratch is named by its group, which
+  // every object splits anew (setup()): each object holds its own, shared by no other layer.
   s.workspace = [](const Config& c) {
-    const int U = usp_ulysses_size(c);
+    const int U = usp_ulysses_size(c), R = c.ranks / U;
     const double n = double(c.seq_len) / c.ranks, N = U * n;  // head-sharded rows
     const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
-    const Workspace u = ulysses_workspace(c, U, n), r = ring_workspace(N, N, c.heads / U, ks.per, c.head_dim);
-    return Workspace{u.shared + r.shared, u.per_object + r.per_object};
+    const Workspace u = ulysses_workspace(c, U, n);
+    if (R == 1) return u;
+    const Workspace r = ring_workspace(N, N, c.heads / U, ks.per, c.head_dim, R);
+    return Workspace{u.shared, u.per_object + r.shared + r.per_object};
   };
   return s;
 }

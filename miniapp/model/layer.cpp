@@ -78,9 +78,14 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
   v += (train ? L : 1) * saved;
   v += n * F;                                                     // the gate g
   if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;  // backward workspace
+  if (train) v += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
   if (cfg.pass == Pass::Decode) v += 2 * L * r.cache * KD + n * HD + n * H;  // cache; self block
+  v += n * 8.0 / double(elem);                                    // RoPE positions [N] (int64)
   const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
   v += w.shared + L * w.per_object;
+  // Not counted: the masks' positions (int64, one per query and key row of a block, during a
+  // call) and RoPE's D/2 angles; host-side std::vector temporaries of the kernels (the tiled
+  // attention's per-item tiles and dQ splits) are not Kokkos allocations.
   return cp::bytes_of(v, elem);
 }
 

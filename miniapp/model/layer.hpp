@@ -49,7 +49,9 @@ struct StackConfig {
 cp::Config attention_config(const StackConfig& cfg);
 
 // Bytes this rank holds for a stack (weights, gradients, saved activations, workspace, the
-// KV cache, the scheme's workspace per layer): the memory model of --dry-run.
+// KV cache, the scheme's workspace per layer): the memory model of --dry-run. It predicts the
+// high-water mark of the Kokkos allocations of a forward and a backward on the rank that holds
+// most (tests/test_memory_model.cpp holds it to within 15% of harness::MemTracker's count).
 int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem);
 
 template <class T>

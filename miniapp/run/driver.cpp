@@ -22,6 +22,7 @@
 #include "harness/output.hpp"
 #include "harness/stats.hpp"
 #include "kernels/gemm.hpp"
+#include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/results.hpp"
@@ -225,6 +226,7 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sge
               CaseRun& out) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
   hn::MemTracker& mem = hn::MemTracker::instance();
+  cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
   mem.reset_peak();
   reset_peak_rss();
   const int64_t base = mem.current_bytes();
@@ -306,6 +308,7 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sge
                                e.label, e.bytes, e.flops, e.t_begin, e.t_end});
   trace.clear();
   trace.set_enabled(false);
+  cp::release_scratch();
   m.compute = gather_median(my_compute, g);
   m.exec_flops = gather_median(my_flops, g);
   m.bytes = gather_median(my_bytes, g);
