@@ -243,8 +243,8 @@ struct Stack<T>::Impl {
   static View3<T> heads(View2<T> x, int64_t h, int64_t d) { return View3<T>(x.data(), x.extent(0), h, d); }
   static bool computes(const cp::Context& ctx) { return ctx.cfg.mode != cp::Mode::CommOnly; }
 
-  // Runs f (the layer's kernels of phase p, doing `flops` GEMM FLOPs), fenced and timed, and
-  // records a Kernel event. Comm-only mode skips it.
+  // Runs f (one kernel of phase p, doing `flops` GEMM FLOPs), fenced and timed, and records
+  // a Kernel event. Comm-only mode skips it.
   template <class Fn>
   void timed(const cp::Context& ctx, PhaseTimes& t, Phase p, double flops, Fn&& f) {
     if (!computes(ctx)) return;
@@ -259,10 +259,7 @@ struct Stack<T>::Impl {
       comm.trace().add(e);
     }
   }
-  // GEMM FLOPs of the phases, forward (the backward does twice these: dX and dW).
-  double qkv_flops() const { return 2.0 * N * C * (H * D + 2 * Hkv * D); }
-  double out_flops() const { return 2.0 * N * H * D * C; }
-  double mlp_flops() const { return 3 * 2.0 * N * C * F; }
+
   // The scheme call: its time blocked on communication is attention comm, the rest compute.
   template <class Fn>
   void timed_attention(cp::Context& ctx, PhaseTimes& t, Fn&& f) {
@@ -281,6 +278,13 @@ struct Stack<T>::Impl {
         KOKKOS_LAMBDA(const int64_t i) { out(i / cols, i % cols) = a(i / cols, i % cols) + b(i / cols, i % cols); });
   }
 
+  // One GEMM of phase p as its own timed kernel event: C = alpha op(A) op(B) + beta C.
+  void gemm(const cp::Context& ctx, PhaseTimes& t, Phase p, Trans ta, Trans tb, CV2 A, CV2 B, T beta, View2<T> Cm) {
+    const double K = double(ta == Trans::N ? A.extent(1) : A.extent(0));
+    timed(ctx, t, p, 2.0 * double(Cm.extent(0)) * double(Cm.extent(1)) * K,
+          [&] { kernels::gemm<T>(ta, tb, 1, A, B, beta, Cm); });
+  }
+
   void forward_layer(cp::Context& ctx, int l) {
     Layer& L = layers[size_t(l)];
     L.fwd = PhaseTimes{};
@@ -289,16 +293,12 @@ struct Stack<T>::Impl {
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
     timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
-    timed(ctx, t, Phase::Qkv, qkv_flops(), [&] {
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h1, mat(L.w, Wv), 0, L.v);
-    });
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wv), 0, L.v);
     const View3<T> q3 = heads(L.q, H, D), k3 = heads(L.k, Hkv, D), v3 = heads(L.v, Hkv, D), o3 = heads(L.o, H, D);
-    timed(ctx, t, Phase::Rope, 0, [&] {
-      kernels::rope_apply<T>(q3, pos, m.rope_theta);
-      kernels::rope_apply<T>(k3, pos, m.rope_theta);
-    });
+    timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(q3, pos, m.rope_theta); });
+    timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(k3, pos, m.rope_theta); });
     if (cfg.pass == Pass::Decode) {
       timed_attention(ctx, t, [&] {
         L.scheme->forward(ctx, q3, L.kc, L.vc, o3, L.lse);  // against the cache
@@ -312,19 +312,15 @@ struct Stack<T>::Impl {
     } else {
       timed_attention(ctx, t, [&] { L.scheme->forward(ctx, q3, k3, v3, o3, L.lse); });
     }
-    timed(ctx, t, Phase::OutProj, out_flops(), [&] {
-      Kokkos::deep_copy(L.x2, x);
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
-    });
+    timed(ctx, t, Phase::OutProj, 0, [&] { Kokkos::deep_copy(L.x2, x); });
+    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::N, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
     timed(ctx, t, Phase::Norm, 0,
           [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), T(m.norm_eps), L.h2, L.rstd2); });
-    timed(ctx, t, Phase::Mlp, mlp_flops(), [&] {
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
-      kernels::gemm<T>(Trans::N, Trans::N, 1, L.h2, mat(L.w, W3), 0, L.b);
-      kernels::swiglu_fwd<T>(L.a, L.b, g);
-      Kokkos::deep_copy(y, L.x2);
-      kernels::gemm<T>(Trans::N, Trans::N, 1, g, mat(L.w, W2), 1, y);  // y = x2 + g W2
-    });
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W3), 0, L.b);
+    timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });
+    timed(ctx, t, Phase::Mlp, 0, [&] { Kokkos::deep_copy(y, L.x2); });
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, g, mat(L.w, W2), 1, y);  // y = x2 + g W2
   }
 
   // dyl[N,C] (gradient of layer l's output) -> dxl[N,C]; the layer's dW accumulate.
@@ -335,45 +331,35 @@ struct Stack<T>::Impl {
     comm.trace().context().pass = 1;
     PhaseTimes& t = L.bwd;
     const View2<T> x = xs[size_t(l)];
-    timed(ctx, t, Phase::Mlp, 2 * mlp_flops(), [&] {
-      kernels::swiglu_fwd<T>(L.a, L.b, g);                                     // recomputed gate [N,F]
-      kernels::gemm<T>(Trans::N, Trans::T, 1, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
-      kernels::gemm<T>(Trans::T, Trans::N, 1, g, dyl, 1, mat(L.dw, W2));       // dW2 += g^T dy
-      kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db);
-      kernels::gemm<T>(Trans::N, Trans::T, 1, da, mat(L.w, W1), 0, dh);        // dh = da W1^T + db W3^T
-      kernels::gemm<T>(Trans::N, Trans::T, 1, db, mat(L.w, W3), 1, dh);
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, da, 1, mat(L.dw, W1));     // dW1 += h2^T da
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h2, db, 1, mat(L.dw, W3));     // dW3 += h2^T db
-    });
-    timed(ctx, t, Phase::Norm, 0, [&] {
-      kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
-      add(dx2, dyl, dxn);  // the residual
-    });
-    timed(ctx, t, Phase::OutProj, 2 * out_flops(), [&] {
-      kernels::gemm<T>(Trans::N, Trans::T, 1, dx2, mat(L.w, Wo), 0, dO);       // dO = dx2 Wo^T
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.o, dx2, 1, mat(L.dw, Wo));     // dWo += o^T dx2
-    });
+    timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });  // recomputed gate [N,F]
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 1, mat(L.dw, W2));       // dW2 += g^T dy
+    timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db); });
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);        // dh = da W1^T + db W3^T
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, db, mat(L.w, W3), 1, dh);
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 1, mat(L.dw, W1));     // dW1 += h2^T da
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 1, mat(L.dw, W3));     // dW3 += h2^T db
+    timed(ctx, t, Phase::Norm, 0,
+          [&] { kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm)); });
+    timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });  // the residual
+    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2, mat(L.w, Wo), 0, dO);   // dO = dx2 Wo^T
+    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 1, mat(L.dw, Wo)); // dWo += o^T dx2
     const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
     timed_attention(ctx, t, [&] {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
                          heads(dO, H, D), dq3, dk3, heads(dv, Hkv, D));
     });
-    timed(ctx, t, Phase::Rope, 0, [&] {
-      kernels::rope_apply<T>(dq3, pos, m.rope_theta, true);
-      kernels::rope_apply<T>(dk3, pos, m.rope_theta, true);
-    });
-    timed(ctx, t, Phase::Qkv, 2 * qkv_flops(), [&] {
-      kernels::gemm<T>(Trans::N, Trans::T, 1, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
-      kernels::gemm<T>(Trans::N, Trans::T, 1, dk, mat(L.w, Wk), 1, dh);
-      kernels::gemm<T>(Trans::N, Trans::T, 1, dv, mat(L.w, Wv), 1, dh);
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dq, 1, mat(L.dw, Wq));     // dWq += h1^T dq
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dk, 1, mat(L.dw, Wk));
-      kernels::gemm<T>(Trans::T, Trans::N, 1, L.h1, dv, 1, mat(L.dw, Wv));
-    });
-    timed(ctx, t, Phase::Norm, 0, [&] {
-      kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
-      add(dxl, dx2, dxn);
-    });
+    timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(dq3, pos, m.rope_theta, true); });
+    timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(dk3, pos, m.rope_theta, true); });
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dk, mat(L.w, Wk), 1, dh);
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dv, mat(L.w, Wv), 1, dh);
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 1, mat(L.dw, Wq));     // dWq += h1^T dq
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 1, mat(L.dw, Wk));
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 1, mat(L.dw, Wv));
+    timed(ctx, t, Phase::Norm, 0,
+          [&] { kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm)); });
+    timed(ctx, t, Phase::Norm, 0, [&] { add(dxl, dx2, dxn); });
     // The layer's dW are final: summed over the group while the layers below compute.
     if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly)
       L.grad_req = comm.iallreduce(L.dw.data(), L.dw.span(), cp::dtype_of<T>(), comm::ReduceOp::Sum, comm.world(), l);

@@ -357,7 +357,10 @@ output::Attrs figures(const Case& c, const Measured& m, const std::map<std::stri
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
   hn::Overlap ov = hn::not_measured();
   double t_comm = kNaN;
-  if (m.step.count(cp::Mode::Full) && m.step.count(cp::Mode::ComputeOnly) && m.step.count(cp::Mode::CommOnly)) {
+  // Overlap is defined for a case that communicates and ran the three modes.
+  const bool talks = max_of(m.bytes) > 0;
+  if (talks && m.step.count(cp::Mode::Full) && m.step.count(cp::Mode::ComputeOnly) &&
+      m.step.count(cp::Mode::CommOnly)) {
     t_comm = hn::median(m.step.at(cp::Mode::CommOnly));
     ov = hn::paired_overlap(m.step.at(cp::Mode::Full), m.step.at(cp::Mode::ComputeOnly), t_comm);
     r["compute_only_time_s"] = hn::median(m.step.at(cp::Mode::ComputeOnly));
