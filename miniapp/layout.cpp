@@ -55,7 +55,7 @@ const char* name(Kind k) {
 }
 
 std::string check(Kind k, int64_t S, int P, const std::string& scheme) {
-  const int64_t need = k == Kind::Zigzag ? 2 * P : P;
+  const int64_t need = k == Kind::Zigzag ? 2 * int64_t(P) : int64_t(P);
   if (S % need == 0) return "";
   return scheme + " needs seq_len (" + std::to_string(S) + ") divisible by " +
          (k == Kind::Zigzag ? "2*ranks (" : "ranks (") + std::to_string(need) + ")";

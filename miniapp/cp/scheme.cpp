@@ -80,7 +80,7 @@ std::vector<int64_t> decode_positions(const Config& cfg) {
 int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   // Every layout holds ceil(S/P) rows at most on a rank; decode queries sit on every rank.
   // Counted, not built: a shard list of a huge S would itself not fit.
-  const int64_t skv = (cfg.seq_len + cfg.ranks - 1) / cfg.ranks;
+  const int64_t skv = cfg.seq_len / cfg.ranks + (cfg.seq_len % cfg.ranks != 0 ? 1 : 0);  // no overflow near 2^63
   const int64_t sq = cfg.problem == Problem::Decode ? cfg.decode_tokens : skv;
   // In double: a seq_len near 2^63 must give "too much", not wrap around.
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;

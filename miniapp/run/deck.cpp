@@ -201,7 +201,7 @@ void check_keys(const toml::table& t, const std::string& path) {
 
 }  // namespace
 
-Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world) {
+Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
   toml::table t = path.empty() ? toml::table{} : read_file(path);
   check_keys(t, path);
   for (const std::string& s : sets) apply_set(t, s);
@@ -297,7 +297,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   if (!r.has("sweep", "seq_len")) throw UsageError("sweep.seq_len: missing (global tokens, e.g. seq_len = [1024, 4096])");
   d.seq_len = r.integers("sweep", "seq_len", {}, 1, INT64_MAX / 2);
   for (int64_t p : r.integers("sweep", "ranks", {int64_t(world)}, 1, INT32_MAX)) {
-    if (p > world)
+    if (p > world && !any_ranks)
       throw UsageError("sweep.ranks = " + std::to_string(p) + ": larger than the MPI job (" + std::to_string(world) +
                        " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
     d.ranks.push_back(int(p));

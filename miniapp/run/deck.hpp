@@ -36,8 +36,9 @@ struct Deck {
 
 // Reads the deck at path (empty: only the defaults and the sets) and applies the --set
 // overrides ("section.key=<TOML value>"), then validates every key. world: ranks of the MPI
-// job (sweep.ranks must not exceed it; its default). Throws harness::UsageError.
-Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world);
+// job (sweep.ranks' default, and its limit unless any_ranks: a dry run plans for any job
+// size). Throws harness::UsageError.
+Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks = false);
 
 // One point of the sweep.
 struct Case {

@@ -110,7 +110,7 @@ Plan parse(const hn::Args& a) {
   }
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
   // A dry run plans for any job size (a cluster deck can be checked on a laptop).
-  p.deck = load_deck(o.deck, o.sets, o.dry_run ? INT32_MAX : a.size());
+  p.deck = load_deck(o.deck, o.sets, a.size(), o.dry_run);
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
   p.cases = make_cases(p.deck);
   const size_t elem = p.deck.dtype == "f64" ? sizeof(double) : sizeof(float);
