@@ -157,7 +157,9 @@ void run_case(const Case& c, AttnImpl impl) {
           << "row " << r;
     }
   }
-  if (c.name == "empty_rows") EXPECT_GT(empty_rows, 0u) << "the case must exercise fully masked rows";
+  if (c.name == "empty_rows") {
+    EXPECT_GT(empty_rows, 0u) << "the case must exercise fully masked rows";
+  }
   const double useful_pairs = [&] {
     double n = 0;
     for (int i = 0; i < c.Sq; ++i)

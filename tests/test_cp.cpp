@@ -129,11 +129,14 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     if (expect_refusal) {
       ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
       EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
-      if (g_scheme == "ulysses")
+      if (g_scheme == "ulysses") {
         EXPECT_NE(why.find("heads (" + std::to_string(cfg.heads) + ") divisible by ranks (" + std::to_string(P) + ")"),
                   std::string::npos)
             << why;
-      if (g_scheme == "none") EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
+      }
+      if (g_scheme == "none") {
+        EXPECT_NE(why.find("(got " + std::to_string(P) + ")"), std::string::npos) << why;
+      }
       if (r == 0) std::printf("[ refused  ] %s np=%d: %s\n", g_scheme.c_str(), P, why.c_str());
       continue;
     }

@@ -39,10 +39,12 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
+// The mask's name (output::mask_name) with its size where it has one.
 std::string mask_of(const cp::Config& a) {
-  if (a.window > 0) return "window " + std::to_string(a.window);
-  if (a.doc_len > 0) return "documents of " + std::to_string(a.doc_len);
-  return a.causal ? "causal" : "full";
+  const std::string name = output::mask_name(a);
+  if (a.window > 0) return name + " " + std::to_string(a.window);
+  if (a.doc_len > 0) return name + " of " + std::to_string(a.doc_len);
+  return name;
 }
 
 void print_dry_run(const Plan& p, double avail_per_rank) {
