@@ -1,14 +1,22 @@
-// Tiled host attention: each (head, q-tile) work item walks the k-tiles; S = Q K^T and the
-// P V / gradient products are BLAS calls on tiles (gemm_host, single-threaded inside the
-// parallel region), the online softmax is a vectorised loop, and tiles that the mask hides
-// completely are skipped (positions are compared per tile: min/max of each tile).
+// Tiled host attention. Tile products go through tile::gemm (register blocks, no operand
+// packing beyond one contiguous copy of each B panel), the online softmax is vectorised, and
+// tiles that the mask hides completely are skipped (positions are compared per tile: min/max
+// of each tile).
+//
+// Layouts are chosen so that no product needs a transposed copy of a strided operand:
+//  - forward, work item (head, q-tile): the q tile is transposed once per item (qT [D, bq],
+//    scale folded in) and scores are kept transposed, sT [bk, bq] = K_t qT. The online
+//    softmax then runs down the columns, one query per lane, without horizontal reductions.
+//  - backward, work item (kv head, k-tiles of a split): K_t and V_t are transposed once per
+//    k-tile (kT, vT [D, bk]) and reused by every (head, q-tile) of the item; scores are kept
+//    as P [bq, bk] = q kT.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/attention_impl.hpp"
 #include "kernels/fast_exp.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/tile_gemm.hpp"
 
 namespace minicp::kernels::detail {
 namespace {
@@ -58,6 +66,37 @@ void apply_mask(const AttnMask& m, T* s, int lds, int i0, int mq, int j0, int mk
       if (!m.visible(i0 + r, j0 + c)) s[r * lds + c] = neg_inf<T>();
 }
 
+// The same on a transposed tile: sT[j * ld + i] holds query i0+i against key j0+j.
+template <class T>
+void apply_mask_transposed(const AttnMask& m, T* sT, int ld, int i0, int mq, int j0, int mk) {
+  for (int j = 0; j < mk; ++j)
+    for (int i = 0; i < mq; ++i)
+      if (!m.visible(i0 + i, j0 + j)) sT[j * ld + i] = neg_inf<T>();
+}
+
+// One online-softmax step for the n queries (columns) of a transposed score tile sT
+// [rows, ld]: the running max m and sum l are updated, corr is the factor the running output
+// must be multiplied by, and sT becomes exp(sT - m_new). A column that has seen no visible
+// key keeps m = -inf, l = 0 and gets probabilities 0 (shift 0 instead of -inf, so no NaN).
+template <class T>
+void online_softmax_columns(T* sT, int ld, int n, int rows, T* m, T* l, T* shift, T* corr) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) shift[i] = m[i];
+  for (int j = 0; j < rows; ++j) {
+    const T* srow = sT + size_t(j) * ld;
+#pragma omp simd
+    for (int i = 0; i < n; ++i) shift[i] = srow[i] > shift[i] ? srow[i] : shift[i];
+  }
+  for (int i = 0; i < n; ++i) {
+    const T m_new = shift[i];
+    shift[i] = m_new == neg_inf<T>() ? T(0) : m_new;
+    corr[i] = exp_fast(m[i] - shift[i]);
+    l[i] *= corr[i];
+    m[i] = m_new;
+  }
+  for (int j = 0; j < rows; ++j) exp_sub_accumulate(sT + size_t(j) * ld, shift, l, n);
+}
+
 int pick(int requested, int fallback) { return requested > 0 ? requested : fallback; }
 
 }  // namespace
@@ -77,14 +116,20 @@ AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnM
   std::vector<AttnStats> stats(size_t(nqt) * H);
 
   // Items in decreasing q-tile order: under a causal mask the heaviest rows go first.
+  const int bqp = tile::padded<T>(bq);  // transposed tiles: bq columns padded to whole panels
   Kokkos::parallel_for(
       "kernels::attention::fwd_tiled",
       Kokkos::RangePolicy<HostExec, Kokkos::Schedule<Kokkos::Dynamic>>(0, nqt * H), [&](const int item) {
         const int h = item % H, qt = nqt - 1 - item / H, g = h / group;
         const int i0 = qt * bq, mq = std::min(bq, Sq - i0);
-        std::vector<T> sbuf(size_t(bq) * bk), acc(size_t(bq) * D, T(0)), mrow(bq, neg_inf<T>()), lrow(bq, T(0));
+        std::vector<T> qT(tile::packed_size<T>(D, bq));  // [D, bqp] packed: scale * q of this tile, transposed
+        std::vector<T> sT(size_t(bk) * bqp);       // [bk, bqp]: scores, then probabilities
+        std::vector<T> acc(size_t(bq) * D, T(0));  // [bq, D]: unnormalised output
+        std::vector<T> m(bqp, neg_inf<T>()), l(bqp, T(0)), shift(bqp), corr(bqp);  // per query
         AttnStats& st = stats[item];
         const T* Qt = Q + size_t(i0) * ldq + size_t(h) * D;
+        tile::pack_transposed(D, mq, Qt, ldq, qT.data(), scale);
+        const int nq = tile::padded<T>(mq);  // columns of sT in use
         for (int kt = 0; kt < nkt; ++kt) {
           const Block b = classify(mask, qi[qt], ki[kt]);
           if (b == Block::Skip) {
@@ -94,39 +139,26 @@ AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnM
           const int j0 = kt * bk, mk = std::min(bk, Sk - j0);
           const T* Kt = K + size_t(j0) * ldk + size_t(g) * D;
           const T* Vt = V + size_t(j0) * ldk + size_t(g) * D;
-          T* S = sbuf.data();
-          gemm_host<T>(Trans::N, Trans::T, mq, mk, D, scale, Qt, ldq, Kt, ldk, T(0), S, bk);
-          if (b == Block::Partial) apply_mask(mask, S, bk, i0, mq, j0, mk);
-          for (int r = 0; r < mq; ++r) {
-            T* srow = S + size_t(r) * bk;
-            T mx = neg_inf<T>();
-#pragma omp simd reduction(max : mx)
-            for (int c = 0; c < mk; ++c) mx = srow[c] > mx ? srow[c] : mx;
-            const T mnew = std::max(mrow[r], mx);
-            if (mnew == neg_inf<T>()) {  // nothing visible in this row yet
-              for (int c = 0; c < mk; ++c) srow[c] = T(0);
-              continue;
-            }
-            const T sum = exp_shift_sum(srow, mk, mnew);
-            const T corr = exp_fast(mrow[r] - mnew);
-            if (corr != T(1)) {
-              T* arow = acc.data() + size_t(r) * D;
+          tile::gemm_packed<T>(mk, nq, D, Kt, ldk, 1, qT.data(), sT.data(), bqp, false);
+          if (b == Block::Partial) apply_mask_transposed(mask, sT.data(), bqp, i0, mq, j0, mk);
+          online_softmax_columns(sT.data(), bqp, nq, mk, m.data(), l.data(), shift.data(), corr.data());
+          for (int i = 0; i < mq; ++i) {
+            if (corr[i] == T(1)) continue;
+            T* arow = acc.data() + size_t(i) * D;
 #pragma omp simd
-              for (int d = 0; d < D; ++d) arow[d] *= corr;
-            }
-            lrow[r] = lrow[r] * corr + sum;
-            mrow[r] = mnew;
+            for (int d = 0; d < D; ++d) arow[d] *= corr[i];
           }
-          gemm_host<T>(Trans::N, Trans::N, mq, D, mk, T(1), S, bk, Vt, ldk, T(1), acc.data(), D);
+          // acc[i, :] += sum_j sT[j, i] v_j
+          tile::gemm<T>(mq, D, mk, sT.data(), 1, bqp, Vt, ldk, acc.data(), D, true);
           ++st.blocks_computed;
           st.flops += 4.0 * mq * mk * D;
         }
         for (int r = 0; r < mq; ++r) {
           T* orow = O + size_t(i0 + r) * ldq + size_t(h) * D;
-          const T l = lrow[r];
-          const T inv = l > T(0) ? T(1) / l : T(0);
+          const T l_r = l[r];
+          const T inv = l_r > T(0) ? T(1) / l_r : T(0);
           for (int d = 0; d < D; ++d) orow[d] = acc[size_t(r) * D + d] * inv;
-          LSE[size_t(i0 + r) * H + h] = l > T(0) ? mrow[r] + std::log(l) : neg_inf<T>();
+          LSE[size_t(i0 + r) * H + h] = l_r > T(0) ? m[r] + std::log(l_r) : neg_inf<T>();
         }
       });
   Kokkos::fence();
@@ -158,13 +190,18 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
   const T *Q = q.data(), *K = k.data(), *V = v.data(), *dO = dout.data(), *LSE = lse.data(), *Dl = delta.data();
   T *dQ = dq.data(), *dK = dk.data(), *dV = dv.data();
   std::vector<AttnStats> stats(size_t(nsplit) * Hkv);
+  const int bkp = tile::padded<T>(bk);  // score tiles: bk columns padded to whole panels
 
   Kokkos::parallel_for(
       "kernels::attention::bwd_tiled",
       Kokkos::RangePolicy<HostExec, Kokkos::Schedule<Kokkos::Dynamic>>(0, nsplit * Hkv), [&](const int item) {
         const int g = item % Hkv, split = item / Hkv;
         T* dQdst = split == 0 ? dQ : dq_parts.data() + size_t(split - 1) * Sq * H * D;
-        std::vector<T> pbuf(size_t(bq) * bk), dpbuf(size_t(bq) * bk);
+        // The k-tile packed three ways, each reused by every (head, q-tile) of the item:
+        std::vector<T> kT(tile::packed_size<T>(D, bk));  // [D, bkp]: scale * K_t^T
+        std::vector<T> vT(tile::packed_size<T>(D, bk));  // [D, bkp]: V_t^T
+        std::vector<T> kp(tile::packed_size<T>(bk, D));  // [bk, D]: K_t
+        std::vector<T> pbuf(size_t(bq) * bkp), dpbuf(size_t(bq) * bkp);  // [bq, bkp]: P, then dP and dS
         AttnStats& st = stats[item];
         for (int kt = split; kt < nkt; kt += nsplit) {
           const int j0 = kt * bk, mk = std::min(bk, Sk - j0);
@@ -172,6 +209,10 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
           const T* Vt = V + size_t(j0) * ldk + size_t(g) * D;
           T* dKt = dK + size_t(j0) * ldk + size_t(g) * D;
           T* dVt = dV + size_t(j0) * ldk + size_t(g) * D;
+          tile::pack_transposed(D, mk, Kt, ldk, kT.data(), scale);
+          tile::pack_transposed(D, mk, Vt, ldk, vT.data());
+          tile::pack(mk, D, Kt, ldk, kp.data());
+          const int nk = tile::padded<T>(mk);  // columns of P, dP computed
           for (int h = g * group; h < (g + 1) * group; ++h) {
             for (int qt = 0; qt < nqt; ++qt) {
               const Block b = classify(mask, qi[qt], ki[kt]);
@@ -182,10 +223,11 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
               const int i0 = qt * bq, mq = std::min(bq, Sq - i0);
               const size_t qoff = size_t(i0) * ldq + size_t(h) * D;
               T *P = pbuf.data(), *dP = dpbuf.data();
-              gemm_host<T>(Trans::N, Trans::T, mq, mk, D, scale, Q + qoff, ldq, Kt, ldk, T(0), P, bk);
-              if (b == Block::Partial) apply_mask(mask, P, bk, i0, mq, j0, mk);
+              // Only the first mk columns of P and dP are read below; the padding is not.
+              tile::gemm_packed<T>(mq, nk, D, Q + qoff, ldq, 1, kT.data(), P, bkp, false);
+              if (b == Block::Partial) apply_mask(mask, P, bkp, i0, mq, j0, mk);
               for (int r = 0; r < mq; ++r) {
-                T* prow = P + size_t(r) * bk;
+                T* prow = P + size_t(r) * bkp;
                 const T L = LSE[size_t(i0 + r) * H + h];
                 if (L == neg_inf<T>()) {
                   for (int c = 0; c < mk; ++c) prow[c] = T(0);
@@ -193,18 +235,18 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
                 }
                 exp_shift(prow, mk, L);
               }
-              // dV += P^T dO ; dP = dO V^T
-              gemm_host<T>(Trans::T, Trans::N, mk, D, mq, T(1), P, bk, dO + qoff, ldq, T(1), dVt, ldk);
-              gemm_host<T>(Trans::N, Trans::T, mq, mk, D, T(1), dO + qoff, ldq, Vt, ldk, T(0), dP, bk);
-              for (int r = 0; r < mq; ++r) {  // dS = P * (dP - Delta), in place of dP
+              // dV_t += P^T dO ; dP = dO V_t^T
+              tile::gemm<T>(mk, D, mq, P, 1, bkp, dO + qoff, ldq, dVt, ldk, true);
+              tile::gemm_packed<T>(mq, nk, D, dO + qoff, ldq, 1, vT.data(), dP, bkp, false);
+              for (int r = 0; r < mq; ++r) {  // dS = scale * P * (dP - Delta), in place of dP
                 const T dl = Dl[size_t(i0 + r) * H + h];
-                T *prow = P + size_t(r) * bk, *dsrow = dP + size_t(r) * bk;
+                T *prow = P + size_t(r) * bkp, *dsrow = dP + size_t(r) * bkp;
 #pragma omp simd
-                for (int c = 0; c < mk; ++c) dsrow[c] = prow[c] * (dsrow[c] - dl);
+                for (int c = 0; c < mk; ++c) dsrow[c] = scale * prow[c] * (dsrow[c] - dl);
               }
-              // dK += scale dS^T Q ; dQ += scale dS K
-              gemm_host<T>(Trans::T, Trans::N, mk, D, mq, scale, dP, bk, Q + qoff, ldq, T(1), dKt, ldk);
-              gemm_host<T>(Trans::N, Trans::N, mq, D, mk, scale, dP, bk, Kt, ldk, T(1), dQdst + qoff, ldq);
+              // dK_t += dS^T q ; dq += dS K_t
+              tile::gemm<T>(mk, D, mq, dP, 1, bkp, Q + qoff, ldq, dKt, ldk, true);
+              tile::gemm_packed<T>(mq, D, mk, dP, bkp, 1, kp.data(), dQdst + qoff, ldq, true);
               ++st.blocks_computed;
               st.flops += 10.0 * mq * mk * D;
             }

@@ -91,6 +91,27 @@ inline double exp_shift_sum(double* x, int n, double shift) {
   return sum;
 }
 
+// Down the columns of a transposed score tile: x[c] <- exp(x[c] - shift[c]) and
+// sum[c] += x[c], for c < n.
+inline void exp_sub_accumulate(float* x, const float* shift, float* sum, int n) {
+  int c = 0;
+  for (; c + simd::kLanes <= n; c += simd::kLanes) {
+    const simd::f16 p = simd::exp_fast(simd::load(x + c) - simd::load(shift + c));
+    simd::store(x + c, p);
+    simd::store(sum + c, simd::load(sum + c) + p);
+  }
+  for (; c < n; ++c) {
+    x[c] = exp_fast(x[c] - shift[c]);
+    sum[c] += x[c];
+  }
+}
+inline void exp_sub_accumulate(double* x, const double* shift, double* sum, int n) {
+  for (int c = 0; c < n; ++c) {
+    x[c] = std::exp(x[c] - shift[c]);
+    sum[c] += x[c];
+  }
+}
+
 // x[c] <- exp(x[c] - shift) for c < n.
 template <class T>
 void exp_shift(T* x, int n, T shift) {
