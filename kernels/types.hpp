@@ -46,4 +46,19 @@ using Kokkos::Experimental::pow;
 
 template <class T> KOKKOS_INLINE_FUNCTION T neg_inf() { return static_cast<T>(-INFINITY); }
 
+// f(i) for i in [0, n), elementwise. On the host the range is cut into chunks of kChunk
+// with a vectorised loop inside each: the OpenMP backend's own loop around a per-index
+// functor does not vectorise. On a device every index is its own work item.
+template <class F>
+void for_each_index(const char* label, int64_t n, const F& f) {
+  constexpr int64_t kChunk = kHostExec ? 1024 : 1;
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<Exec, Kokkos::IndexType<int64_t>>(0, (n + kChunk - 1) / kChunk),
+      KOKKOS_LAMBDA(const int64_t c) {
+        const int64_t end = (c + 1) * kChunk < n ? (c + 1) * kChunk : n;
+#pragma omp simd
+        for (int64_t i = c * kChunk; i < end; ++i) f(i);
+      });
+}
+
 }  // namespace minicp::kernels

@@ -271,11 +271,12 @@ struct Stack<T>::Impl {
     t.s[int(Phase::AttnCompute)] += MPI_Wtime() - t0 - wait;
   }
 
-  static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b
-    const int64_t cols = int64_t(out.extent(1));
+  static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b, all whole [N, C] allocations
+    T* o = out.data();
+    const T *pa = a.data(), *pb = b.data();
     Kokkos::parallel_for(
         "model::residual", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(out.span())),
-        KOKKOS_LAMBDA(const int64_t i) { out(i / cols, i % cols) = a(i / cols, i % cols) + b(i / cols, i % cols); });
+        KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
   }
 
   // One GEMM of phase p as its own timed kernel event: C = alpha op(A) op(B) + beta C.
