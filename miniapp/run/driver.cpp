@@ -168,16 +168,16 @@ std::vector<std::string> kind_names() {
   return n;
 }
 
-// SGEMM 2048^3 on every rank at once (each with its own threads, as the cases run): this
-// rank's GFLOP/s, best of 3 after one warm-up.
-double measure_sgemm() {
+// SGEMM 2048^3 on every rank of comm at once (each with its own threads, as the cases run):
+// this rank's GFLOP/s, best of 3 after one warm-up (~0.2 s).
+double measure_sgemm(MPI_Comm comm) {
   const int n = 2048;
   kernels::View2<float> A("sgemm_a", n, n), B("sgemm_b", n, n), C("sgemm_c", n, n);
   Kokkos::deep_copy(A, 1.0f);
   Kokkos::deep_copy(B, 0.5f);
   double best = 1e30;
   for (int i = 0; i < 4; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(comm);
     const double t0 = MPI_Wtime();
     kernels::gemm<float>(kernels::Trans::N, kernels::Trans::N, 1.0f, A, B, 0.0f, C);
     Kokkos::fence();
@@ -223,10 +223,14 @@ struct CaseRun {
 
 // One case on its CP group: warm-up, then reps x modes interleaved (full, compute-only,
 // comm-only, full, ...). dump: when not empty, one more full-mode step written there.
+// The SGEMM reference of the case is measured right before and right after it (the mean of
+// the two): this machine's SGEMM rate drifts by 10-15% over tens of seconds, and a rate
+// measured once at start-up made a late case's efficiency read that drift.
 template <class T>
-void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sgemm, const std::string& dump,
-              CaseRun& out) {
+void run_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump, CaseRun& out) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
+  MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
+  const double sgemm_before = measure_sgemm(g);
   hn::MemTracker& mem = hn::MemTracker::instance();
   cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
   mem.reset_peak();
@@ -236,7 +240,6 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sge
   cp::Context ctx{comm, model::attention_config(c.stack)};
   const bool train = c.stack.pass == model::Pass::Train;
   const int rank = comm.world().rank, L = c.stack.shape.layers;
-  MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
   comm::Trace& trace = comm.trace();
   trace.set_enabled(!p.o.no_events);
   trace.clear();
@@ -322,7 +325,7 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, double sge
   const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
   m.useful_flops = L * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
   m.tokens = Nq;
-  m.sgemm_gflops_group = sgemm;
+  m.sgemm_gflops_group = 0.5 * (sgemm_before + measure_sgemm(g));
   MPI_Allreduce(MPI_IN_PLACE, &m.sgemm_gflops_group, 1, MPI_DOUBLE, MPI_SUM, g);
 }
 
@@ -463,8 +466,7 @@ int execute(const hn::Args& a, const Plan& p) {
   const comm::Progress progress = comm::parse_progress(p.deck.progress);
   auto world = comm::make_mpi_comm(comm::Progress::None);
   const hn::ClockSync clock0 = hn::measure_offset(MPI_COMM_WORLD);
-  const double sgemm = measure_sgemm();
-  double sgemm_mean = sgemm;
+  double sgemm_mean = measure_sgemm(MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &sgemm_mean, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   sgemm_mean /= a.size();
   std::unique_ptr<output::Results> results;
@@ -521,9 +523,9 @@ int execute(const hn::Args& a, const Plan& p) {
     const std::string dump = &c == &p.cases.front() ? p.o.dump : "";  // --dump: the first case
     if (world_rank < c.stack.attn.ranks) {  // the CP group; the other ranks wait at the barrier
       if (p.deck.dtype == "f64")
-        run_case<double>(p, c, *comm, sgemm, dump, run);
+        run_case<double>(p, c, *comm, dump, run);
       else
-        run_case<float>(p, c, *comm, sgemm, dump, run);
+        run_case<float>(p, c, *comm, dump, run);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     // Events on rank 0's clock: the offset measured at start and now, interpolated.
