@@ -12,6 +12,7 @@
 //    as P [bq, bk] = q kT.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "kernels/attention_impl.hpp"
@@ -186,9 +187,11 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
 
   // Work item = (kv head, split of the k-tiles): it owns its dK, dV rows outright. With
   // few kv heads the k-tiles are split further and each split >0 sums its dQ into its own
-  // buffer, added to dq at the end; with enough kv heads dq is written directly.
+  // buffer, added to dq at the end; with enough kv heads dq is written directly. Splits:
+  // the fewest that make the item count a multiple of the thread count (items of one
+  // split cost the same), so 2 kv heads on 2 threads need no dQ buffer and no reduction.
   const int conc = int(HostExec().concurrency());
-  const int nsplit = std::max(1, std::min(nkt, (2 * conc + Hkv - 1) / Hkv));
+  const int nsplit = std::max(1, std::min(nkt, conc / std::gcd(conc, Hkv)));
   std::vector<T> dq_parts(size_t(nsplit - 1) * Sq * H * D, T(0));
   const T *Q = q.data(), *K = k.data(), *V = v.data(), *dO = dout.data(), *LSE = lse.data(), *Dl = delta.data();
   T *dQ = dq.data(), *dK = dk.data(), *dV = dv.data();
