@@ -39,6 +39,10 @@ std::vector<Case> cases() {
       {"s1_decode", 1, 257, 4, 2, 128, true, 0, false, 256, 64},
       {"empty_rows", 64, 80, 2, 2, 64, true, 0, false, -30, 16},
       {"default_tiles_ragged", 300, 300, 2, 2, 128, true, 0, false, 0, 0},
+      // head dims that are not whole 64-column panels: tile::gemm's one-vector panels and
+      // scalar columns (24 = 16 + 8, 40 = 16 + 16 + 8 in fp32)
+      {"d24_tails", 70, 90, 4, 2, 24, true, 0, false, 0, 0},
+      {"d40_tails_full", 100, 60, 2, 1, 40, false, 0, false, 0, 32},
   };
 }
 

@@ -6,6 +6,7 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
+#include "kernels/tile_gemm.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
 
@@ -96,6 +97,48 @@ TYPED_TEST(LayerKernels, SwiGlu) {
 }  // namespace
 
 namespace {
+// tile::gemm against a plain triple loop: A read through both strides (a matrix and its
+// transpose), B at a power-of-two stride, M, N, K with every remainder (row blocks of 1..5,
+// one-vector panels, scalar columns), overwrite and accumulate.
+template <class T>
+void check_tile_gemm(int M, int N, int K, bool a_transposed, bool accumulate) {
+  const int lda = 1 + (a_transposed ? M : K), ldb = 128, ldc = N + 3;
+  std::vector<T> A(size_t(lda) * (a_transposed ? K : M)), B(size_t(K) * ldb), C(size_t(M) * ldc), R;
+  for (size_t i = 0; i < A.size(); ++i) A[i] = T(std::sin(0.37 * double(i)));
+  for (size_t i = 0; i < B.size(); ++i) B[i] = T(std::cos(0.11 * double(i)));
+  for (size_t i = 0; i < C.size(); ++i) C[i] = T(0.5 * std::sin(double(i)));
+  R = C;
+  const std::ptrdiff_t ars = a_transposed ? 1 : lda, aks = a_transposed ? lda : 1;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = accumulate ? double(R[size_t(m) * ldc + n]) : 0.0;
+      for (int k = 0; k < K; ++k) s += double(A[m * ars + k * aks]) * double(B[size_t(k) * ldb + n]);
+      R[size_t(m) * ldc + n] = T(s);
+    }
+  kernels::tile::gemm<T>(M, N, K, A.data(), ars, aks, B.data(), ldb, C.data(), ldc, accumulate);
+  const double tol = (std::is_same<T, float>::value ? 2e-6 : 1e-14) * K;
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < ldc; ++n) {
+      const size_t i = size_t(m) * ldc + n;
+      if (n >= N) {  // outside C: untouched
+        ASSERT_EQ(C[i], R[i]) << "wrote past column N at m=" << m << " n=" << n;
+        continue;
+      }
+      ASSERT_NEAR(double(C[i]), double(R[i]), tol) << "M=" << M << " N=" << N << " K=" << K << " m=" << m << " n=" << n;
+    }
+}
+
+TEST(TileGemm, MatchesTripleLoop) {
+  for (bool at : {false, true})
+    for (bool acc : {false, true})
+      for (int M : {1, 5, 6, 13, 128})
+        for (int N : {1, 8, 16, 24, 64, 72, 128})
+          for (int K : {1, 7, 64}) {
+            check_tile_gemm<float>(M, N, K, at, acc);
+            check_tile_gemm<double>(M, N, K, at, acc);
+          }
+}
+
 // exp_fast (scalar and 16-lane) against std::exp: relative error, exact zero below the range.
 TEST(FastExp, MatchesStdExp) {
   using minicp::kernels::exp_fast;
