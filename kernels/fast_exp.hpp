@@ -10,11 +10,6 @@
 
 #include <Kokkos_Macros.hpp>
 
-// Everything here is inline: the -Wpsabi note (vector arguments passed differently without
-// AVX-512) cannot apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-
 namespace minicp::kernels {
 namespace detail {
 constexpr float kExpLo = -87.3f, kExpHi = 88.3f;
@@ -130,4 +125,3 @@ void exp_shift(T* x, int n, T shift) {
 }
 
 }  // namespace minicp::kernels
-#pragma GCC diagnostic pop
