@@ -550,13 +550,14 @@ int execute(const hn::Args& a, const Plan& p) {
     const auto& f = data.summary.real;
     const int L = c.stack.shape.layers;
     if (say) {
-      std::printf("  %-10s %6s %9s %5s %13s %13s %9s %11s %10s %7s %8s %9s\n", "scheme", "pass", "S", "ranks",
-                  "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "/SGEMM", "overlap",
-                  "wait[ms]");
-      std::printf("  %-10s %6s %9lld %5d %13.3f %13.3f %9.4f %11.1f %10.1f %7.3f %8s %9.2f\n", c.scheme.c_str(),
-                  model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len, c.stack.attn.ranks,
-                  1e3 * f.at("forward_time_s") / L, 1e3 * f.at("backward_time_s") / L, f.at("measured_time_s"),
-                  f.at("tokens_per_s"), f.at("useful_flops_per_s") / 1e9, f.at("layer_efficiency"),
+      std::printf("  %-10s %6s %9s %5s %13s %13s %9s %11s %10s %11s %7s %8s %9s\n", "scheme", "pass", "S", "ranks",
+                  "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "SGEMM[GF/s]", "/SGEMM",
+                  "overlap", "wait[ms]");
+      std::printf("  %-10s %6s %9lld %5d %13.3f %13.3f %9.4f %11.1f %10.1f %11.1f %7.3f %8s %9.2f\n",
+                  c.scheme.c_str(), model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len,
+                  c.stack.attn.ranks, 1e3 * f.at("forward_time_s") / L, 1e3 * f.at("backward_time_s") / L,
+                  f.at("measured_time_s"), f.at("tokens_per_s"), f.at("useful_flops_per_s") / 1e9,
+                  f.at("sgemm_flops_per_s") / 1e9, f.at("layer_efficiency"),
                   std::isnan(f.at("overlap")) ? "-" : fmt("%.3f", f.at("overlap")).c_str(), 1e3 * f.at("comm_wait_s"));
       for (int dir = 0; dir < 2; ++dir) {
         const model::PhaseTimes& ph = dir == 0 ? run.m.fwd_phases : run.m.bwd_phases;
