@@ -221,16 +221,25 @@ struct CaseRun {
   output::CaseData data;  // this rank's rows
 };
 
+// The SGEMM reference of a case is this rank's SGEMM rate measured right before and right
+// after it, on the case's group (the mean of the two): a machine's SGEMM rate drifts (10-15%
+// over tens of seconds on the development VM), and a rate measured once at start-up made a
+// late case's efficiency read that drift. The measurement after a case serves as the one
+// before the next when that has as many ranks (the same group): `ranks` is the group size
+// of the last measurement, known alike on every rank, so a group measures or not as one.
+struct SgemmReference {
+  int ranks = 0;       // group size of the last measurement; 0: none yet
+  double gflops = 0;   // this rank's rate then (GFLOP/s)
+};
+
 // One case on its CP group: warm-up, then reps x modes interleaved (full, compute-only,
 // comm-only, full, ...). dump: when not empty, one more full-mode step written there.
-// The SGEMM reference of the case is measured right before and right after it (the mean of
-// the two): this machine's SGEMM rate drifts by 10-15% over tens of seconds, and a rate
-// measured once at start-up made a late case's efficiency read that drift.
 template <class T>
-void run_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump, CaseRun& out) {
+void run_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump, SgemmReference& ref,
+              CaseRun& out) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
   MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
-  const double sgemm_before = measure_sgemm(g);
+  const double sgemm_before = ref.ranks == c.stack.attn.ranks ? ref.gflops : measure_sgemm(g);
   hn::MemTracker& mem = hn::MemTracker::instance();
   cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
   mem.reset_peak();
@@ -325,7 +334,8 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, const std:
   const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
   m.useful_flops = L * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
   m.tokens = Nq;
-  m.sgemm_gflops_group = 0.5 * (sgemm_before + measure_sgemm(g));
+  ref.gflops = measure_sgemm(g);
+  m.sgemm_gflops_group = 0.5 * (sgemm_before + ref.gflops);
   MPI_Allreduce(MPI_IN_PLACE, &m.sgemm_gflops_group, 1, MPI_DOUBLE, MPI_SUM, g);
 }
 
@@ -495,6 +505,7 @@ int execute(const hn::Args& a, const Plan& p) {
            (p.deck.warmup + p.deck.reps) * double(p.deck.modes.size());
   };
   double cost_left = 0, cost_done = 0, cost_prev = 0;
+  SgemmReference sgemm_ref;
   for (const Case& c : p.cases)
     if (!(results && results->has_case(c.id))) ++todo, cost_left += cost(c);
   for (const Case& c : p.cases) {
@@ -523,10 +534,11 @@ int execute(const hn::Args& a, const Plan& p) {
     const std::string dump = &c == &p.cases.front() ? p.o.dump : "";  // --dump: the first case
     if (world_rank < c.stack.attn.ranks) {  // the CP group; the other ranks wait at the barrier
       if (p.deck.dtype == "f64")
-        run_case<double>(p, c, *comm, dump, run);
+        run_case<double>(p, c, *comm, dump, sgemm_ref, run);
       else
-        run_case<float>(p, c, *comm, dump, run);
+        run_case<float>(p, c, *comm, dump, sgemm_ref, run);
     }
+    sgemm_ref.ranks = c.stack.attn.ranks;  // on every rank, members of the group or not
     MPI_Barrier(MPI_COMM_WORLD);
     // Events on rank 0's clock: the offset measured at start and now, interpolated.
     hn::ClockModel clock{clock0, hn::measure_offset(MPI_COMM_WORLD)};
