@@ -15,7 +15,19 @@
 #include <cstring>
 #include <vector>
 
+// The vector width, and with it the block shape and the packed layout, follows the ISA the
+// including file is compiled for. Each width gets its own inline namespace, so two files
+// compiled for different ISAs (the kernels with -march=native, a test without) never share a
+// symbol: with one name, the linker could pair one file's packed layout with the other's
+// kernel (seen at -O2, where these functions are not all inlined).
+#if defined(__AVX512F__)
+#define MINICP_TILE_ISA v512
+#else
+#define MINICP_TILE_ISA v256
+#endif
+
 namespace minicp::kernels::tile {
+inline namespace MINICP_TILE_ISA {
 
 #if defined(__AVX512F__)
 constexpr int kVecBytes = 64;
@@ -165,4 +177,6 @@ void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t ak
   gemm_packed(M, N, K, A, ars, aks, packed.data(), C, ldc, accumulate);
 }
 
+}  // namespace MINICP_TILE_ISA
 }  // namespace minicp::kernels::tile
+#undef MINICP_TILE_ISA
