@@ -1,8 +1,8 @@
 // Blockwise (flash) attention forward/backward with log-sum-exp, GQA, and masks decided
 // from GLOBAL query/key positions (causal, full, sliding window, packed documents), so
 // one call serves any CP layout and any ring step. Two implementations, one interface:
-//   tiled    - host only: tiles of Q/K/V go through BLAS (gemm_host), online softmax with a
-//              vectorised exp, fully masked tiles skipped. The fast path.
+//   tiled    - host only: tile products on a register-blocked kernel (tile_gemm.hpp), online
+//              softmax with a vectorised exp, fully masked tiles skipped. The fast path.
 //   portable - one Kokkos thread per (row, head), scalar loops; runs on any execution space.
 // Tensors: q[Sq,H,D], k,v[Sk,Hkv,D], o[Sq,H,D], lse[Sq,H]; H % Hkv == 0 (head h uses kv
 // head h / (H/Hkv)). LSE is the natural log of sum_j exp(scale * q.k_j); -inf when no key

@@ -63,19 +63,13 @@ Block classify(const AttnMask& m, const TileInfo& q, const TileInfo& k) {
   return full ? Block::Full : Block::Partial;
 }
 
+// Masked scores of a partial tile to -inf: query i0+i against key j0+j sits at
+// s[i * qs + j * ks] (qs = ld, ks = 1 for a [q, k] tile; the reverse for a transposed one).
 template <class T>
-void apply_mask(const AttnMask& m, T* s, int lds, int i0, int mq, int j0, int mk) {
-  for (int r = 0; r < mq; ++r)
-    for (int c = 0; c < mk; ++c)
-      if (!m.visible(i0 + r, j0 + c)) s[r * lds + c] = neg_inf<T>();
-}
-
-// The same on a transposed tile: sT[j * ld + i] holds query i0+i against key j0+j.
-template <class T>
-void apply_mask_transposed(const AttnMask& m, T* sT, int ld, int i0, int mq, int j0, int mk) {
-  for (int j = 0; j < mk; ++j)
-    for (int i = 0; i < mq; ++i)
-      if (!m.visible(i0 + i, j0 + j)) sT[j * ld + i] = neg_inf<T>();
+void apply_mask(const AttnMask& m, T* s, int qs, int ks, int i0, int mq, int j0, int mk) {
+  for (int i = 0; i < mq; ++i)
+    for (int j = 0; j < mk; ++j)
+      if (!m.visible(i0 + i, j0 + j)) s[size_t(i) * qs + size_t(j) * ks] = neg_inf<T>();
 }
 
 // One online-softmax step for the n queries (columns) of a transposed score tile sT
@@ -144,7 +138,7 @@ AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnM
           const T* Kt = K + size_t(j0) * ldk + size_t(g) * D;
           const T* Vt = V + size_t(j0) * ldk + size_t(g) * D;
           tile::gemm_packed<T>(mk, nq, D, Kt, ldk, 1, qT.data(), sT.data(), bqp, false);
-          if (b == Block::Partial) apply_mask_transposed(mask, sT.data(), bqp, i0, mq, j0, mk);
+          if (b == Block::Partial) apply_mask(mask, sT.data(), 1, bqp, i0, mq, j0, mk);
           online_softmax_columns(sT.data(), bqp, nq, mk, m.data(), l.data(), shift.data(), corr.data());
           for (int i = 0; i < mq; ++i) {
             if (corr[i] == T(1)) continue;
@@ -231,7 +225,7 @@ AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o
               T *P = pbuf.data(), *dP = dpbuf.data();
               // Only the first mk columns of P and dP are read below; the padding is not.
               tile::gemm_packed<T>(mq, nk, D, Q + qoff, ldq, 1, kT.data(), P, bkp, false);
-              if (b == Block::Partial) apply_mask(mask, P, bkp, i0, mq, j0, mk);
+              if (b == Block::Partial) apply_mask(mask, P, bkp, 1, i0, mq, j0, mk);
               for (int r = 0; r < mq; ++r) {
                 T* prow = P + size_t(r) * bkp;
                 const T L = LSE[size_t(i0 + r) * H + h];

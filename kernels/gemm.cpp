@@ -55,13 +55,6 @@ cublasStatus_t cublas_colmajor(cublasOperation_t ta, cublasOperation_t tb, int m
 }  // namespace
 
 template <class T>
-void gemm_host(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
-               T* C, int ldc) {
-  if (M == 0 || N == 0) return;
-  blas_colmajor(tb == Trans::T ? 'T' : 'N', ta == Trans::T ? 'T' : 'N', N, M, K, alpha, B, ldb, A, lda, beta, C, ldc);
-}
-
-template <class T>
 void gemm(Trans ta, Trans tb, Scalar<T> alpha, CView2<T> A, CView2<T> B, Scalar<T> beta, View2<T> C) {
   const int M = static_cast<int>(C.extent(0)), N = static_cast<int>(C.extent(1));
   const int am = static_cast<int>(ta == Trans::N ? A.extent(0) : A.extent(1));
@@ -85,7 +78,8 @@ void gemm(Trans ta, Trans tb, Scalar<T> alpha, CView2<T> A, CView2<T> B, Scalar<
     throw std::runtime_error("gemm: cuBLAS call failed");
   Kokkos::fence();
 #else
-  gemm_host<T>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  blas_colmajor(tb == Trans::T ? 'T' : 'N', ta == Trans::T ? 'T' : 'N', N, M, K, alpha, B.data(), ldb, A.data(), lda,
+                beta, C.data(), ldc);
 #endif
 }
 
@@ -98,8 +92,7 @@ const char* gemm_backend() {
 }
 
 #define MINICP_GEMM_INST(T)                                                                                  \
-  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);                                \
-  template void gemm_host<T>(Trans, Trans, int, int, int, T, const T*, int, const T*, int, T, T*, int);
+  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);
 MINICP_GEMM_INST(float)
 MINICP_GEMM_INST(double)
 #undef MINICP_GEMM_INST

@@ -1,6 +1,6 @@
 // The one GEMM entry point: row-major C = alpha*op(A)*op(B) + beta*C on Views, handed to
-// BLAS (OpenBLAS/any Fortran BLAS on the host, cuBLAS under MINICP_ENABLE_CUDA). No
-// hand-written large GEMMs anywhere in miniCP; gemm_host serves the attention tiles.
+// BLAS (OpenBLAS/any Fortran BLAS on the host, cuBLAS under MINICP_ENABLE_CUDA). Every
+// large GEMM goes through it; only the attention tiles use their own kernel (tile_gemm.hpp).
 #pragma once
 #include "kernels/types.hpp"
 
@@ -12,12 +12,6 @@ enum class Trans { N, T };
 // Call from outside any parallel region. Throws std::invalid_argument on shape mismatch.
 template <class T>
 void gemm(Trans ta, Trans tb, Scalar<T> alpha, CView2<T> A, CView2<T> B, Scalar<T> beta, View2<T> C);
-
-// Host pointers, row-major, leading dimensions in elements. Inside a Kokkos OpenMP
-// parallel region the OpenMP OpenBLAS runs it on the calling thread alone.
-template <class T>
-void gemm_host(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
-               T beta, T* C, int ldc);
 
 // Number of useful FLOPs of one GEMM: 2*M*N*K.
 inline double gemm_flops(double M, double N, double K) { return 2.0 * M * N * K; }
