@@ -274,9 +274,7 @@ struct Stack<T>::Impl {
   static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b, all whole [N, C] allocations
     T* o = out.data();
     const T *pa = a.data(), *pb = b.data();
-    Kokkos::parallel_for(
-        "model::residual", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(out.span())),
-        KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
+    kernels::for_each_index("model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
   }
 
   // One GEMM of phase p as its own timed kernel event: C = alpha op(A) op(B) + beta C.
