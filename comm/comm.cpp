@@ -79,7 +79,9 @@ Event Communicator::posted(EventKind kind, int peer, const Group& g, int step, i
   if (kind == EventKind::SendRecv && peer == g.rank) payload_bytes = 0;  // stays on this rank
   const int64_t bytes = bytes_leaving(kind, payload_bytes, g.size);
   bytes_sent_ += bytes;
-  return Event{kind, peer, g.id, step, bytes, 0, MPI_Wtime(), 0};
+  Event e{kind, peer, g.id, step, bytes, 0, MPI_Wtime(), 0};
+  trace_.stamp(e);
+  return e;
 }
 
 int64_t Communicator::to_others(const std::vector<size_t>& send_bytes, const Group& g) {
@@ -90,7 +92,10 @@ int64_t Communicator::to_others(const std::vector<size_t>& send_bytes, const Gro
 }
 
 Event Communicator::wait_event(const Event& op, double t0, double t1) {
-  return Event{EventKind::Wait, op.peer, op.group, op.step, bytes_leaving(EventKind::Wait, 0, 1), 0, t0, t1};
+  Event w = op;  // the posting context of the operation waited for
+  w.kind = EventKind::Wait, w.bytes = bytes_leaving(EventKind::Wait, 0, 1), w.flops = 0;
+  w.t_begin = t0, w.t_end = t1;
+  return w;
 }
 
 Topology Communicator::node_topology(const void* mpi_comm) {

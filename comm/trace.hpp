@@ -45,9 +45,12 @@ struct Event {
   int64_t bytes;     // bytes that left this rank, see bytes_leaving
   double flops;      // compute events: executed FLOPs
   double t_begin, t_end;  // MPI_Wtime seconds
-  // Stamped by Trace::add from the context the caller set; -1 when not set.
+  // Where the event comes from: the context the caller set (-1 when not set), taken when the
+  // operation is posted (Communicator::posted), so a non-blocking operation and the wait for
+  // it carry the layer that posted them, not the one that waited; else when Trace::add runs.
   int32_t layer = -1, pass = -1, rep = -1, mode = -1;  // pass: 0 forward, 1 backward
   int32_t label = -1;                                  // Kernel events: the phase
+  bool stamped = false;                                // the four fields above are set
 };
 
 // Where events come from, set by the driver (rep, mode) and the layer (layer, pass).
@@ -60,8 +63,12 @@ class Trace {
   void add(const Event& e) {
     if (!enabled_) return;
     events_.push_back(e);
-    Event& x = events_.back();
-    x.layer = ctx_.layer, x.pass = ctx_.pass, x.rep = ctx_.rep, x.mode = ctx_.mode;
+    if (!e.stamped) stamp(events_.back());
+  }
+  // Sets e's layer, pass, rep and mode from the current context.
+  void stamp(Event& e) const {
+    e.layer = ctx_.layer, e.pass = ctx_.pass, e.rep = ctx_.rep, e.mode = ctx_.mode;
+    e.stamped = true;
   }
   TraceContext& context() { return ctx_; }
   const std::vector<Event>& events() const { return events_; }

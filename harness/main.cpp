@@ -1,6 +1,8 @@
 // The MPI + Kokkos main wrapper and its single error mapping (guarded); see main.hpp.
 #include "harness/main.hpp"
 
+#include "harness/blas.hpp"
+
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
@@ -74,6 +76,7 @@ int parse_then_run(const Args& a, std::vector<std::string> kokkos_args, const Pa
 }  // namespace
 
 int main(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run) {
+  select_blas_core(argv);  // before anything starts: it may re-execute the program
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
@@ -87,6 +90,7 @@ int main(int argc, char** argv, const char* prog, const ParseFn& parse, const Ru
 }
 
 int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run) {
+  select_blas_core(argv);
   std::vector<std::string> own, kokkos;
   split_args(argc, argv, own, kokkos);
   return parse_then_run(Args(prog, own, 0, 1, false), kokkos, parse, run);

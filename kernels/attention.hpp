@@ -43,6 +43,9 @@ struct AttnOptions {
   AttnImpl impl = AttnImpl::Auto;
 };
 
+// The tiled path's default tiles, for the record: "forward 256x128, backward 128x128 (q x k tokens)".
+std::string attention_tiles();
+
 // What a call actually computed (for load-imbalance and executed-FLOP accounting).
 struct AttnStats {
   double flops = 0;             // executed FLOPs (whole tiles, masked entries included)

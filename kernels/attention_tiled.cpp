@@ -280,3 +280,10 @@ MINICP_ATTN_TILED_INST(double)
 #undef MINICP_ATTN_TILED_INST
 
 }  // namespace minicp::kernels::detail
+
+namespace minicp::kernels {
+std::string attention_tiles() {
+  return "forward " + std::to_string(detail::kFwdTileQ) + "x" + std::to_string(detail::kFwdTileK) + ", backward " +
+         std::to_string(detail::kBwdTileQ) + "x" + std::to_string(detail::kBwdTileK) + " (q x k tokens)";
+}
+}  // namespace minicp::kernels

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Checks a minicp results file (README, "The results file"): the root attributes, every case's
-attributes and status, the timing, memory and events tables (columns, units, row counts, one
-row per rank), the figures of merit (names, units, NaN only where not measured), the aligned
-clock bound, and optionally the memory model against the Kokkos high-water mark.
-Usage: check_results.py FILE.h5 [--cases N] [--ranks P] [--memory-tolerance 0.15] [--complete]"""
+"""Checks a minicp results file (README, "The results file"): the root attributes (build,
+BLAS, CPU, environment, launcher), every case's attributes and status, the timing, steps,
+memory and events tables (columns, units, row counts, one row per rank), and the figures of
+merit, several of them recomputed a second way from the raw tables: measured_time_s from
+the steps table, forward + backward = measured, every step's phases within 1% of it, every
+figure inside its range or flagged in out_of_range with its reason, an unresolved overlap
+with its reason. Optionally the memory model against the Kokkos high-water mark and the
+BLAS core that was recorded.
+Usage: check_results.py FILE.h5 [--cases N] [--memory-tolerance 0.15] [--complete]
+                        [--blas-core NAME] [--blas-not-generic] [--blas-source-has TEXT]"""
 import argparse
 import math
 import sys
@@ -11,22 +16,192 @@ import sys
 import h5py
 import numpy as np
 
-ROOT = ["minicp_version", "git_sha", "compiler", "compiler_flags", "kokkos_version", "kokkos_exec_space",
-        "kokkos_concurrency", "comm_backend", "progress", "mpi_library", "hosts", "slurm_job_id",
-        "slurm_job_nodelist", "start_time", "deck", "command_line", "complete"]
+ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", "kernel_flags", "kokkos_version",
+        "kokkos_exec_space", "kokkos_concurrency", "attention_tiles", "gemm_backend", "blas", "blas_library",
+        "blas_version", "blas_config", "blas_core", "blas_core_source", "blas_warning", "cpu_model", "cpu_flags",
+        "cpu_isa", "comm_backend", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
+        "world_ranks", "slurm_job_id", "slurm_job_nodelist", "environment", "cpu_affinity", "launcher",
+        "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete"]
 CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
         "head_dim", "ffn", "layers", "complete"]
-SUMMARY = ["measured_time_s", "layer_efficiency", "cp_efficiency", "overlap", "overlap_q1", "overlap_q3",
-           "exposed_comm_s", "comm_wait_s", "imbalance", "flop_imbalance", "useful_flops_per_s",
-           "exec_flops_per_s", "tokens_per_s", "bytes_sent_per_rank", "units"]
+CASE_RUN = ["start_time", "end_time"]
+SUMMARY = ["measured_time_s", "forward_time_s", "backward_time_s", "compute_only_time_s", "comm_only_time_s",
+           "phase_coverage", "layer_efficiency", "gemm_ceiling_flops_per_s", "gemm_ceiling_before_flops_per_s",
+           "gemm_ceiling_after_flops_per_s", "gemm_ceiling_before_age_s", "sgemm_flops_per_s",
+           "blas_layer_gemm_flops_per_s", "tile_gemm_flops_per_s", "cp_efficiency", "cp_efficiency_core_scaled",
+           "overlap", "overlap_q1", "overlap_q3", "exposed_comm_s", "overlap_note",
+           "attn_overlap", "attn_overlap_q1", "attn_overlap_q3", "attn_exposed_comm_s", "attn_comm_only_time_s",
+           "attn_overlap_note", "attn_comm_wait_s",
+           "grad_allreduce_overlap", "grad_allreduce_overlap_q1", "grad_allreduce_overlap_q3",
+           "grad_allreduce_exposed_comm_s", "grad_allreduce_comm_only_time_s", "grad_allreduce_overlap_note",
+           "grad_allreduce_exposed_s", "comm_wait_s", "imbalance", "flop_imbalance", "useful_flops_per_s",
+           "exec_flops_per_s", "tokens_per_s", "bytes_sent_per_rank", "bytes_sent_max_rank",
+           "attn_bytes_sent_per_rank", "grad_allreduce_bytes_per_rank", "slowest_rep_ratio", "out_of_range",
+           "figures_in_range", "units"]
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
+STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s", "attn_s", "attn_comm_wait_s",
+         "grad_allreduce_s"]
 MEMORY = ["rank", "kokkos_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
+# Each figure with a range (README, "Figures of merit"); outside it only when out_of_range says so.
+RANGES = {"layer_efficiency": (0, 1), "cp_efficiency": (0, 1), "cp_efficiency_core_scaled": (0, 1),
+          "overlap": (0, 1), "overlap_q1": (0, 1), "overlap_q3": (0, 1), "attn_overlap": (0, 1),
+          "attn_overlap_q1": (0, 1), "attn_overlap_q3": (0, 1), "grad_allreduce_overlap": (0, 1),
+          "grad_allreduce_overlap_q1": (0, 1), "grad_allreduce_overlap_q3": (0, 1), "imbalance": (1, math.inf),
+          "flop_imbalance": (1, math.inf), "slowest_rep_ratio": (1, math.inf), "phase_coverage": (0.99, 1.01)}
+GENERIC_CORES = {"prescott", "core2", "penryn", "dunnington", "nehalem", "katmai", "coppermine", "northwood",
+                 "banias", "atom", "athlon", "opteron", "opteron_sse3", "barcelona", "nano", "bobcat", "generic"}
+# A step's phases must add up to it within 1%, or 20 us for steps so short that the clock
+# reads and fences around the layers are comparable to 1% of them.
+PHASE_REL, PHASE_ABS = 0.01, 20e-6
 
 
 def text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def check_root(f, args, fail):
+    for k in ROOT:
+        if k not in f.attrs:
+            fail(f"root attribute {k} missing")
+    if args.complete and text(f.attrs.get("complete", "")) != "yes":
+        fail("the file is not marked complete")
+    core = text(f.attrs.get("blas_core", ""))
+    if args.blas_core is not None and core != args.blas_core:
+        fail(f"blas_core {core!r}, expected {args.blas_core!r}")
+    if args.blas_not_generic and (not core or core.lower() in GENERIC_CORES):
+        fail(f"blas_core {core!r} is a generic core (or none): {text(f.attrs.get('blas_config', ''))}")
+    source = text(f.attrs.get("blas_core_source", ""))
+    if args.blas_source_has is not None and args.blas_source_has not in source:
+        fail(f"blas_core_source {source!r} lacks {args.blas_source_has!r}")
+
+
+def check_tables(cid, g, fail):
+    """Columns, units and row counts of the per-rank tables; returns the timing rows or None."""
+    ranks, layers = int(g.attrs["ranks"]), int(g.attrs["layers"])
+    train = text(g.attrs["pass"]) == "train"
+    for name, cols in (("timing", TIMING), ("steps", STEPS), ("memory", MEMORY), ("events", EVENTS)):
+        if name not in g or list(g[name].dtype.names) != cols:
+            fail(f"{cid}/{name}: columns {None if name not in g else g[name].dtype.names}, expected {cols}")
+            return None
+    t = g["timing"][()]
+    if text(g["timing"].attrs.get("units", "")) != "seconds: s":
+        fail(f"{cid}/timing: units attribute")
+    modes, reps = len(set(t["mode"])), int(g.attrs["reps"])
+    phases = len(text(g["timing"].attrs["phase_names"]).split(","))
+    want = modes * reps * ranks * layers * (2 if train else 1) * phases
+    if len(t) != want:
+        fail(f"{cid}/timing: {len(t)} rows, expected {want} (modes x reps x ranks x layers x passes x phases)")
+    if sorted(set(t["rank"])) != list(range(ranks)):
+        fail(f"{cid}/timing: ranks {sorted(set(t['rank']))}")
+    if np.any(t["seconds"] < 0) or not np.all(np.isfinite(t["seconds"])):
+        fail(f"{cid}/timing: negative or non-finite seconds")
+    st = g["steps"][()]
+    if len(st) != modes * reps * ranks or len({(r["mode"], r["rep"], r["rank"]) for r in st}) != len(st):
+        fail(f"{cid}/steps: {len(st)} rows, expected one per mode, rep and rank ({modes * reps * ranks})")
+    return t
+
+
+def check_steps(cid, g, s, fail):
+    """The step figures recomputed from the steps table, and every step's phases against it."""
+    st = g["steps"][()]
+    train = text(g.attrs["pass"]) == "train"
+    if np.any(np.abs(st["forward_s"] + st["backward_s"] - st["step_s"]) > 1e-9):
+        fail(f"{cid}/steps: forward_s + backward_s != step_s")
+    off = np.abs(st["phases_s"] - st["step_s"])
+    bad = off > np.maximum(PHASE_REL * st["step_s"], PHASE_ABS)
+    if np.any(bad):
+        r = st[np.argmax(off)]
+        fail(f"{cid}/steps: {int(bad.sum())} steps whose phases miss the step by more than 1% "
+             f"(worst: rank {r['rank']} rep {r['rep']} mode {r['mode']}: phases {r['phases_s']:.6f} s, "
+             f"step {r['step_s']:.6f} s)")
+    full = st[st["mode"] == 0]
+    slowest = [max(full[full["rep"] == rep], key=lambda r: r["step_s"]) for rep in sorted(set(full["rep"]))]
+    steps = sorted(r["step_s"] for r in slowest)
+    median = steps[len(steps) // 2]  # the quartile rule of the README
+    if abs(median - s["measured_time_s"]) > 1e-12:
+        fail(f"{cid}/summary: measured_time_s {s['measured_time_s']} but the steps table gives {median}")
+    both = s["forward_time_s"] + (s["backward_time_s"] if train else 0.0)
+    if abs(both - s["measured_time_s"]) > 1e-9 * max(1.0, s["measured_time_s"]):
+        fail(f"{cid}/summary: forward {s['forward_time_s']} + backward {s['backward_time_s']} != measured "
+             f"{s['measured_time_s']}")
+    if train == math.isnan(s["backward_time_s"]):
+        fail(f"{cid}/summary: backward_time_s {s['backward_time_s']} for pass {text(g.attrs['pass'])}")
+
+
+def check_figures(cid, g, s, modes, fail):
+    for k in ("measured_time_s", "layer_efficiency", "tokens_per_s", "useful_flops_per_s", "imbalance",
+              "gemm_ceiling_flops_per_s"):
+        if not (s[k] > 0 and math.isfinite(s[k])):
+            fail(f"{cid}/summary: {k} = {s[k]}")
+    flagged = text(s["out_of_range"])
+    for k, (lo, hi) in RANGES.items():
+        v = float(s[k])
+        if not math.isnan(v) and not lo <= v <= hi and f"{k}=" not in flagged:
+            fail(f"{cid}/summary: {k} = {v} outside [{lo}, {hi}] and not flagged in out_of_range")
+    if (int(s["figures_in_range"]) == 1) != (flagged == ""):
+        fail(f"{cid}/summary: figures_in_range {s['figures_in_range']} with out_of_range {flagged!r}")
+    ranks = int(g.attrs["ranks"])
+    three = modes == 3 and ranks > 1  # overlap needs the three modes and communication
+    if (not three and not math.isnan(s["overlap"])) or (three and math.isnan(s["overlap"]) and not text(s["overlap_note"])):
+        fail(f"{cid}/summary: overlap {s['overlap']} ({text(s['overlap_note'])!r}) with {modes} modes on {ranks} ranks "
+             f"(NaN without the three modes and communication; NaN with them only with a reason)")
+    if int(s["overlap_measured"]) != (0 if math.isnan(s["overlap"]) else 1):
+        fail(f"{cid}/summary: overlap_measured {s['overlap_measured']} with overlap {s['overlap']}")
+    for part in ("attn_", "grad_allreduce_"):
+        if three and math.isnan(s[part + "overlap"]) and s[part.rstrip("_") + ("_bytes_sent_per_rank" if part == "attn_" else "_bytes_per_rank")] > 0 \
+                and not text(s[part + "overlap_note"]):
+            fail(f"{cid}/summary: {part}overlap is NaN without a reason")
+    if modes == 3 and math.isnan(s["compute_only_time_s"]):
+        fail(f"{cid}/summary: compute_only_time_s NaN though compute-only ran")
+    if abs(s["bytes_sent_per_rank"] - s["attn_bytes_sent_per_rank"] - s["grad_allreduce_bytes_per_rank"]) > 0.5:
+        fail(f"{cid}/summary: bytes_sent_per_rank != attention + gradient all-reduce bytes")
+    if float(s.get("clock_uncertainty_s", 0)) > 50e-6:
+        fail(f"{cid}/summary: clock uncertainty {s['clock_uncertainty_s']} s > 50 us (one host)")
+
+
+def check_memory(cid, g, args, fail):
+    worst = 0.0
+    ranks = int(g.attrs["ranks"])
+    m = g["memory"][()]
+    if sorted(m["rank"]) != list(range(ranks)):
+        fail(f"{cid}/memory: one row per rank expected, got ranks {list(m['rank'])}")
+    if text(g["memory"].attrs.get("units", "")) != "bytes":
+        fail(f"{cid}/memory: units attribute")
+    for row in m:
+        if row["kokkos_peak_bytes"] <= 0 or row["rss_peak_bytes"] <= 0 or row["predicted_bytes"] <= 0:
+            fail(f"{cid}/memory: rank {row['rank']}: {row}")
+        err = abs(row["predicted_bytes"] - row["kokkos_peak_bytes"]) / row["kokkos_peak_bytes"]
+        worst = max(worst, err)
+        if args.memory_tolerance is not None and err > args.memory_tolerance:
+            fail(f"{cid}/memory: rank {row['rank']}: predicted {row['predicted_bytes']} B vs Kokkos peak "
+                 f"{row['kokkos_peak_bytes']} B ({100 * err:.1f}% > {100 * args.memory_tolerance:.0f}%)")
+    return worst
+
+
+def check_events(cid, g, args, fail):
+    ranks = int(g.attrs["ranks"])
+    e = g["events"][()]
+    kinds = text(g["events"].attrs["kind_names"]).split(",")
+    if args.no_events:
+        if len(e):
+            fail(f"{cid}/events: {len(e)} events with --no-events")
+    elif len(e) == 0:
+        fail(f"{cid}/events: empty")
+    elif np.any(e["t_end"] < e["t_begin"]):
+        fail(f"{cid}/events: t_end < t_begin")
+    elif sorted(set(e["rank"])) != list(range(ranks)):
+        fail(f"{cid}/events: ranks {sorted(set(e['rank']))}")
+    elif "kernel" not in kinds or not np.any(e["kind"] == kinds.index("kernel")):
+        fail(f"{cid}/events: no kernel events")
+    elif ranks > 1 and not np.any(e["bytes"] > 0):
+        fail(f"{cid}/events: no event moved bytes on {ranks} ranks")
+    elif ranks > 1 and text(g.attrs["pass"]) == "train" and int(g.attrs["layers"]) > 1:
+        # The gradient all-reduce of each layer carries the layer that posted it.
+        ar = e[(e["kind"] == kinds.index("allreduce")) & (e["bytes"] > 1 << 12)]
+        if len(ar) and sorted(set(ar["layer"])) != list(range(int(g.attrs["layers"]))):
+            fail(f"{cid}/events: gradient all-reduces stamped with layers {sorted(set(ar['layer']))}")
 
 
 def main():
@@ -36,19 +211,18 @@ def main():
     ap.add_argument("--memory-tolerance", type=float)
     ap.add_argument("--complete", action="store_true", help="the run must have finished")
     ap.add_argument("--no-events", action="store_true", help="the run recorded no events")
+    ap.add_argument("--blas-core", help="the BLAS core the run must have recorded")
+    ap.add_argument("--blas-not-generic", action="store_true", help="the recorded core must not be a generic one")
+    ap.add_argument("--blas-source-has", help="text the recorded blas_core_source must contain")
     args = ap.parse_args()
     fails = []
     fail = fails.append
+    worst_mem = 0.0
     with h5py.File(args.file, "r") as f:
-        for k in ROOT:
-            if k not in f.attrs:
-                fail(f"root attribute {k} missing")
-        if args.complete and text(f.attrs.get("complete", "")) != "yes":
-            fail("the file is not marked complete")
+        check_root(f, args, fail)
         cases = f.get("cases", {})
         if args.cases is not None and len(cases) != args.cases:
             fail(f"{len(cases)} cases, expected {args.cases}")
-        worst_mem = 0.0
         for cid, g in cases.items():
             for k in CASE:
                 if k not in g.attrs:
@@ -58,68 +232,21 @@ def main():
                 if not status.startswith("refused: "):
                     fail(f"{cid}: status {status!r} is neither ok nor refused: ...")
                 continue
-            ranks, layers = int(g.attrs["ranks"]), int(g.attrs["layers"])
-            train = text(g.attrs["pass"]) == "train"
-            for name, cols in (("timing", TIMING), ("memory", MEMORY), ("events", EVENTS)):
-                if name not in g or list(g[name].dtype.names) != cols:
-                    fail(f"{cid}/{name}: columns {None if name not in g else g[name].dtype.names}, expected {cols}")
-            if fails:
-                continue
-            t = g["timing"][()]
-            if text(g["timing"].attrs.get("units", "")) != "seconds: s":
-                fail(f"{cid}/timing: units attribute")
-            modes = len(set(t["mode"]))
-            reps = int(g.attrs["reps"])
-            phases = len(text(g["timing"].attrs["phase_names"]).split(","))
-            want = modes * reps * ranks * layers * (2 if train else 1) * phases
-            if len(t) != want:
-                fail(f"{cid}/timing: {len(t)} rows, expected {want} (modes x reps x ranks x layers x passes x phases)")
-            if sorted(set(t["rank"])) != list(range(ranks)):
-                fail(f"{cid}/timing: ranks {sorted(set(t['rank']))}")
-            if np.any(t["seconds"] < 0) or not np.all(np.isfinite(t["seconds"])):
-                fail(f"{cid}/timing: negative or non-finite seconds")
-            m = g["memory"][()]
-            if sorted(m["rank"]) != list(range(ranks)):
-                fail(f"{cid}/memory: one row per rank expected, got ranks {list(m['rank'])}")
-            if text(g["memory"].attrs.get("units", "")) != "bytes":
-                fail(f"{cid}/memory: units attribute")
-            for row in m:
-                if row["kokkos_peak_bytes"] <= 0 or row["rss_peak_bytes"] <= 0 or row["predicted_bytes"] <= 0:
-                    fail(f"{cid}/memory: rank {row['rank']}: {row}")
-                err = abs(row["predicted_bytes"] - row["kokkos_peak_bytes"]) / row["kokkos_peak_bytes"]
-                worst_mem = max(worst_mem, err)
-                if args.memory_tolerance is not None and err > args.memory_tolerance:
-                    fail(f"{cid}/memory: rank {row['rank']}: predicted {row['predicted_bytes']} B vs Kokkos peak "
-                         f"{row['kokkos_peak_bytes']} B ({100 * err:.1f}% > {100 * args.memory_tolerance:.0f}%)")
-            e = g["events"][()]
-            kinds = text(g["events"].attrs["kind_names"]).split(",")
-            if args.no_events:
-                if len(e):
-                    fail(f"{cid}/events: {len(e)} events with --no-events")
-            elif len(e) == 0:
-                fail(f"{cid}/events: empty")
-            elif np.any(e["t_end"] < e["t_begin"]):
-                fail(f"{cid}/events: t_end < t_begin")
-            elif sorted(set(e["rank"])) != list(range(ranks)):
-                fail(f"{cid}/events: ranks {sorted(set(e['rank']))}")
-            elif "kernel" not in kinds or not np.any(e["kind"] == kinds.index("kernel")):
-                fail(f"{cid}/events: no kernel events")
-            elif ranks > 1 and not np.any(e["bytes"] > 0):
-                fail(f"{cid}/events: no event moved bytes on {ranks} ranks")
+            for k in CASE_RUN:
+                if k not in g.attrs:
+                    fail(f"{cid}: attribute {k} missing")
+            n = len(fails)
+            t = check_tables(cid, g, fail)
             s = g["summary"].attrs
             for k in SUMMARY:
                 if k not in s:
                     fail(f"{cid}/summary: {k} missing")
-            if fails:
+            if len(fails) > n or t is None:
                 continue
-            for k in ("measured_time_s", "layer_efficiency", "tokens_per_s", "useful_flops_per_s", "imbalance"):
-                if not (s[k] > 0 and math.isfinite(s[k])):
-                    fail(f"{cid}/summary: {k} = {s[k]}")
-            three = modes == 3 and ranks > 1  # overlap needs the three modes and communication
-            if three != (int(s["overlap_measured"]) == 1) or three == math.isnan(s["overlap"]):
-                fail(f"{cid}/summary: overlap {s['overlap']} with {modes} modes (NaN exactly when not measured)")
-            if float(s.get("clock_uncertainty_s", 0)) > 50e-6:
-                fail(f"{cid}/summary: clock uncertainty {s['clock_uncertainty_s']} s > 50 us (one host)")
+            check_steps(cid, g, s, fail)
+            check_figures(cid, g, s, len(set(t["mode"])), fail)
+            worst_mem = max(worst_mem, check_memory(cid, g, args, fail))
+            check_events(cid, g, args, fail)
         print(f"check_results: {args.file}: {len(cases)} cases; memory model worst error {100 * worst_mem:.1f}%")
     for x in fails:
         print("FAIL:", x)

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "harness/blas.hpp"
 #include "harness/cli.hpp"
 #include "harness/main.hpp"
 #include "harness/memory.hpp"
@@ -77,17 +78,77 @@ TEST(HarnessStats, QuartilesOddAndEven) {
 }
 
 TEST(HarnessStats, PairedOverlap) {
-  // Differences 0.1 0.2 0.05 0.3 -> sorted 0.05 0.1 0.2 0.3: Q1 0.1, median 0.2, Q3 0.3.
-  const hn::Overlap o = hn::paired_overlap({1.0, 1.2, 1.1, 1.3}, {0.9, 1.0, 1.05, 1.0}, 0.4);
-  ASSERT_TRUE(o.measured());
-  EXPECT_NEAR(o.exposed_s, 0.2, 1e-12);
-  EXPECT_NEAR(o.overlap, 0.5, 1e-12);      // 1 - 0.2 / 0.4
-  EXPECT_NEAR(o.overlap_q1, 0.25, 1e-12);  // 1 - 0.3 / 0.4
-  EXPECT_NEAR(o.overlap_q3, 0.75, 1e-12);  // 1 - 0.1 / 0.4
+  // Differences 0.1 0.2 0.05 0.3 0.15 -> sorted 0.05 0.1 0.15 0.2 0.3: Q1 0.1, median 0.15,
+  // Q3 0.2. Full reps sorted 1.0 1.1 1.15 1.2 1.3: spread Q3 - Q1 = 0.1 < t_comm 0.4.
+  const hn::Overlap o = hn::paired_overlap({1.0, 1.2, 1.1, 1.3, 1.15}, {0.9, 1.0, 1.05, 1.0, 1.0}, 0.4);
+  ASSERT_TRUE(o.measured()) << o.unresolved;
+  EXPECT_NEAR(o.exposed_s, 0.15, 1e-12);
+  EXPECT_NEAR(o.overlap, 0.625, 1e-12);   // 1 - 0.15 / 0.4
+  EXPECT_NEAR(o.overlap_q1, 0.5, 1e-12);  // 1 - 0.2 / 0.4
+  EXPECT_NEAR(o.overlap_q3, 0.75, 1e-12); // 1 - 0.1 / 0.4
+  EXPECT_NEAR(o.spread_s, 0.1, 1e-12);
+  EXPECT_TRUE(std::isnan(o.clamped_from));
+  // Four pairs: the overlap, but no quartiles (kQuartileSamples).
+  const hn::Overlap four = hn::paired_overlap({1.0, 1.2, 1.1, 1.3}, {0.9, 1.0, 1.05, 1.0}, 0.4);
+  EXPECT_NEAR(four.overlap, 1 - 0.2 / 0.4, 1e-12);  // sorted 0.05 0.1 0.2 0.3: median index 2
+  EXPECT_TRUE(std::isnan(four.overlap_q1) && std::isnan(four.overlap_q3));
   EXPECT_FALSE(hn::paired_overlap({}, {}, 0.4).measured());
-  EXPECT_FALSE(hn::paired_overlap({1.0}, {0.5}, 0.0).measured());
+  EXPECT_FALSE(hn::paired_overlap({1.0, 1.1}, {0.5, 0.6}, 0.0).measured());
   EXPECT_TRUE(std::isnan(hn::not_measured().exposed_s));
   EXPECT_THROW(hn::paired_overlap({1.0, 2.0}, {1.0}, 1.0), std::invalid_argument);
+}
+
+TEST(HarnessStats, OverlapResolution) {
+  // The comm-only time within the spread of the full reps: NaN, with the reason.
+  const hn::Overlap noisy = hn::paired_overlap({1.0, 1.2, 1.1, 1.3, 1.15}, {0.9, 1.0, 1.05, 1.0, 1.0}, 0.05);
+  EXPECT_FALSE(noisy.measured());
+  EXPECT_NE(noisy.unresolved.find("within the spread"), std::string::npos) << noisy.unresolved;
+  EXPECT_NEAR(noisy.exposed_s, 0.15, 1e-12);  // still reported
+  const hn::Overlap one = hn::paired_overlap({1.0}, {0.9}, 0.4);
+  EXPECT_FALSE(one.measured());
+  EXPECT_NE(one.unresolved.find("one rep"), std::string::npos) << one.unresolved;
+  // Raw 1.1 with a noise band of 0.02 / 0.1 = 0.2: consistent with 1, set to it.
+  const hn::Overlap near = hn::paired_overlap({1.0, 1.02, 1.01}, {1.01, 1.03, 1.02}, 0.1);
+  EXPECT_DOUBLE_EQ(near.overlap, 1.0);
+  EXPECT_NEAR(near.clamped_from, 1.1, 1e-9);
+  // Raw 1.5 with a band of 0.001 / 0.1: outside by more than its noise, left for the range check.
+  const hn::Overlap far = hn::paired_overlap({1.0, 1.001, 1.0005}, {1.05, 1.051, 1.0505}, 0.1);
+  EXPECT_NEAR(far.overlap, 1.5, 1e-9);
+  EXPECT_TRUE(std::isnan(far.clamped_from));
+}
+
+TEST(HarnessStats, SpreadAndSlowest) {
+  EXPECT_TRUE(std::isnan(hn::spread({1.0})));
+  EXPECT_DOUBLE_EQ(hn::spread({3, 1, 2}), 2);          // fewer than 5: max - min
+  EXPECT_DOUBLE_EQ(hn::spread({5, 1, 3, 2, 4}), 2);    // Q3 4 - Q1 2
+  EXPECT_TRUE(std::isnan(hn::slowest_ratio({10.6, 14.8})));  // two reps: the median is the slowest
+  EXPECT_DOUBLE_EQ(hn::slowest_ratio({1, 4, 2}), 2);   // 4 / median 2
+}
+
+TEST(HarnessBlas, CoreTiers) {
+  EXPECT_EQ(hn::isa_of_core("Prescott"), hn::Isa::Sse);
+  EXPECT_EQ(hn::isa_of_core("Core2"), hn::Isa::Sse);
+  EXPECT_EQ(hn::isa_of_core("Sandybridge"), hn::Isa::Avx);
+  EXPECT_EQ(hn::isa_of_core("Haswell"), hn::Isa::Avx2);
+  EXPECT_EQ(hn::isa_of_core("zen"), hn::Isa::Avx2);  // a non-DYNAMIC_ARCH build names its target in lower case
+  EXPECT_EQ(hn::isa_of_core("SkylakeX"), hn::Isa::Avx512);
+  EXPECT_EQ(hn::isa_of_core("Cooperlake"), hn::Isa::Avx512);
+  EXPECT_EQ(hn::isa_of_core(""), hn::Isa::Unknown);
+  EXPECT_EQ(hn::core_for(hn::Isa::Avx512), "SkylakeX");
+  EXPECT_EQ(hn::core_for(hn::Isa::Avx2), "Haswell");
+  EXPECT_EQ(hn::core_for(hn::Isa::Sse), "");
+}
+
+TEST(HarnessBlas, CoreSelection) {
+  // A generic core on an AVX-512 or AVX2 CPU is replaced; the user's setting never is.
+  EXPECT_EQ(hn::core_to_select("Prescott", hn::Isa::Avx512, false), "SkylakeX");
+  EXPECT_EQ(hn::core_to_select("Prescott", hn::Isa::Avx2, false), "Haswell");
+  EXPECT_EQ(hn::core_to_select("Haswell", hn::Isa::Avx512, false), "SkylakeX");
+  EXPECT_EQ(hn::core_to_select("Prescott", hn::Isa::Avx512, true), "");
+  EXPECT_EQ(hn::core_to_select("SkylakeX", hn::Isa::Avx512, false), "");
+  EXPECT_EQ(hn::core_to_select("Cooperlake", hn::Isa::Avx512, false), "");
+  EXPECT_EQ(hn::core_to_select("Prescott", hn::Isa::Sse, false), "");
+  EXPECT_EQ(hn::core_to_select("Prescott", hn::Isa::Unknown, false), "");
 }
 
 TEST(HarnessStats, Imbalance) {

@@ -1,4 +1,4 @@
-// Shared main of every test binary: MPI_Init_thread -> Kokkos::initialize -> GoogleTest.
+// Shared main of every test binary: the BLAS core -> MPI_Init_thread -> Kokkos::initialize -> GoogleTest.
 // Only rank 0 prints; the exit code is non-zero on every rank if any rank failed.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -7,10 +7,13 @@
 #include <cstring>
 #include <string>
 
+#include "harness/blas.hpp"
+
 // Set by --scheme=NAME (used by the CP tests; other binaries ignore it).
 std::string g_scheme = "none";
 
 int main(int argc, char** argv) {
+  minicp::harness::select_blas_core(argv);  // the BLAS core this CPU offers (harness/blas.hpp)
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;

@@ -355,7 +355,7 @@ void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
                     ov.overlap_q3);
       summary += buf;
     } else {
-      std::printf("overlap: not measured (T_comm = %.5f s)\n", tm);
+      std::printf("overlap: not measured (T_comm = %.5f s): %s\n", tm, ov.unresolved.c_str());
     }
   }
   std::printf("load imbalance (max/mean compute time per rank) = %.3f; executed FLOPs max/mean = %.3f\n", imb,

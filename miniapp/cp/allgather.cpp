@@ -202,7 +202,7 @@ SchemeInfo allgather_scheme() {
       "allgather",
       "all-gather K,V in chunks overlapped with compute (Llama 3), zigzag layout; backward reduce-scatters dK,dV");
   s.settings = {{"chunks", "allgather: pieces the K,V gather is cut into, each overlapping the previous one's compute",
-                 4, 1, &Config::chunks}};
+                 4, 1, &Config::chunks, {}}};
   s.refuses = "seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather"); };
   s.shard = [](const Config& c, int r) {

@@ -18,11 +18,15 @@ void release_scratch() {
 
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine) {
+  auto& cache = ctx.gathered_positions;
+  const auto key = std::make_pair(g.id, mine);
+  if (!communicates(ctx) && cache.count(key)) return cache.at(key);
   std::vector<int64_t> all(mine.size() * g.size);
   comm::Request r = ctx.comm.iallgather(mine.data(), all.data(), mine.size() * sizeof(int64_t), g);
   ctx.comm.wait(r);
   std::vector<std::vector<int64_t>> out(g.size);
   for (int i = 0; i < g.size; ++i) out[i].assign(all.begin() + i * mine.size(), all.begin() + (i + 1) * mine.size());
+  cache[key] = out;
   return out;
 }
 

@@ -184,7 +184,8 @@ SchemeInfo doublering_scheme() {
   s.settings = {{"inner_ring",
                  "doublering: inner ring size (ranks); 0 = the fewest ranks on a node when that divides ranks, else 2 "
                  "when ranks >= 4 and even, else ranks",
-                 0, 0, &Config::inner_ring}};
+                 0, 0, &Config::inner_ring,
+                 [](const Config& c, const comm::Topology& t) { return inner_ring_size(c, t, c.ranks); }}};
   s.refuses = "inner_ring not dividing ranks; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
     const std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "doublering");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,11 @@ struct Context {
     stats.reset();
     bytes_base_ = comm.bytes_sent();
   }
+  // Positions gathered in full mode, keyed by (group id, this rank's positions): compute-only
+  // mode reads them here instead of gathering (allgather_positions), so it communicates
+  // nothing once a full-mode call has run. Every rank makes the same calls in the same order,
+  // so every rank finds or misses an entry at the same call.
+  std::map<std::pair<int, std::vector<int64_t>>, std::vector<std::vector<int64_t>>> gathered_positions;
 
  private:
   int64_t bytes_base_;
@@ -107,6 +113,9 @@ struct Setting {
   int default_value = 0;
   int min_value = 0;  // smallest allowed value (0 often means "default rule")
   int Config::*field = nullptr;
+  // The value that runs for a config on a communicator of this topology (a default rule
+  // resolved); unset: the configured value itself. What the results file records.
+  std::function<int(const Config&, const comm::Topology&)> resolve;
 };
 
 // A scheme's buffers, in values, for a forward then its backward: `shared` scratch serves

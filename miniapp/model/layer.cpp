@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "kernels/attention.hpp"
@@ -25,7 +26,7 @@ const char* to_string(Pass p) {
 
 const char* to_string(Phase p) {
   static const char* names[kPhases] = {"norm",    "qkv",      "rope", "attn_compute",
-                                       "attn_comm", "out_proj", "mlp",  "grad_allreduce"};
+                                       "attn_comm", "out_proj", "mlp",  "grad_allreduce", "other"};
   return names[int(p)];
 }
 
@@ -122,6 +123,7 @@ struct Stack<T>::Impl {
   View2<T> o_self, lse_self;                     // decode: the new tokens' own block
   std::vector<Layer> layers;
   double grad_exposed = 0;
+  int64_t grad_bytes = 0;  // bytes the last backward's dW all-reduces sent (comm::bytes_leaving)
 
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
@@ -271,6 +273,13 @@ struct Stack<T>::Impl {
     t.s[int(Phase::AttnCompute)] += MPI_Wtime() - t0 - wait;
   }
 
+  // The layer's wall time is measured, not summed: what no phase timed (the loop, tracing,
+  // launches) is `other`, so a layer's phases add up to its time.
+  static void close_layer(PhaseTimes& t, double t_layer) {
+    t.s[int(Phase::Other)] = 0;
+    t.s[int(Phase::Other)] = std::max(0.0, MPI_Wtime() - t_layer - t.total());
+  }
+
   static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b, all whole [N, C] allocations
     T* o = out.data();
     const T *pa = a.data(), *pb = b.data();
@@ -291,6 +300,7 @@ struct Stack<T>::Impl {
     comm.trace().context().pass = 0;
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
+    const double t_layer = MPI_Wtime();
     timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
@@ -304,7 +314,7 @@ struct Stack<T>::Impl {
         if (computes(ctx)) {  // the new tokens' own block, then one LSE merge
           const auto mask = cp::make_mask(acfg, rows, rows);
           const View3<T> os = heads(o_self, H, D);
-          kernels::attention_fwd<T>(q3, k3, v3, mask, os, lse_self, acfg.attn);
+          ctx.stats.flops += kernels::attention_fwd<T>(q3, k3, v3, mask, os, lse_self, acfg.attn).flops;
           kernels::lse_merge<T>(o3, L.lse, os, lse_self);
         }
       });
@@ -320,29 +330,35 @@ struct Stack<T>::Impl {
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });
     timed(ctx, t, Phase::Mlp, 0, [&] { Kokkos::deep_copy(y, L.x2); });
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, g, mat(L.w, W2), 1, y);  // y = x2 + g W2
+    close_layer(t, t_layer);
   }
 
-  // dyl[N,C] (gradient of layer l's output) -> dxl[N,C]; the layer's dW accumulate.
+  // dyl[N,C] (gradient of layer l's output) -> dxl[N,C]; the layer's dW are overwritten (each
+  // dW GEMM writes with beta = 0, so no pass over the 9 weight blocks zeroes them first).
   void backward_layer(cp::Context& ctx, int l, CV2 dyl, View2<T> dxl) {
     Layer& L = layers[size_t(l)];
     L.bwd = PhaseTimes{};
     comm.trace().context().layer = l;
     comm.trace().context().pass = 1;
     PhaseTimes& t = L.bwd;
+    const double t_layer = MPI_Wtime();
     const View2<T> x = xs[size_t(l)];
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });  // recomputed gate [N,F]
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 1, mat(L.dw, W2));       // dW2 += g^T dy
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 0, mat(L.dw, W2));       // dW2 = g^T dy
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db); });
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);        // dh = da W1^T + db W3^T
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, db, mat(L.w, W3), 1, dh);
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 1, mat(L.dw, W1));     // dW1 += h2^T da
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 1, mat(L.dw, W3));     // dW3 += h2^T db
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));     // dW1 = h2^T da
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));     // dW3 = h2^T db
     timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm)); });
+          [&] {
+            Kokkos::deep_copy(vec(L.dw, MlpNorm), T(0));  // rmsnorm_bwd accumulates dw
+            kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
+          });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });  // the residual
     gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2, mat(L.w, Wo), 0, dO);   // dO = dx2 Wo^T
-    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 1, mat(L.dw, Wo)); // dWo += o^T dx2
+    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 0, mat(L.dw, Wo)); // dWo = o^T dx2
     const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
     timed_attention(ctx, t, [&] {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
@@ -353,24 +369,51 @@ struct Stack<T>::Impl {
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dk, mat(L.w, Wk), 1, dh);
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dv, mat(L.w, Wv), 1, dh);
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 1, mat(L.dw, Wq));     // dWq += h1^T dq
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 1, mat(L.dw, Wk));
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 1, mat(L.dw, Wv));
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));     // dWq = h1^T dq
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
     timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm)); });
+          [&] {
+            Kokkos::deep_copy(vec(L.dw, AttnNorm), T(0));
+            kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
+          });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dxl, dx2, dxn); });
     // The layer's dW are final: summed over the group while the layers below compute.
-    if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly)
+    // Posting can block (Open MPI copies or takes the progress thread's lock): that time is
+    // all-reduce time the compute path pays, so it counts as such.
+    if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly) {
+      const double p0 = MPI_Wtime();
+      const int64_t b0 = comm.bytes_sent();
       L.grad_req = comm.iallreduce(L.dw.data(), L.dw.span(), cp::dtype_of<T>(), comm::ReduceOp::Sum, comm.world(), l);
+      const double posting = MPI_Wtime() - p0;
+      t.s[int(Phase::GradAllreduce)] += posting;
+      grad_exposed += posting;
+      grad_bytes += comm.bytes_sent() - b0;
+    }
+    close_layer(t, t_layer);
+  }
+
+  // The stack's own time between and around its layers (the loop, the final waits' loop)
+  // goes to `other` of the layer that ran last, so the layers' phases add up to the call.
+  static void close_stack(double t_call, std::vector<PhaseTimes*> per_layer, PhaseTimes& last) {
+    double inside = 0;
+    for (const PhaseTimes* t : per_layer) inside += t->total();
+    last.s[int(Phase::Other)] += std::max(0.0, MPI_Wtime() - t_call - inside);
   }
 
   void forward(cp::Context& ctx) {
+    const double t_call = MPI_Wtime();
     for (int l = 0; l < m.layers; ++l) forward_layer(ctx, l);
+    std::vector<PhaseTimes*> t;
+    for (Layer& L : layers) t.push_back(&L.fwd);
+    close_stack(t_call, t, layers.back().fwd);
   }
 
   void backward(cp::Context& ctx) {
     if (cfg.pass != Pass::Train) throw std::logic_error(std::string("the ") + to_string(cfg.pass) + " pass has no backward");
-    for (Layer& L : layers) Kokkos::deep_copy(L.dw, T(0));
+    const double t_call = MPI_Wtime();
+    grad_exposed = 0;
+    grad_bytes = 0;
     CV2 cur = dy;
     for (int l = m.layers - 1; l >= 0; --l) {
       View2<T> out = gbuf[(m.layers - 1 - l) % 2];
@@ -378,7 +421,6 @@ struct Stack<T>::Impl {
       cur = out;
       dx = out;
     }
-    grad_exposed = 0;
     for (Layer& L : layers) {  // what is left of the all-reduces after the last layer's backward
       if (!L.grad_req.active()) continue;
       const double t0 = MPI_Wtime();
@@ -387,6 +429,9 @@ struct Stack<T>::Impl {
       L.bwd.s[int(Phase::GradAllreduce)] += dt;
       grad_exposed += dt;
     }
+    std::vector<PhaseTimes*> t;
+    for (Layer& L : layers) t.push_back(&L.bwd);
+    close_stack(t_call, t, layers.front().bwd);
   }
 };
 
@@ -425,6 +470,8 @@ template <class T>
 const PhaseTimes& Stack<T>::backward_times(int layer) const { return p_->layers.at(size_t(layer)).bwd; }
 template <class T>
 double Stack<T>::grad_allreduce_exposed_s() const { return p_->grad_exposed; }
+template <class T>
+int64_t Stack<T>::grad_allreduce_bytes() const { return p_->grad_bytes; }
 
 template class Stack<float>;
 template class Stack<double>;

@@ -28,7 +28,11 @@ const char* to_string(Pass p);
 
 // Where a layer's time goes (seconds, fenced). Attention: compute is the scheme's time not
 // blocked on communication, comm its time blocked in waits (cp::Stats::comm_wait_s).
-enum class Phase : int { Norm, Qkv, Rope, AttnCompute, AttnComm, OutProj, Mlp, GradAllreduce, Count };
+// GradAllreduce: posting the layer's dW all-reduce, and (after the last layer) the wait for
+// what is left of it. Other: the layer's measured wall time less its timed phases (and, for
+// the layer that runs last, the stack's own time around the layers), so the phases of all
+// layers add up to the forward or backward call.
+enum class Phase : int { Norm, Qkv, Rope, AttnCompute, AttnComm, OutProj, Mlp, GradAllreduce, Other, Count };
 const char* to_string(Phase p);
 constexpr int kPhases = int(Phase::Count);
 struct PhaseTimes {
@@ -81,8 +85,12 @@ class Stack {
   // Per-layer phase times of the last forward / backward.
   const PhaseTimes& forward_times(int layer) const;
   const PhaseTimes& backward_times(int layer) const;
-  // Seconds the last backward spent blocked on the weight-gradient all-reduces at its end.
+  // Seconds the last backward spent blocked on the weight-gradient all-reduces: posting
+  // them, and waiting at its end for what was left.
   double grad_allreduce_exposed_s() const;
+  // Bytes this rank's dW all-reduces sent in the last backward (comm::bytes_leaving): the
+  // part of the communicator's bytes_sent() that is not the scheme's.
+  int64_t grad_allreduce_bytes() const;
 
  private:
   struct Impl;

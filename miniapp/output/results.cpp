@@ -138,6 +138,20 @@ double Results::add_case(const CaseData& c) {
   f.set_attr(g + "/timing", "phase_names", join(c.phase_names));
   f.set_attr(g + "/timing", "pass_names", "forward,backward");
   f.set_attr(g + "/timing", "units", "seconds: s");
+  f.write_table(g + "/steps",
+                {{"mode", Column::I32, offsetof(StepRow, mode)},
+                 {"rep", Column::I32, offsetof(StepRow, rep)},
+                 {"rank", Column::I32, offsetof(StepRow, rank)},
+                 {"forward_s", Column::F64, offsetof(StepRow, forward_s)},
+                 {"backward_s", Column::F64, offsetof(StepRow, backward_s)},
+                 {"step_s", Column::F64, offsetof(StepRow, step_s)},
+                 {"phases_s", Column::F64, offsetof(StepRow, phases_s)},
+                 {"attn_s", Column::F64, offsetof(StepRow, attn_s)},
+                 {"attn_comm_wait_s", Column::F64, offsetof(StepRow, attn_comm_wait_s)},
+                 {"grad_allreduce_s", Column::F64, offsetof(StepRow, grad_allreduce_s)}},
+                sizeof(StepRow), c.steps.data(), int64_t(c.steps.size()));
+  f.set_attr(g + "/steps", "mode_names", join(c.mode_names));
+  f.set_attr(g + "/steps", "units", "*_s: s");
   f.write_table(g + "/memory",
                 {{"rank", Column::I32, offsetof(MemoryRow, rank)},
                  {"kokkos_peak_bytes", Column::I64, offsetof(MemoryRow, kokkos_peak_bytes)},

@@ -3,6 +3,8 @@
 //   /                      attributes: version, build, platform, run (deck text, command line)
 //   /cases/<id>/           attributes: the case (scheme, settings, shape, pass, mask, status)
 //   /cases/<id>/timing     table: mode, rep, rank, layer, pass, phase, seconds
+//   /cases/<id>/steps      table: mode, rep, rank, forward_s, backward_s, step_s, phases_s,
+//                          attn_s, attn_comm_wait_s, grad_allreduce_s (every rep, every rank)
 //   /cases/<id>/memory     table: rank, kokkos_peak_bytes, rss_peak_bytes, predicted_bytes
 //   /cases/<id>/events     table: rank, rep, mode, layer, pass, step, kind, peer, group,
 //                          label, bytes, flops, t_begin, t_end (seconds on rank 0's clock)
@@ -32,6 +34,15 @@ struct TimingRow {
   int32_t mode, rep, rank, layer, pass, phase;  // pass: 0 forward, 1 backward
   double seconds;
 };
+// One rank's step of one rep in one mode: the raw times every step figure is computed from.
+struct StepRow {
+  int32_t mode, rep, rank;
+  double forward_s, backward_s, step_s;  // this rank's, fenced: step_s = forward_s + backward_s
+  double phases_s;                       // the sum of its phases over layers and passes (timing table)
+  double attn_s;                         // attention phases (attn_compute + attn_comm), all layers
+  double attn_comm_wait_s;               // blocked in the scheme's waits (event-based exposed comm)
+  double grad_allreduce_s;               // posting the dW all-reduces and waiting for them (exposed)
+};
 struct MemoryRow {
   int32_t rank;
   int64_t kokkos_peak_bytes, rss_peak_bytes, predicted_bytes;  // -1: not measured (see measured_*)
@@ -46,6 +57,7 @@ struct CaseData {
   std::string id;
   Attrs attrs, summary;
   std::vector<TimingRow> timing;
+  std::vector<StepRow> steps;
   std::vector<MemoryRow> memory;
   std::vector<EventRow> events;
   // Names of the enumerations the tables use (recorded as attributes of the tables).

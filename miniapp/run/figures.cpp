@@ -1,0 +1,209 @@
+// The figures of merit of a case (see figures.hpp; definitions: README, "Figures of merit").
+#include "miniapp/run/figures.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "harness/stats.hpp"
+
+namespace minicp::run {
+namespace {
+
+namespace hn = minicp::harness;
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+
+// One rep of one mode over the group: the slowest rank's step and its decomposition into
+// the attention phases and the rest (so step = attn + rest exactly), and the event-based
+// exposed times, each the largest over the ranks.
+struct Rep {
+  double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0;
+  double attn_wait = 0, grad = 0, wait = 0;
+};
+
+std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::StepRow>& rows) {
+  std::map<std::pair<int, int>, Rep> by;  // (mode, rep)
+  for (const output::StepRow& r : rows) {
+    Rep& x = by[{r.mode, r.rep}];
+    if (r.step_s >= x.step) x.step = r.step_s, x.fwd = r.forward_s, x.bwd = r.backward_s, x.phases = r.phases_s,
+                            x.attn = r.attn_s, x.rest = r.step_s - r.attn_s;
+    x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
+    x.grad = std::max(x.grad, r.grad_allreduce_s);
+    x.wait = std::max(x.wait, r.attn_comm_wait_s + r.grad_allreduce_s);
+  }
+  std::map<cp::Mode, std::vector<Rep>> out;  // reps in rep order (the map is ordered)
+  for (const auto& [key, rep] : by) out[all_modes().at(size_t(key.first))].push_back(rep);
+  return out;
+}
+
+template <class F>
+std::vector<double> field(const std::vector<Rep>& reps, F f) {
+  std::vector<double> v;
+  for (const Rep& r : reps) v.push_back(f(r));
+  return v;
+}
+
+double max_of(const std::vector<double>& v) { return v.empty() ? kNaN : *std::max_element(v.begin(), v.end()); }
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? kNaN : s / double(v.size());
+}
+
+// One overlap figure (prefix "" for the whole step, "attn_", "grad_allreduce_") from the
+// three modes' reps of one part of the step; NaN with the reason when it cannot be measured.
+void overlap_figures(output::Attrs& s, const std::string& prefix, const std::map<cp::Mode, std::vector<Rep>>& by,
+                     double (*part)(const Rep&), bool talks) {
+  hn::Overlap ov = hn::not_measured(talks ? "needs the full, compute-only and comm-only modes" : "");
+  const bool three = by.count(cp::Mode::Full) && by.count(cp::Mode::ComputeOnly) && by.count(cp::Mode::CommOnly);
+  double t_comm = kNaN;
+  if (talks && three) {
+    t_comm = hn::median(field(by.at(cp::Mode::CommOnly), part));
+    ov = hn::paired_overlap(field(by.at(cp::Mode::Full), part), field(by.at(cp::Mode::ComputeOnly), part), t_comm);
+  }
+  s.real[prefix + "overlap"] = ov.overlap;
+  s.real[prefix + "overlap_q1"] = ov.overlap_q1, s.real[prefix + "overlap_q3"] = ov.overlap_q3;
+  s.real[prefix + "exposed_comm_s"] = ov.exposed_s;
+  s.real[prefix + "comm_only_time_s"] = t_comm;
+  std::string note = ov.unresolved;
+  if (!std::isnan(ov.clamped_from)) {
+    char b[160];
+    std::snprintf(b, sizeof b, "set to %g from %.4f: within the noise (spread %.3g ms / comm %.3g ms)", ov.overlap,
+                  ov.clamped_from, 1e3 * ov.spread_s, 1e3 * ov.comm_s);
+    note = b;
+  }
+  s.text[prefix + "overlap_note"] = note;
+}
+
+void time_figures(output::Attrs& s, const Case& c, const std::map<cp::Mode, std::vector<Rep>>& by) {
+  const std::vector<Rep> full = by.count(cp::Mode::Full) ? by.at(cp::Mode::Full) : std::vector<Rep>{};
+  const std::vector<double> steps = field(full, [](const Rep& r) { return r.step; });
+  const double t = hn::median(steps);
+  // The median rep is one of the samples (the quartile rule): its slowest rank's forward and
+  // backward, so forward + backward = measured_time_s.
+  const auto med = std::find_if(full.begin(), full.end(), [t](const Rep& r) { return r.step == t; });
+  const bool train = c.stack.pass == model::Pass::Train;
+  s.real["measured_time_s"] = t;
+  // Without a backward the step is the forward (its fence after the forward included).
+  s.real["forward_time_s"] = med == full.end() ? kNaN : train ? med->fwd : med->step;
+  s.real["backward_time_s"] = med == full.end() || !train ? kNaN : med->bwd;
+  s.real["phase_coverage"] = med == full.end() ? kNaN : med->phases / med->step;
+  s.real["compute_only_time_s"] =
+      by.count(cp::Mode::ComputeOnly) ? hn::median(field(by.at(cp::Mode::ComputeOnly), [](const Rep& r) { return r.step; })) : kNaN;
+  s.real["slowest_rep_ratio"] = hn::slowest_ratio(steps);
+  s.real["comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.wait; }));
+  s.real["attn_comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.attn_wait; }));
+  s.real["grad_allreduce_exposed_s"] = hn::median(field(full, [](const Rep& r) { return r.grad; }));
+}
+
+void ceiling_figures(output::Attrs& s, const Measured& m, double t) {
+  const kernels::GemmCeiling& b = m.before;
+  const kernels::GemmCeiling& a = m.after;
+  const double ceiling = std::max(b.best(), a.best());
+  s.real["gemm_ceiling_flops_per_s"] = ceiling;
+  s.real["gemm_ceiling_before_flops_per_s"] = b.best();
+  s.real["gemm_ceiling_after_flops_per_s"] = a.best();
+  s.real["gemm_ceiling_before_age_s"] = m.before_age_s;
+  s.real["sgemm_flops_per_s"] = std::max(b.blas_square, a.blas_square);
+  s.real["blas_layer_gemm_flops_per_s"] = std::max(b.blas_layer, a.blas_layer);
+  s.real["tile_gemm_flops_per_s"] = std::max(b.tile, a.tile);
+  s.real["layer_efficiency"] = m.useful_flops / t / ceiling;
+}
+
+void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int threads, double t) {
+  // Against `none` of the same pass and S in this sweep: on the same total cores only (else
+  // NaN); cp_efficiency_core_scaled assumes none would speed up linearly.
+  double cpe = kNaN, scaled = kNaN;
+  if (none.count(none_key(c))) {
+    const double tn = none.at(none_key(c));
+    const int cores_case = c.stack.attn.ranks * threads, cores_none = threads;
+    if (cores_case == cores_none) cpe = tn / t;
+    scaled = tn * cores_none / (t * cores_case);
+  }
+  s.real["cp_efficiency"] = cpe;
+  s.real["cp_efficiency_core_scaled"] = scaled;
+  s.integer["cp_efficiency_measured"] = std::isnan(cpe) ? 0 : 1;
+}
+
+}  // namespace
+
+std::string none_key(const Case& c) {
+  return std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.stack.attn.seq_len);
+}
+
+output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads) {
+  output::Attrs s;
+  auto& r = s.real;
+  const auto by = reps_by_mode(m.steps);
+  time_figures(s, c, by);
+  const double t = r["measured_time_s"];
+  r["useful_flops_per_s"] = m.useful_flops / t;
+  double flops = 0;
+  for (double f : m.exec_flops) flops += f;
+  r["exec_flops_per_s"] = flops / t;
+  r["tokens_per_s"] = m.tokens / t;
+  ceiling_figures(s, m, t);
+  r["bytes_sent_per_rank"] = mean_of(m.bytes), r["bytes_sent_max_rank"] = max_of(m.bytes);
+  r["attn_bytes_sent_per_rank"] = mean_of(m.attn_bytes);
+  r["grad_allreduce_bytes_per_rank"] = mean_of(m.grad_bytes);
+  r["imbalance"] = hn::imbalance(m.compute);
+  r["flop_imbalance"] = hn::imbalance(m.exec_flops);
+  overlap_figures(s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
+  overlap_figures(s, "attn_", by, [](const Rep& x) { return x.attn; }, max_of(m.attn_bytes) > 0);
+  overlap_figures(s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0);
+  s.integer["overlap_measured"] = std::isnan(r["overlap"]) ? 0 : 1;
+  cp_efficiency(s, c, none, threads, t);
+  s.text["units"] =
+      "*_s: seconds; *_flops_per_s: FLOP/s; tokens_per_s: tokens/s; bytes_*: bytes per step; efficiencies, "
+      "overlap, imbalance, ratios, phase_coverage: dimensionless";
+  check_ranges(s);
+  return s;
+}
+
+std::string check_ranges(output::Attrs& s) {
+  struct Range {
+    const char* name;
+    double lo, hi;
+    const char *below, *above;  // what a value beyond each end means
+  };
+  static const char* kFraction = "not a fraction";
+  static const char* kSlowerBeside =
+      "the exposed time exceeds the comm-only time: communication cost more beside compute than alone (on busy "
+      "cores the transport's copies compete with the kernels)";
+  static const char* kFasterFull = "full-mode steps faster than compute-only ones by more than their noise";
+  static const Range ranges[] = {
+      {"layer_efficiency", 0, 1, kFraction, "the GEMM ceiling is below the layer's own rate"},
+      {"cp_efficiency", 0, 1, kFraction, "CP faster than the single-rank reference on the same cores"},
+      {"cp_efficiency_core_scaled", 0, 1, kFraction, "CP faster than a linear share of the reference"},
+      {"overlap", 0, 1, kSlowerBeside, kFasterFull},
+      {"overlap_q1", 0, 1, kSlowerBeside, kFasterFull},
+      {"overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
+      {"attn_overlap", 0, 1, kSlowerBeside, kFasterFull},
+      {"attn_overlap_q1", 0, 1, kSlowerBeside, kFasterFull},
+      {"attn_overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
+      {"grad_allreduce_overlap", 0, 1, kSlowerBeside, kFasterFull},
+      {"grad_allreduce_overlap_q1", 0, 1, kSlowerBeside, kFasterFull},
+      {"grad_allreduce_overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
+      {"imbalance", 1, kInf, "max below mean", ""},
+      {"flop_imbalance", 1, kInf, "max below mean", ""},
+      {"slowest_rep_ratio", 1, kInf, "max below median", ""},
+      {"phase_coverage", 0.99, 1.01, "time outside every phase", "phases longer than the step"},
+  };
+  std::string out;
+  for (const Range& rg : ranges) {
+    const auto it = s.real.find(rg.name);
+    if (it == s.real.end() || std::isnan(it->second)) continue;
+    const double v = it->second;
+    if (v >= rg.lo && v <= rg.hi) continue;
+    char b[512];
+    std::snprintf(b, sizeof b, "%s=%.4g (allowed [%g, %g]: %s)", rg.name, v, rg.lo, rg.hi, v < rg.lo ? rg.below : rg.above);
+    out += (out.empty() ? "" : "; ") + std::string(b);
+  }
+  s.text["out_of_range"] = out;
+  s.integer["figures_in_range"] = out.empty() ? 1 : 0;
+  return out;
+}
+
+}  // namespace minicp::run

@@ -1,0 +1,26 @@
+// The figures of merit of a case (README, "Figures of merit"), computed on the group's rank 0
+// from the raw step rows measure.hpp gathered, and the range check every figure goes
+// through: a figure outside its range is a defect of the measurement, so it is flagged
+// (out_of_range, figures_in_range = 0, a warning) rather than reported as a result.
+#pragma once
+#include <map>
+#include <string>
+
+#include "miniapp/output/results.hpp"
+#include "miniapp/run/measure.hpp"
+
+namespace minicp::run {
+
+// measured_time_s of `none` per "<pass>_<seq_len>" in this sweep (the CP efficiency's base).
+using NoneTimes = std::map<std::string, double>;
+std::string none_key(const Case& c);
+
+// Every figure (NaN where not measured; a *_note text says why an overlap that could have
+// been measured was not resolved), then check_ranges.
+output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads);
+
+// Checks every figure that has a range (NaN passes) and sets `out_of_range` ("" or
+// "name=value (allowed [lo, hi]: why); ...") and `figures_in_range` (1 or 0). Returns the text.
+std::string check_ranges(output::Attrs& summary);
+
+}  // namespace minicp::run

@@ -1,0 +1,234 @@
+// Measuring one case (see measure.hpp).
+#include "miniapp/run/measure.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "harness/memtrack.hpp"
+#include "harness/stats.hpp"
+#include "miniapp/cp/common.hpp"
+#include "miniapp/model/layer.hpp"
+#include "miniapp/output/dump.hpp"
+
+namespace minicp::run {
+
+namespace hn = minicp::harness;
+
+const std::vector<cp::Mode>& all_modes() {
+  static const std::vector<cp::Mode> m = {cp::Mode::Full, cp::Mode::ComputeOnly, cp::Mode::CommOnly};
+  return m;
+}
+int mode_code(cp::Mode m) { return int(std::find(all_modes().begin(), all_modes().end(), m) - all_modes().begin()); }
+
+std::string iso_time_utc() {
+  const std::time_t now = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return b;
+}
+
+double step_useful_flops(const Case& c) {
+  const cp::Config a = model::attention_config(c.stack);
+  const bool decode = c.stack.pass == model::Pass::Decode, train = c.stack.pass == model::Pass::Train;
+  const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
+  return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
+}
+
+double CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key, const std::function<double()>& measure) {
+  Timed& t = cache_[key];
+  int stale = MPI_Wtime() - t.taken > kFreshSeconds ? 1 : 0;
+  MPI_Bcast(&stale, 1, MPI_INT, 0, g);
+  if (stale) t.rate = measure(), t.taken = MPI_Wtime();
+  return t.rate;
+}
+
+CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShape s) {
+  const auto sync = [g] { MPI_Barrier(g); };
+  Reading r;
+  r.rates.blas_square = component(g, {ranks, 0}, [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); });
+  r.rates.tile = component(g, {ranks, 1}, [&] { return kernels::tile_gemm_rate(sync); });
+  r.taken = std::min(cache_[{ranks, 0}].taken, cache_[{ranks, 1}].taken);
+  if (s.m > 0 && s.n > 0 && s.k > 0) {
+    r.rates.blas_layer = component(g, {ranks, 2, s.m, s.n, s.k}, [&] { return kernels::blas_gemm_rate(s, sync); });
+    r.taken = std::min(r.taken, cache_[{ranks, 2, s.m, s.n, s.k}].taken);
+  }
+  return r;
+}
+
+namespace {
+
+// Resets the process's peak RSS (VmHWM) to its current RSS (Linux: /proc/self/clear_refs).
+void reset_peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return;
+  std::fputs("5", f);
+  std::fclose(f);
+}
+
+// Medians over reps of x, then gathered to the group's rank 0 (one value per rank).
+std::vector<double> gather_median(const std::vector<double>& x, MPI_Comm g) {
+  double m = hn::median(x);
+  int size = 1;
+  MPI_Comm_size(g, &size);
+  std::vector<double> all(static_cast<size_t>(size));
+  MPI_Gather(&m, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, g);
+  return all;
+}
+
+// Every rank's step rows on the group's rank 0 (each rank has as many).
+std::vector<output::StepRow> gather_steps(const std::vector<output::StepRow>& mine, MPI_Comm g) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(g, &size);
+  MPI_Comm_rank(g, &rank);
+  const int bytes = int(mine.size() * sizeof(output::StepRow));
+  std::vector<output::StepRow> all(rank == 0 ? mine.size() * size_t(size) : 0);
+  MPI_Gather(mine.data(), bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, 0, g);
+  return all;
+}
+
+// The largest GEMM of a layer on the rows of the rank that holds most: the MLP's [N, C] x
+// [C, F], N = T new tokens (decode) or ceil(S / P).
+kernels::GemmShape largest_gemm(const Case& c) {
+  const cp::Config& a = c.stack.attn;
+  const int64_t rows = c.stack.pass == model::Pass::Decode ? a.decode_tokens : (a.seq_len + a.ranks - 1) / a.ranks;
+  return {rows, c.stack.shape.ffn, c.stack.shape.hidden};
+}
+
+// Per-rank samples of the full-mode reps, reduced to medians at the end.
+struct FullSamples {
+  std::vector<double> compute, flops, bytes, grad_bytes;
+};
+
+template <class T>
+void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
+                const double t[3], CaseRun& out) {
+  output::StepRow row{mode_code(mode), rep, rank, t[0], t[1], t[2], 0, 0, ctx.stats.comm_wait_s,
+                      st.grad_allreduce_exposed_s()};
+  constexpr int kTotal = model::kPhases;  // the "total" row of a layer (the sum of its phases)
+  if (mode == cp::Mode::Full) out.m.fwd_phases = {}, out.m.bwd_phases = {};  // the last full rep's
+  for (int l = 0; l < L; ++l)
+    for (int dir = 0; dir < (train ? 2 : 1); ++dir) {
+      const model::PhaseTimes& ph = dir == 0 ? st.forward_times(l) : st.backward_times(l);
+      for (int i = 0; i < model::kPhases; ++i) out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, i, ph.s[i]});
+      out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, kTotal, ph.total()});
+      row.phases_s += ph.total();
+      row.attn_s += ph.s[int(model::Phase::AttnCompute)] + ph.s[int(model::Phase::AttnComm)];
+      if (mode == cp::Mode::Full) (dir == 0 ? out.m.fwd_phases : out.m.bwd_phases) += ph;
+    }
+  out.data.steps.push_back(row);
+}
+
+// The reps of one case: warm-up, then reps x modes interleaved, recording every rank's step
+// row and per-layer phases into out, and its full-mode samples into fs.
+template <class T>
+void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank,
+              CaseRun& out, FullSamples& fs) {
+  const int L = c.stack.shape.layers;
+  const bool train = c.stack.pass == model::Pass::Train;
+  comm::Trace& trace = ctx.comm.trace();
+  // This rank's GEMM FLOPs per step (the same on every rank).
+  const double n = double(st.rows().size());
+  const double gemm_flops_step =
+      L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
+  for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
+    for (cp::Mode mode : p.deck.modes) {
+      const int r = rep - p.deck.warmup;
+      ctx.cfg.mode = mode;
+      ctx.reset();
+      trace.context().rep = r;
+      trace.context().mode = mode_code(mode);
+      MPI_Barrier(g);
+      const double t0 = MPI_Wtime();
+      st.forward(ctx);
+      Kokkos::fence();
+      const double t1 = MPI_Wtime();
+      if (train) st.backward(ctx);
+      Kokkos::fence();
+      const double t2 = MPI_Wtime();
+      if (r < 0) {
+        trace.clear();  // warm-up: not recorded
+        continue;
+      }
+      const double t[3] = {t1 - t0, t2 - t1, t2 - t0};
+      record_rep(st, ctx, L, train, mode, r, rank, t, out);
+      if (mode != cp::Mode::Full) continue;
+      const output::StepRow& row = out.data.steps.back();
+      fs.compute.push_back(row.phases_s - row.attn_comm_wait_s - row.grad_allreduce_s);
+      fs.flops.push_back(ctx.stats.flops + gemm_flops_step);
+      fs.bytes.push_back(double(ctx.bytes_sent()));
+      fs.grad_bytes.push_back(double(st.grad_allreduce_bytes()));
+    }
+}
+
+template <class T>
+void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
+                   CeilingCache& ceiling, CaseRun& out) {
+  const cp::SchemeInfo& info = cp::find(c.scheme);
+  MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
+  const int rank = comm.world().rank, P = c.stack.attn.ranks;
+  Measured& m = out.m;
+  hn::MemTracker& mem = hn::MemTracker::instance();
+  // The ceiling first: its buffers must not count as the case's memory.
+  const kernels::GemmShape shape = largest_gemm(c);
+  const CeilingCache::Reading before = ceiling.get(g, P, shape);
+  m.before = before.rates, m.before_age_s = MPI_Wtime() - before.taken;
+  cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
+  mem.reset_peak();
+  reset_peak_rss();
+  const int64_t base = mem.current_bytes();
+  model::Stack<T> st(c.stack, info, comm);
+  m.start_utc = iso_time_utc();
+  cp::Context ctx{comm, model::attention_config(c.stack)};
+  const bool train = c.stack.pass == model::Pass::Train;
+  comm::Trace& trace = comm.trace();
+  trace.set_enabled(!p.o.no_events);
+  trace.clear();
+  FullSamples fs;
+  run_reps(p, c, st, ctx, g, rank, out, fs);
+  const size_t elem = sizeof(T);
+  out.data.memory.push_back({rank, mem.peak_bytes() - base, hn::peak_rss_bytes(),
+                             model::predicted_stack_bytes(c.stack, info, elem)});
+  m.end_utc = iso_time_utc();
+  if (!dump.empty()) {
+    ctx.cfg.mode = cp::Mode::Full;
+    ctx.reset();
+    trace.set_enabled(false);
+    st.forward(ctx);
+    if (train) st.backward(ctx);
+    output::write_dump(dump, st, c.stack, c.scheme, comm);
+  }
+  for (const comm::Event& e : trace.events())
+    out.data.events.push_back({rank, e.rep, e.mode, e.layer, e.pass, e.step, int32_t(e.kind), e.peer, e.group,
+                               e.label, e.bytes, e.flops, e.t_begin, e.t_end});
+  trace.clear();
+  trace.set_enabled(false);
+  cp::release_scratch();
+  m.steps = gather_steps(out.data.steps, g);
+  m.compute = gather_median(fs.compute, g);
+  m.exec_flops = gather_median(fs.flops, g);
+  m.bytes = gather_median(fs.bytes, g);
+  m.grad_bytes = gather_median(fs.grad_bytes, g);
+  for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i]);
+  m.useful_flops = step_useful_flops(c);
+  m.tokens = double(cp::global_q_tokens(ctx.cfg));
+  m.after = ceiling.get(g, P, shape).rates;
+  for (kernels::GemmCeiling* x : {&m.before, &m.after}) {  // the group's: summed over its ranks
+    double v[3] = {x->blas_square, x->blas_layer, x->tile};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
+    *x = {v[0], v[1], v[2]};
+  }
+}
+
+}  // namespace
+
+void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
+                  CeilingCache& ceiling, CaseRun& out) {
+  if (p.deck.dtype == "f64")
+    measure_typed<double>(p, c, comm, dump, ceiling, out);
+  else
+    measure_typed<float>(p, c, comm, dump, ceiling, out);
+}
+
+}  // namespace minicp::run

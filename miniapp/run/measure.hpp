@@ -1,0 +1,75 @@
+// Measuring one case on its CP group: warm-up, then reps x modes interleaved (full,
+// compute-only, comm-only, full, ...), every rank's raw step times, phases, events and memory,
+// and the GEMM ceiling of the layer efficiency around the case. What the figures of merit
+// need is gathered to the group's rank 0 (figures.hpp turns it into the summary).
+#pragma once
+#include <mpi.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/comm.hpp"
+#include "kernels/ceiling.hpp"
+#include "miniapp/output/results.hpp"
+#include "miniapp/run/driver.hpp"
+
+namespace minicp::run {
+
+// The modes in the order the tables number them (mode column: index here).
+const std::vector<cp::Mode>& all_modes();
+int mode_code(cp::Mode m);
+
+// The GEMM ceiling per group size, reused while it is fresh. A machine's GEMM rate drifts
+// (10-15% over tens of seconds on the development VM), so a measurement older than
+// kFreshSeconds is taken again; within that window short cases share one, which keeps the
+// measurement from costing more than the cases it serves. Whether to measure is group rank
+// 0's decision, broadcast, so a group measures as one. Components that depend on the case
+// (the layer's largest GEMM shape) are keyed by that shape as well.
+class CeilingCache {
+ public:
+  static constexpr double kFreshSeconds = 30;
+  struct Reading {
+    kernels::GemmCeiling rates;  // this rank's, FLOP/s
+    double taken = 0;            // MPI_Wtime() when taken (this rank's clock)
+  };
+  // This rank's ceiling for a case of `ranks` ranks whose layer's largest GEMM is `shape`
+  // (an empty shape: the BLAS square and tile components only).
+  Reading get(MPI_Comm group, int ranks, kernels::GemmShape shape);
+
+ private:
+  struct Timed {
+    double rate = 0, taken = -1e300;
+  };
+  double component(MPI_Comm g, const std::vector<int64_t>& key, const std::function<double()>& measure);
+  std::map<std::vector<int64_t>, Timed> cache_;
+};
+
+// What the group measured, on the group's rank 0 (other ranks: their own rows only).
+struct Measured {
+  std::vector<output::StepRow> steps;  // every rank's (gathered)
+  std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
+  double useful_flops = 0, tokens = 0;
+  kernels::GemmCeiling before, after;  // summed over the group's ranks (FLOP/s)
+  double before_age_s = 0;             // how old the reading before the case was when it started
+  model::PhaseTimes fwd_phases, bwd_phases;  // rank 0, all layers, the last full rep (the printed table)
+  std::string start_utc, end_utc;
+};
+
+struct CaseRun {
+  Measured m;
+  output::CaseData data;  // this rank's rows
+};
+
+// Runs case c on comm (the case's CP group; every member calls). dump: when not empty, one
+// more full-mode step written there (--dump).
+void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
+                  CeilingCache& ceiling, CaseRun& out);
+
+// Useful FLOPs of one step of a case over the whole problem (README, "FLOPs"): what the
+// layer efficiency and the ETA weigh a case by.
+double step_useful_flops(const Case& c);
+
+std::string iso_time_utc();
+
+}  // namespace minicp::run

@@ -1,0 +1,214 @@
+// Records, the printed table and the ETA (see report.hpp).
+#include "miniapp/run/report.hpp"
+
+#include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
+#include "miniapp/output/dump.hpp"
+#include "minicp_gitinfo.hpp"
+
+extern char** environ;
+
+namespace minicp::run {
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// "NAME=value" of every environment variable with one of the prefixes, space-separated.
+std::string env_with_prefixes(std::initializer_list<const char*> prefixes) {
+  std::string s;
+  for (char** e = environ; *e; ++e)
+    for (const char* p : prefixes)
+      if (std::string(*e).rfind(p, 0) == 0) s += (s.empty() ? "" : " ") + std::string(*e);
+  return s;
+}
+
+// This process's CPU affinity as ranges ("0-1,4").
+std::string affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "unknown";
+  std::string s;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
+    s += (s.empty() ? "" : ",") + std::to_string(c) + (e > c ? "-" + std::to_string(e) : "");
+    c = e;
+  }
+  return s;
+}
+
+// Every rank's affinity, "r0:0-1 r1:0-1" (rank 0 gets it; collective).
+std::string all_affinities(int ranks) {
+  char mine[256] = {};
+  std::snprintf(mine, sizeof mine, "%s", affinity().c_str());
+  std::vector<char> all(size_t(ranks) * sizeof mine);
+  MPI_Gather(mine, sizeof mine, MPI_CHAR, all.data(), sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::string s;
+  for (int r = 0; r < ranks; ++r) s += (r ? " r" : "r") + std::to_string(r) + ":" + std::string(&all[r * sizeof mine]);
+  return s;
+}
+
+// The parent process (mpirun, srun's slurmstepd, a shell): its name and command line.
+void launcher(std::string& name, std::string& cmdline) {
+  const std::string dir = "/proc/" + std::to_string(getppid());
+  std::ifstream comm(dir + "/comm"), cmd(dir + "/cmdline");
+  std::getline(comm, name);
+  cmdline.assign(std::istreambuf_iterator<char>(cmd), std::istreambuf_iterator<char>());
+  for (char& ch : cmdline)
+    if (ch == '\0') ch = ' ';
+  while (!cmdline.empty() && cmdline.back() == ' ') cmdline.pop_back();
+}
+
+void build_attrs(output::Attrs& r) {
+  r.text["minicp_version"] = MINICP_VERSION;
+  r.text["git_sha"] = MINICP_GIT_SHA;
+  r.text["git_dirty"] = MINICP_GIT_DIRTY;
+  r.text["compiler"] = MINICP_COMPILER;
+  r.text["compiler_flags"] = MINICP_CXX_FLAGS;
+  r.text["kernel_flags"] = MINICP_KERNEL_FLAGS;
+  r.text["kokkos_version"] = std::to_string(KOKKOS_VERSION);
+  r.text["kokkos_exec_space"] = kernels::Exec::name();
+  r.integer["kokkos_concurrency"] = kernels::Exec().concurrency();
+  r.text["attention_tiles"] = kernels::attention_tiles();
+  r.text["gemm_backend"] = kernels::gemm_backend();
+}
+
+void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
+  r.text["blas"] = b.name;
+  r.text["blas_library"] = b.library;
+  r.text["blas_version"] = b.version;
+  r.text["blas_config"] = b.config;
+  r.text["blas_core"] = b.core;
+  r.text["blas_core_source"] = b.core_source;
+  r.text["blas_warning"] = b.warning;
+  r.text["cpu_model"] = b.cpu_model;
+  r.text["cpu_flags"] = b.cpu_flags;
+  r.text["cpu_isa"] = harness::to_string(b.cpu_isa);
+}
+
+}  // namespace
+
+output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
+                             const harness::BlasInfo& blas, const ProgressSettings& prog) {
+  output::Attrs r;
+  build_attrs(r);
+  blas_attrs(r, blas);
+  r.text["comm_backend"] = world.backend();
+  r.text["progress"] = p.deck.progress;
+  r.integer["progress_poll_us"] = prog.poll_us;
+  r.text["progress_cpus"] = prog.cpus;
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(lib, &len);
+  r.text["mpi_library"] = std::string(lib, size_t(len));
+  std::string hosts;
+  for (const std::string& h : world.topology().hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  r.text["hosts"] = hosts;
+  r.integer["world_ranks"] = a.size();
+  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST"}) {
+    const char* e = std::getenv(v);
+    r.text[std::string(v) == "SLURM_JOB_ID" ? "slurm_job_id" : "slurm_job_nodelist"] = e ? e : "";
+  }
+  r.text["environment"] = env_with_prefixes({"OMP_", "OPENBLAS_", "KOKKOS_", "GOMP_", "MKL_", "UCX_", "SLURM_CPU"});
+  r.text["cpu_affinity"] = all_affinities(a.size());
+  launcher(r.text["launcher"], r.text["launcher_command_line"]);
+  r.text["start_time"] = iso_time_utc();
+  r.text["deck"] = p.deck.resolved;
+  std::string cmd;
+  for (const std::string& w : a.args()) cmd += (cmd.empty() ? "" : " ") + w;
+  r.text["command_line"] = cmd;
+  return r;
+}
+
+output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo) {
+  output::Attrs a;
+  const cp::Config& cfg = c.stack.attn;
+  a.text["scheme"] = c.scheme;
+  a.text["pass"] = model::to_string(c.stack.pass);
+  a.text["mask"] = output::mask_name(model::attention_config(c.stack));
+  a.text["dtype"] = d.dtype;
+  a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
+  a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
+  a.integer["window"] = cfg.window, a.integer["doc_len"] = cfg.doc_len;
+  a.integer["causal"] = cfg.causal ? 1 : 0;
+  for (const cp::Setting& st : cp::all_settings()) a.integer[st.name] = cfg.*st.field;
+  if (c.refused.empty())  // the scheme's own settings as they run (a refused case ran nothing)
+    for (const cp::Setting& st : cp::find(c.scheme).settings)
+      if (st.resolve) a.integer[st.name] = st.resolve(model::attention_config(c.stack), topo);
+  const model::Shape& m = c.stack.shape;
+  a.integer["hidden"] = m.hidden, a.integer["heads"] = m.heads, a.integer["kv_heads"] = m.kv_heads;
+  a.integer["head_dim"] = m.head_dim, a.integer["ffn"] = m.ffn, a.integer["layers"] = m.layers;
+  a.real["rope_theta"] = m.rope_theta, a.real["norm_eps"] = m.norm_eps;
+  a.integer["reps"] = d.reps, a.integer["warmup"] = d.warmup;
+  return a;
+}
+
+void print_case(const Case& c, const output::Attrs& summary, const Measured& m) {
+  const auto& f = summary.real;
+  const int L = c.stack.shape.layers;
+  auto opt = [&](const char* k, double scale = 1) {
+    return std::isnan(f.at(k)) ? std::string("-") : fmt("%.3f", scale * f.at(k));
+  };
+  std::printf("  %-10s %6s %9s %5s %13s %13s %9s %11s %10s %12s %7s %8s %8s %8s %9s\n", "scheme", "pass", "S",
+              "ranks", "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "ceiling[GF/s]", "/ceil",
+              "overlap", "attn_ov", "grad_ov", "wait[ms]");
+  std::printf("  %-10s %6s %9lld %5d %13.3f %13s %9.4f %11.1f %10.1f %12.1f %7.3f %8s %8s %8s %9.2f\n",
+              c.scheme.c_str(), model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len, c.stack.attn.ranks,
+              1e3 * f.at("forward_time_s") / L, opt("backward_time_s", 1e3 / L).c_str(), f.at("measured_time_s"),
+              f.at("tokens_per_s"), f.at("useful_flops_per_s") / 1e9, f.at("gemm_ceiling_flops_per_s") / 1e9,
+              f.at("layer_efficiency"), opt("overlap").c_str(), opt("attn_overlap").c_str(),
+              opt("grad_allreduce_overlap").c_str(), 1e3 * f.at("comm_wait_s"));
+  for (int dir = 0; dir < 2; ++dir) {
+    const model::PhaseTimes& ph = dir == 0 ? m.fwd_phases : m.bwd_phases;
+    if (ph.total() <= 0) continue;
+    std::printf("  %s phases per layer [ms]:", dir == 0 ? "fwd" : "bwd");
+    for (int i = 0; i < model::kPhases; ++i) std::printf(" %s %.2f", model::to_string(model::Phase(i)), 1e3 * ph.s[i] / L);
+    std::printf("\n");
+  }
+  for (const char* k : {"overlap_note", "attn_overlap_note", "grad_allreduce_overlap_note"})
+    if (!summary.text.at(k).empty()) std::printf("  %s: %s\n", k, summary.text.at(k).c_str());
+  if (!summary.text.at("out_of_range").empty())
+    std::printf("  WARNING: figures outside their range (a measurement defect, not a result): %s\n",
+                summary.text.at("out_of_range").c_str());
+  const double slow = f.at("slowest_rep_ratio");
+  if (slow > 2.0)
+    std::printf("  WARNING: a rep took %.1fx the median step (%.3f s): a rank stalled or the machine was busy; "
+                "every rep is in the results file\n",
+                slow, slow * f.at("measured_time_s"));
+}
+
+std::string summary_token(const Case& c, const output::Attrs& summary) {
+  return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
+         "_P" + std::to_string(c.stack.attn.ranks) + "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
+}
+
+Eta::Eta(const Plan& p, const std::vector<const Case*>& todo) : p_(p) {
+  for (const Case* c : todo) left_ += cost(*c);
+}
+
+double Eta::cost(const Case& c) const {
+  if (!c.refused.empty()) return 0.0;
+  return step_useful_flops(c) * (p_.deck.warmup + p_.deck.reps) * double(p_.deck.modes.size());
+}
+
+std::string Eta::start(const Case& c, double elapsed_s) {
+  done_ += prev_, left_ -= prev_, prev_ = cost(c);  // the previous case is done
+  return done_ > 0 ? ", ETA " + fmt("%.1f", elapsed_s / done_ * left_) + " s" : "";
+}
+
+}  // namespace minicp::run
