@@ -11,6 +11,7 @@ Usage: check_results.py FILE.h5 [--cases N] [--memory-tolerance 0.15] [--complet
                         [--blas-core NAME] [--blas-not-generic] [--blas-source-has TEXT]"""
 import argparse
 import math
+import re
 import sys
 
 import h5py
@@ -130,6 +131,33 @@ def check_steps(cid, g, s, fail):
         fail(f"{cid}/summary: backward_time_s {s['backward_time_s']} for pass {text(g.attrs['pass'])}")
 
 
+def slowest_per_rep(st, mode):
+    """The slowest rank's row of each rep of one mode, in rep order."""
+    rows = st[st["mode"] == mode]
+    return [max(rows[rows["rep"] == rep], key=lambda r: r["step_s"]) for rep in sorted(set(rows["rep"]))]
+
+
+def check_overlaps(cid, g, s, fail):
+    """Each overlap recomputed from the steps table by the README's definition."""
+    st = g["steps"][()]
+    if len(set(st["mode"])) != 3:
+        return
+    parts = {"": lambda r: r["step_s"], "attn_": lambda r: r["attn_s"],
+             "grad_allreduce_": lambda r: r["step_s"] - r["attn_s"]}
+    for prefix, part in parts.items():
+        v = float(s[prefix + "overlap"])
+        if math.isnan(v):
+            continue
+        full, comp, comm = ([part(r) for r in slowest_per_rep(st, m)] for m in (0, 1, 2))
+        diff = sorted(f - c for f, c in zip(full, comp))
+        raw = 1 - diff[len(diff) // 2] / sorted(comm)[len(comm) // 2]
+        note = text(s[prefix + "overlap_note"])
+        m = re.match(r"set to \S+ from (\S+):", note)
+        want = float(m.group(1)) if m else v
+        if abs(raw - want) > 1e-3:
+            fail(f"{cid}/summary: {prefix}overlap {v} (note {note!r}) but the steps table gives {raw}")
+
+
 def check_figures(cid, g, s, modes, fail):
     for k in ("measured_time_s", "layer_efficiency", "tokens_per_s", "useful_flops_per_s", "imbalance",
               "gemm_ceiling_flops_per_s"):
@@ -153,6 +181,11 @@ def check_figures(cid, g, s, modes, fail):
         if three and math.isnan(s[part + "overlap"]) and s[part.rstrip("_") + ("_bytes_sent_per_rank" if part == "attn_" else "_bytes_per_rank")] > 0 \
                 and not text(s[part + "overlap_note"]):
             fail(f"{cid}/summary: {part}overlap is NaN without a reason")
+    for scheme, setting in (("usp", "ulysses"), ("doublering", "inner_ring")):
+        if text(g.attrs["scheme"]) == scheme and int(g.attrs[setting]) < 1:
+            fail(f"{cid}: {setting} = {int(g.attrs[setting])}, not the value that ran")
+    if s["exec_flops_per_s"] < s["useful_flops_per_s"] * (1 - 1e-9):
+        fail(f"{cid}/summary: executed FLOP/s {s['exec_flops_per_s']} below useful {s['useful_flops_per_s']}")
     if modes == 3 and math.isnan(s["compute_only_time_s"]):
         fail(f"{cid}/summary: compute_only_time_s NaN though compute-only ran")
     if abs(s["bytes_sent_per_rank"] - s["attn_bytes_sent_per_rank"] - s["grad_allreduce_bytes_per_rank"]) > 0.5:
@@ -197,6 +230,10 @@ def check_events(cid, g, args, fail):
         fail(f"{cid}/events: no kernel events")
     elif ranks > 1 and not np.any(e["bytes"] > 0):
         fail(f"{cid}/events: no event moved bytes on {ranks} ranks")
+    elif np.any((e["mode"] == 1) & (e["bytes"] > 0)):
+        bad = e[(e["mode"] == 1) & (e["bytes"] > 0)]
+        fail(f"{cid}/events: compute-only mode sent bytes: {len(bad)} events, kinds "
+             f"{sorted({kinds[k] for k in bad['kind']})}")
     elif ranks > 1 and text(g.attrs["pass"]) == "train" and int(g.attrs["layers"]) > 1:
         # The gradient all-reduce of each layer carries the layer that posted it.
         ar = e[(e["kind"] == kinds.index("allreduce")) & (e["bytes"] > 1 << 12)]
@@ -245,6 +282,7 @@ def main():
                 continue
             check_steps(cid, g, s, fail)
             check_figures(cid, g, s, len(set(t["mode"])), fail)
+            check_overlaps(cid, g, s, fail)
             worst_mem = max(worst_mem, check_memory(cid, g, args, fail))
             check_events(cid, g, args, fail)
         print(f"check_results: {args.file}: {len(cases)} cases; memory model worst error {100 * worst_mem:.1f}%")
