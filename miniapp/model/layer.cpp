@@ -104,7 +104,7 @@ struct Stack<T>::Impl {
     View2<T> lse;                           // [N,H]
     View3<T> kc, vc;                        // decode: this rank's cache shard [Nc,Hkv,D]
     PhaseTimes fwd, bwd;
-    comm::Request grad_req;
+    std::vector<comm::Request> grad_reqs;  // the dW all-reduce, one per bucket
   };
 
   StackConfig cfg;
@@ -384,7 +384,10 @@ struct Stack<T>::Impl {
     if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly) {
       const double p0 = MPI_Wtime();
       const int64_t b0 = comm.bytes_sent();
-      L.grad_req = comm.iallreduce(L.dw.data(), L.dw.span(), cp::dtype_of<T>(), comm::ReduceOp::Sum, comm.world(), l);
+      const size_t bucket = std::max<size_t>(1, kGradBucketBytes / sizeof(T));
+      for (size_t at = 0; at < L.dw.span(); at += bucket)
+        L.grad_reqs.push_back(comm.iallreduce(L.dw.data() + at, std::min(bucket, L.dw.span() - at), cp::dtype_of<T>(),
+                                              comm::ReduceOp::Sum, comm.world(), l));
       const double posting = MPI_Wtime() - p0;
       t.s[int(Phase::GradAllreduce)] += posting;
       grad_exposed += posting;
@@ -422,9 +425,10 @@ struct Stack<T>::Impl {
       dx = out;
     }
     for (Layer& L : layers) {  // what is left of the all-reduces after the last layer's backward
-      if (!L.grad_req.active()) continue;
+      if (L.grad_reqs.empty()) continue;
       const double t0 = MPI_Wtime();
-      comm.wait(L.grad_req);
+      for (comm::Request& r : L.grad_reqs) comm.wait(r);
+      L.grad_reqs.clear();
       const double dt = MPI_Wtime() - t0;
       L.bwd.s[int(Phase::GradAllreduce)] += dt;
       grad_exposed += dt;
