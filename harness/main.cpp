@@ -4,9 +4,11 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 namespace minicp::harness {
 
@@ -24,6 +26,7 @@ constexpr int kContinue = -1;  // guarded(parse) succeeded: go on to run
 // anything else.
 int guarded(const Args& a, const std::function<int()>& fn) {
   std::string fatal;
+  bool once = false;  // a JobError: printed by its reporting rank alone, without a rank number
   try {
     return fn();
   } catch (const HelpShown&) {
@@ -32,13 +35,22 @@ int guarded(const Args& a, const std::function<int()>& fn) {
     if (a.rank() == 0) std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), e.what());
     std::fflush(stderr);
     return 2;
+  } catch (const JobError& e) {
+    if (a.mpi() && a.rank() != e.reporter) {
+      std::this_thread::sleep_for(std::chrono::seconds(30));  // the reporter's abort ends us first
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fatal = e.what(), once = true;
   } catch (const std::exception& e) {
     fatal = e.what();
   } catch (...) {
     fatal = "unknown exception";
   }
   if (a.mpi()) {
-    std::fprintf(stderr, "%s (rank %d): %s\n", a.prog().c_str(), a.rank(), fatal.c_str());
+    if (once)
+      std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), fatal.c_str());
+    else
+      std::fprintf(stderr, "%s (rank %d): %s\n", a.prog().c_str(), a.rank(), fatal.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   } else {

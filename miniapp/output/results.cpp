@@ -66,6 +66,19 @@ Attrs bcast(const Attrs& a, MPI_Comm comm) {
 
 }  // namespace
 
+std::string not_a_results_file(const std::string& path) { return kind_mismatch(path, kResultsKind, "minicp_version"); }
+
+std::vector<StoredCase> stored_cases(const std::string& path) {
+  std::vector<StoredCase> out;
+  for (const std::string& id : groups_with_attr(path, "/cases", "complete", "yes")) {
+    const std::string g = "/cases/" + id;
+    out.push_back({id, read_string_attr(path, g, "scheme"), read_string_attr(path, g, "pass"),
+                   int64_t(read_number_attr(path, g, "seq_len")),
+                   read_number_attr(path, g + "/summary", "measured_time_s")});
+  }
+  return out;
+}
+
 std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -105,6 +118,7 @@ Results::Results(std::string path, MPI_Comm comm, const Attrs& root, const std::
   }
   H5File f(path_, comm_, start);
   write_attrs(f, "/", root_);
+  f.set_attr("/", "file_kind", kResultsKind);
   f.set_attr("/", "complete", "no");
   f.create_group("/cases");
   f.commit();

@@ -21,10 +21,12 @@
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
 #include "harness/stats.hpp"
+#include "harness/watchdog.hpp"
 #include "kernels/gemm.hpp"
 #include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
+#include "miniapp/output/h5.hpp"
 #include "miniapp/output/results.hpp"
 
 namespace minicp::run {
@@ -96,6 +98,9 @@ Plan parse(const hn::Args& a) {
                  "keep the complete cases of this results file (of the same deck), run the others, and write "
                  "the whole file again (to --out, default: this file) (default: none)")
       ->type_name("FILE.h5");
+  app.add_flag("--overwrite", o.overwrite,
+               "replace an existing --out or --dump that is not a minicp file of its kind (results, dump); an "
+               "input (--deck, --resume) is never replaced (default: off)");
   app.add_flag("--dry-run", o.dry_run,
                "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
                "would not fit (default: off)");
@@ -106,6 +111,10 @@ Plan parse(const hn::Args& a) {
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
+  const std::pair<const char*, const std::string*> files[] = {
+      {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
+  for (const auto& [flag, path] : files)
+    if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
   if (o.list_schemes) {
     if (a.rank() == 0) std::printf("%s", scheme_list().c_str());
     throw hn::HelpShown{};
@@ -132,19 +141,29 @@ Plan parse(const hn::Args& a) {
   }
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
-  if (!o.resume.empty())
-    hn::check_on_root(a, [&]() -> std::string {
-      std::FILE* f = std::fopen(o.resume.c_str(), "rb");
-      if (!f) return "--resume " + o.resume + ": no such file or not readable";
-      std::fclose(f);
-      return "";
-    });
   hn::check_outputs(a, {{"--out", o.out}, {"--dump", o.dump}});
-  if (!o.out.empty() && o.out == o.dump) throw UsageError("--out and --dump name the same file: " + o.out);
+  claim_outputs(a, p);
   return p;
 }
 
 namespace {
+
+// Where a rank was when the stall watchdog ends the job, and what the results file keeps:
+// every case before that one (run or resumed) and the resumed ones after it.
+hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results) {
+  return [&p, results](int64_t case_index, int64_t rep) {
+    std::string at = case_index < 0 ? "before the first case" : "in case " + p.cases[size_t(case_index)].id;
+    if (case_index >= 0)
+      at += rep >= 0                ? ", rep " + std::to_string(rep)
+            : rep >= -p.deck.warmup ? ", warm-up rep " + std::to_string(rep + p.deck.warmup)
+                                    : ", setting it up";
+    int kept = 0;
+    for (const Case& c : p.cases) kept += c.index < case_index || (results && results->has_case(c.id)) ? 1 : 0;
+    return at + "; ending the job (" +
+           (results ? "the results file keeps the " + std::to_string(kept) + " complete cases" : "no results file") +
+           ")";
+  };
+}
 
 const std::vector<cp::Mode> kAllModes = {cp::Mode::Full, cp::Mode::ComputeOnly, cp::Mode::CommOnly};
 int mode_code(cp::Mode m) { return int(std::find(kAllModes.begin(), kAllModes.end(), m) - kAllModes.begin()); }
@@ -263,6 +282,7 @@ void run_case(const Plan& p, const Case& c, comm::Communicator& comm, const std:
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       const int r = rep - p.deck.warmup;
+      hn::Watchdog::instance().progress(c.index, r);
       ctx.cfg.mode = mode;
       ctx.reset();
       trace.context().rep = r;
@@ -472,6 +492,8 @@ int execute(const hn::Args& a, const Plan& p) {
   const bool say = world_rank == 0 && !p.o.quiet;
   hn::MemTracker::instance().start();
   if (p.o.resume.empty()) hn::remove_old_outputs(a, {{"--out", p.o.out}, {"--dump", p.o.dump}});
+  for (const std::string& f : {p.o.out, p.o.dump})  // this run holds their locks: no live run wrote these
+    if (world_rank == 0 && !f.empty()) output::remove_stale_temporaries(f);
   const int threads = int(kernels::Exec().concurrency());
   const comm::Progress progress = comm::parse_progress(p.deck.progress);
   auto world = comm::make_mpi_comm(comm::Progress::None);
@@ -483,6 +505,7 @@ int execute(const hn::Args& a, const Plan& p) {
   if (!p.o.out.empty())
     results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root_attrs(a, p, *world, sgemm_mean),
                                                 p.o.resume, p.deck.resolved);
+  hn::Watchdog::instance().start(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, results.get()), a.prog());
   if (say)
     std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, SGEMM %.1f GFLOP/s per rank (mean)%s\n",
                 p.o.deck.c_str(), p.cases.size(), a.size(), threads, p.deck.dtype.c_str(), sgemm_mean,
@@ -491,7 +514,7 @@ int execute(const hn::Args& a, const Plan& p) {
                     : "");
   const double t_start = MPI_Wtime();
   std::string summary;
-  std::map<std::string, double> none_time;  // "<pass>_<S>" -> measured_time_s of `none`
+  std::map<std::string, double> none_time = p.resumed_none_time;  // "<pass>_<S>" -> measured_time_s of `none`
   double write_s = 0;
   int done = 0, todo = 0;
   // The ETA weighs the cases by their useful FLOPs times their reps and modes (the time
@@ -510,6 +533,7 @@ int execute(const hn::Args& a, const Plan& p) {
     if (!(results && results->has_case(c.id))) ++todo, cost_left += cost(c);
   for (const Case& c : p.cases) {
     if (results && results->has_case(c.id)) continue;
+    hn::Watchdog::instance().progress(c.index, -p.deck.warmup - 1);
     cost_done += cost_prev, cost_left -= cost_prev, cost_prev = cost(c);  // the previous case is done
     const double elapsed = MPI_Wtime() - t_start;
     if (say) {
@@ -596,6 +620,7 @@ int execute(const hn::Args& a, const Plan& p) {
     end.real["results_write_time_s"] = write_s;
     results->finish(end);
   }
+  hn::Watchdog::instance().stop();
   hn::MemTracker::instance().stop();
   if (world_rank == 0) {
     std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f layer_efficiency:%s\n", p.o.deck.c_str(),
