@@ -13,7 +13,8 @@ namespace minicp::harness {
 namespace {
 
 constexpr int kBeat = 1, kBye = 2;  // tags on the watchdog's own communicator
-constexpr int kBeatMs = 1000;       // a rank's heartbeat period
+constexpr double kBeatS = 1.0;      // a rank's heartbeat period
+constexpr int kPollMs = 100;        // a rank's look at its progress: a new case is sent at once
 constexpr int kWatchMs = 250;       // rank 0's look at the heartbeats
 constexpr int kHostLen = 256;
 
@@ -69,12 +70,15 @@ bool Watchdog::wait_for_stop(int ms) {
 }
 
 void Watchdog::beat_loop() {
-  while (!wait_for_stop(kBeatMs)) {
+  double sent_at = 0;
+  while (!wait_for_stop(kPollMs)) {
+    if (case_.load() == out_[0] && now_s() - sent_at < kBeatS) continue;
     int done = 1;
     if (pending_ != MPI_REQUEST_NULL) MPI_Test(&pending_, &done, MPI_STATUS_IGNORE);
     if (!done) continue;  // rank 0 has not taken the last one yet: send no more until it does
     out_[0] = case_.load(), out_[1] = rep_.load(), out_[2] = step_.load();
     MPI_Isend(out_, 3, MPI_INT64_T, 0, kBeat, comm_, &pending_);
+    sent_at = now_s();
   }
 }
 
@@ -118,7 +122,7 @@ void Watchdog::check(const std::vector<Seen>& seen, double now) const {
 void Watchdog::end_job(int rank, const Seen& s, double now) const {
   const std::string msg = prog_ + ": rank " + std::to_string(rank) + " (host " + hosts_[size_t(rank)] +
                           ") made no progress for " + std::to_string(int64_t(now - s.moved)) + " s " +
-                          (where_ ? where_(s.beat[0], s.beat[1]) : "; ending the job");
+                          (where_ ? where_(s.beat[0], s.beat[1], case_.load()) : "; ending the job");
   std::fprintf(stderr, "%s\n", msg.c_str());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);

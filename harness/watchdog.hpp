@@ -1,17 +1,18 @@
 // The stall watchdog. A rank stopped for good (SIGSTOP, a frozen node, a kernel that never
 // returns) leaves every other rank waiting in its next collective for ever, rank 0 spinning in
 // MPI at 100% and nothing said. With the watchdog on, a thread on every rank sends rank 0 a
-// heartbeat about once a second over its own duplicate of the communicator (so it never
-// matches the program's messages) with where its rank is: the case, the rep and a step
-// counter that each progress() call advances. Rank 0's thread ends the job with one message
-// and MPI_Abort when
+// heartbeat about once a second, and at once when its rank starts a new case, over its own
+// duplicate of the communicator (so it never matches the program's messages) with where its
+// rank is: the case, the rep and a step counter that each progress() call advances. Rank 0's
+// thread ends the job with one message and MPI_Abort when
 //   - a rank has sent nothing for longer than the limit (stopped, or its node is gone), or
 //   - no rank at all has advanced for longer than the limit (a hang in which every rank still
 //     beats, e.g. a deadlock): it names the rank that advanced least recently.
 // A rank that waits on others (at a barrier, outside a case's group) still beats, and the
 // others advance, so a normal run never trips it as long as the limit is longer than the
 // longest stretch between two progress() calls of the busiest rank. Cost: one small message
-// per rank per second and a probe on rank 0 four times a second.
+// per rank per second (a look at two counters ten times a second) and a probe on rank 0 four
+// times a second.
 //
 // Needs MPI_THREAD_MULTIPLE (harness::main asks for it); without it start() leaves it off.
 #pragma once
@@ -30,9 +31,11 @@ namespace minicp::harness {
 
 class Watchdog {
  public:
-  // Where a rank was, for the message: (case index, rep) as given to progress() -> the rest
-  // of the sentence after "made no progress for N s ", e.g. "in case X, rep 0; ending the job".
-  using Where = std::function<std::string(int64_t case_index, int64_t rep)>;
+  // Where a rank was, for the message: its (case index, rep) as given to progress(), and the
+  // case rank 0 is at (the ranks end each case together, so the cases before it are done) ->
+  // the rest of the sentence after "made no progress for N s ", e.g. "in case X, rep 0;
+  // ending the job".
+  using Where = std::function<std::string(int64_t case_index, int64_t rep, int64_t root_case)>;
 
   // The process's watchdog (the driver and the code it calls report to the same one).
   static Watchdog& instance();

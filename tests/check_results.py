@@ -13,7 +13,7 @@ import numpy as np
 
 ROOT = ["minicp_version", "git_sha", "compiler", "compiler_flags", "kokkos_version", "kokkos_exec_space",
         "kokkos_concurrency", "comm_backend", "progress", "mpi_library", "hosts", "slurm_job_id",
-        "slurm_job_nodelist", "start_time", "deck", "command_line", "complete"]
+        "slurm_job_nodelist", "start_time", "deck", "command_line", "complete", "file_kind"]
 CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
         "head_dim", "ffn", "layers", "complete"]
 SUMMARY = ["measured_time_s", "layer_efficiency", "cp_efficiency", "overlap", "overlap_q1", "overlap_q3",
@@ -43,6 +43,8 @@ def main():
         for k in ROOT:
             if k not in f.attrs:
                 fail(f"root attribute {k} missing")
+        if "file_kind" in f.attrs and text(f.attrs["file_kind"]) != "minicp results":
+            fail(f"file_kind = {text(f.attrs.get('file_kind', ''))!r}, expected 'minicp results'")
         if args.complete and text(f.attrs.get("complete", "")) != "yes":
             fail("the file is not marked complete")
         cases = f.get("cases", {})

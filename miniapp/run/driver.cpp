@@ -149,16 +149,16 @@ Plan parse(const hn::Args& a) {
 namespace {
 
 // Where a rank was when the stall watchdog ends the job, and what the results file keeps:
-// every case before that one (run or resumed) and the resumed ones after it.
+// every case before the one rank 0 is in (run or resumed) and the resumed ones after it.
 hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results) {
-  return [&p, results](int64_t case_index, int64_t rep) {
+  return [&p, results](int64_t case_index, int64_t rep, int64_t root_case) {
     std::string at = case_index < 0 ? "before the first case" : "in case " + p.cases[size_t(case_index)].id;
     if (case_index >= 0)
       at += rep >= 0                ? ", rep " + std::to_string(rep)
             : rep >= -p.deck.warmup ? ", warm-up rep " + std::to_string(rep + p.deck.warmup)
                                     : ", setting it up";
     int kept = 0;
-    for (const Case& c : p.cases) kept += c.index < case_index || (results && results->has_case(c.id)) ? 1 : 0;
+    for (const Case& c : p.cases) kept += c.index < root_case || (results && results->has_case(c.id)) ? 1 : 0;
     return at + "; ending the job (" +
            (results ? "the results file keeps the " + std::to_string(kept) + " complete cases" : "no results file") +
            ")";

@@ -28,7 +28,7 @@ struct Named {
 std::string same_file_problem(const Options& o) {
   const Named out{"--out", o.out, false}, dump{"--dump", o.dump, false}, deck{"--deck", o.deck, true},
       resume{"--resume", o.resume, true};
-  const std::pair<Named, Named> pairs[] = {{out, deck}, {dump, deck}, {dump, out}, {dump, resume}};
+  const std::pair<Named, Named> pairs[] = {{out, deck}, {dump, deck}, {dump, resume}, {dump, out}};
   for (const auto& [a, b] : pairs)
     if (hn::same_file(a.path, b.path))
       return a.flag + " " + a.path + ": the same file as " + b.flag + " " + b.path +
