@@ -119,11 +119,6 @@ def mode_stale(cmd, d):
 
 def mode_disk_full(cmd, d):
     src, full = os.path.join(d, "src.h5"), os.path.join(d, "full")
-    r = run(cmd + ["--out", src, "--quiet"])
-    if r.returncode != 0:
-        return [f"making the file to resume failed (exit {r.returncode})"]
-    if os.path.getsize(src) <= 300 * 1024:
-        return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the {TMPFS} tmpfs; give a longer sweep"]
     os.makedirs(full)
     m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", full], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
@@ -131,6 +126,11 @@ def mode_disk_full(cmd, d):
         print(f"skipped: cannot mount a {TMPFS} tmpfs to fill ({m.stdout.strip()}); needs root")
         sys.exit(SKIP)
     try:
+        r = run(cmd + ["--out", src, "--quiet"])
+        if r.returncode != 0:
+            return [f"making the file to resume failed (exit {r.returncode})"]
+        if os.path.getsize(src) <= 300 * 1024:
+            return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the {TMPFS} tmpfs; give a longer sweep"]
         out = os.path.join(full, "r.h5")
         r = run(cmd + ["--resume", src, "--out", out])
         fails = [] if r.returncode not in (0, 2) else [f"the run on a full disk exited {r.returncode}"]

@@ -1,6 +1,8 @@
 // The files of a minicp run, checked and claimed in the parse step, before any work (see
 // claim_outputs in driver.hpp). Rank 0 looks at the file system and holds the locks; every
 // rank gets its verdict (harness::check_on_root), so bad input ends the job with one message.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -49,8 +51,14 @@ std::string lock_outputs(const hn::Args& a, const Options& o, Plan& p) {
   return "";
 }
 
+// Existing at all (even unreadable: what cannot be read cannot be told a minicp file either).
 bool exists(const std::string& path) {
-  std::FILE* f = path.empty() ? nullptr : std::fopen(path.c_str(), "rb");
+  struct stat st {};
+  return !path.empty() && ::stat(path.c_str(), &st) == 0;
+}
+
+bool readable(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f) std::fclose(f);
   return f != nullptr;
 }
@@ -79,7 +87,7 @@ std::string kind_problem(const Options& o) {
 std::string resume_problem(const Plan& p, std::map<std::string, double>& none_time) {
   const Options& o = p.o;
   const std::string at = "--resume " + o.resume + ": ";
-  if (!exists(o.resume)) return at + "no such file or not readable";
+  if (!readable(o.resume)) return at + "no such file or not readable";
   const std::string why = output::not_a_results_file(o.resume);
   if (!why.empty()) return at + "not a minicp results file (" + why + "); give the results file of a run of this deck";
   try {
