@@ -5,6 +5,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -106,13 +107,16 @@ int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, c
 
 void check_on_root(const Args& a, const std::function<std::string()>& check) {
   std::string msg = a.rank() == 0 ? check() : std::string();
-  if (a.mpi()) {
-    int n = int(msg.size());
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    msg.resize(size_t(n));
-    if (n > 0) MPI_Bcast(msg.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  }
+  if (a.mpi()) msg = bcast_string(msg, MPI_COMM_WORLD);
   if (!msg.empty()) throw UsageError(msg);
+}
+
+std::string bcast_string(std::string s, MPI_Comm comm) {
+  int64_t n = int64_t(s.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  s.resize(size_t(n));
+  if (n > 0) MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
+  return s;
 }
 
 }  // namespace minicp::harness

@@ -14,6 +14,8 @@
 //   any other std::exception  -> "<prog> (rank r): <what>" and MPI_Abort(MPI_COMM_WORLD, 1),
 //                                so one failed rank ends the whole job at once.
 #pragma once
+#include <mpi.h>
+
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -78,5 +80,8 @@ int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, c
 // UsageError(message) on every rank. For what only rank 0 sees (the file system where it
 // writes its outputs).
 void check_on_root(const Args& a, const std::function<std::string()>& check);
+
+// Rank 0's s on every rank of comm. Collective.
+std::string bcast_string(std::string s, MPI_Comm comm);
 
 }  // namespace minicp::harness

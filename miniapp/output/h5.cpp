@@ -135,15 +135,6 @@ std::string copy_file(const std::string& from, const std::string& to) {
   return why;
 }
 
-// Broadcasts a string from rank 0 of comm.
-std::string bcast_text(std::string s, MPI_Comm comm) {
-  int n = int(s.size());
-  MPI_Bcast(&n, 1, MPI_INT, 0, comm);
-  s.resize(size_t(n));
-  if (n > 0) MPI_Bcast(s.data(), n, MPI_CHAR, 0, comm);
-  return s;
-}
-
 bool mpi_finalized() {
   int f = 0;
   MPI_Finalized(&f);
@@ -170,7 +161,7 @@ H5File::H5File(const std::string& path, MPI_Comm comm, const std::string& start_
     throw std::runtime_error("HDF5 file '" + path_ + "': cannot set up MPI-IO access: " + hdf5_message());
   }
   if (!start_from.empty()) {
-    const std::string why = bcast_text(rank_ == 0 ? copy_file(start_from, temp_) : "", comm_);
+    const std::string why = harness::bcast_string(rank_ == 0 ? copy_file(start_from, temp_) : "", comm_);
     if (!why.empty()) {
       MPI_Comm_free(&comm_);
       throw harness::JobError("HDF5 file '" + path_ + "': cannot copy '" + start_from + "' to its temporary: " + why,
