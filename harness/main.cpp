@@ -6,9 +6,12 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 namespace minicp::harness {
 
@@ -26,6 +29,7 @@ constexpr int kContinue = -1;  // guarded(parse) succeeded: go on to run
 // anything else.
 int guarded(const Args& a, const std::function<int()>& fn) {
   std::string fatal;
+  bool once = false;  // a JobError: printed by its reporting rank alone, without a rank number
   try {
     return fn();
   } catch (const HelpShown&) {
@@ -34,13 +38,22 @@ int guarded(const Args& a, const std::function<int()>& fn) {
     if (a.rank() == 0) std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), e.what());
     std::fflush(stderr);
     return 2;
+  } catch (const JobError& e) {
+    if (a.mpi() && a.rank() != e.reporter) {
+      std::this_thread::sleep_for(std::chrono::seconds(30));  // the reporter's abort ends us first
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fatal = e.what(), once = true;
   } catch (const std::exception& e) {
     fatal = e.what();
   } catch (...) {
     fatal = "unknown exception";
   }
   if (a.mpi()) {
-    std::fprintf(stderr, "%s (rank %d): %s\n", a.prog().c_str(), a.rank(), fatal.c_str());
+    if (once)
+      std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), fatal.c_str());
+    else
+      std::fprintf(stderr, "%s (rank %d): %s\n", a.prog().c_str(), a.rank(), fatal.c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   } else {
@@ -98,13 +111,16 @@ int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, c
 
 void check_on_root(const Args& a, const std::function<std::string()>& check) {
   std::string msg = a.rank() == 0 ? check() : std::string();
-  if (a.mpi()) {
-    int n = int(msg.size());
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    msg.resize(size_t(n));
-    if (n > 0) MPI_Bcast(msg.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
-  }
+  if (a.mpi()) msg = bcast_string(msg, MPI_COMM_WORLD);
   if (!msg.empty()) throw UsageError(msg);
+}
+
+std::string bcast_string(std::string s, MPI_Comm comm) {
+  int64_t n = int64_t(s.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  s.resize(size_t(n));
+  if (n > 0) MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
+  return s;
 }
 
 }  // namespace minicp::harness

@@ -9,9 +9,13 @@
 //                                through check_on_root().
 //   --help                    -> parse() prints the help on rank 0; exit code 0; Kokkos is
 //                                never initialised, so the help lists the program's options.
+//   JobError                  -> a failure every rank was told about: "<prog>: <what>" from
+//                                its reporting rank only, which then calls MPI_Abort.
 //   any other std::exception  -> "<prog> (rank r): <what>" and MPI_Abort(MPI_COMM_WORLD, 1),
 //                                so one failed rank ends the whole job at once.
 #pragma once
+#include <mpi.h>
+
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -22,6 +26,15 @@ namespace minicp::harness {
 // Bad input: the message names the flag as typed, the value and what is allowed.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// A failure that one rank saw and every rank learnt (e.g. through a broadcast), thrown on every
+// rank with the same text so that the job reports it once: `reporter` (a rank of
+// MPI_COMM_WORLD) prints it and aborts the job; the other ranks wait for that abort rather
+// than end the job before the message is out (they abort themselves after 30 s).
+struct JobError : std::runtime_error {
+  explicit JobError(const std::string& what, int reporter = 0) : std::runtime_error(what), reporter(reporter) {}
+  int reporter;
 };
 
 // Thrown by parse() once the help has been printed: the program ends with exit code 0.
@@ -67,5 +80,8 @@ int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, c
 // UsageError(message) on every rank. For what only rank 0 sees (the file system where it
 // writes its outputs).
 void check_on_root(const Args& a, const std::function<std::string()>& check);
+
+// Rank 0's s on every rank of comm. Collective.
+std::string bcast_string(std::string s, MPI_Comm comm);
 
 }  // namespace minicp::harness

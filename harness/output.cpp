@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -14,11 +15,6 @@ namespace minicp::harness {
 namespace {
 std::string errno_text() { return std::strerror(errno); }
 
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // A new, uniquely named file "<dir>/.<base>.<tag>.XXXXXX" (mkstemp); fd < 0 on failure.
 int make_temp(const std::string& path, const char* tag, std::string& name) {
   name = parent_dir(path) + "/." + base_name(path) + "." + tag + ".XXXXXX";
@@ -26,11 +22,43 @@ int make_temp(const std::string& path, const char* tag, std::string& name) {
 }
 }  // namespace
 
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string write_all(int fd, const char* data, size_t n) {
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno_text();
+    if (w == 0) return std::strerror(ENOSPC);  // a write that takes nothing: the device is full
+    done += size_t(w);
+  }
+  return "";
+}
+
 std::string parent_dir(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+namespace {
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return "inode " + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  const std::string dir = parent_dir(path);
+  char* real = ::realpath(dir.c_str(), nullptr);
+  const std::string id = "path " + (real ? std::string(real) : dir) + "/" + base_name(path);
+  std::free(real);
+  return id;
+}
+}  // namespace
+
+bool same_file(const std::string& a, const std::string& b) {
+  return !a.empty() && !b.empty() && file_identity(a) == file_identity(b);
 }
 
 std::string output_path_problem(const std::string& flag, const std::string& path) {
@@ -84,11 +112,9 @@ void write_json(const std::string& flag, const std::string& path, const Json& do
   ::umask(mask);
   std::string why;
   if (::fchmod(fd, 0666 & ~mask) != 0) why = "chmod: " + errno_text();
-  for (size_t done = 0; why.empty() && done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) why = "write: " + errno_text();
-    else done += size_t(n);
+  if (why.empty()) {
+    const std::string w = write_all(fd, text.data(), text.size());
+    if (!w.empty()) why = "write: " + w;
   }
   if (::close(fd) != 0 && why.empty()) why = "close: " + errno_text();
   if (why.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) why = "rename: " + errno_text();

@@ -41,7 +41,17 @@ void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs);
 // that fails, leaving no temporary behind.
 void write_json(const std::string& flag, const std::string& path, const Json& doc, int indent = 1);
 
-// The directory part of path ("." when there is none).
+// The directory part of path ("." when there is none), and the part after it.
 std::string parent_dir(const std::string& path);
+std::string base_name(const std::string& path);
+
+// Writes all n bytes of data to the file descriptor fd (short writes continued, EINTR
+// retried); "" or the system's reason ("No space left on device").
+std::string write_all(int fd, const char* data, size_t n);
+
+// Whether two paths name one file, however spelt ("r.h5", "./r.h5", a link to it): the same
+// device and inode when both exist, else the same real directory and name (a file not made
+// yet). An empty path names no file.
+bool same_file(const std::string& a, const std::string& b);
 
 }  // namespace minicp::harness

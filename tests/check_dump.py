@@ -38,7 +38,7 @@ ROPE_CONVENTION = ("rotate-half, angle = position * rope_theta^(-2i/head_dim), i
 INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "causal", "window", "doc_len",
              "ranks"]
 FLOAT_ATTRS = ["rope_theta", "norm_eps"]
-STR_ATTRS = ["mask", "scheme", "dtype", "pass", "rope_convention"]
+STR_ATTRS = ["file_kind", "mask", "scheme", "dtype", "pass", "rope_convention"]
 
 
 class Model:
@@ -151,6 +151,8 @@ def check(path, args):
             return [f"pass = {p!r}, expected train, prefill or decode"]
         if p == "decode" and "decode_tokens" not in a:
             err("decode dump without the root attribute 'decode_tokens'")
+        if a["file_kind"] != "minicp dump":
+            err(f"file_kind = {a['file_kind']!r}, expected 'minicp dump'")
         if a["rope_convention"] != ROPE_CONVENTION:
             err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
         if a["dtype"] not in ("f32", "f64"):

@@ -22,7 +22,8 @@ ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", 
         "blas_version", "blas_config", "blas_core", "blas_core_source", "blas_warning", "cpu_model", "cpu_flags",
         "cpu_isa", "comm_backend", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
         "world_ranks", "slurm_job_id", "slurm_job_nodelist", "environment", "cpu_affinity", "launcher",
-        "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete"]
+        "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete",
+        "file_kind"]
 CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
         "head_dim", "ffn", "layers", "complete"]
 CASE_RUN = ["start_time", "end_time"]
@@ -66,6 +67,8 @@ def check_root(f, args, fail):
     for k in ROOT:
         if k not in f.attrs:
             fail(f"root attribute {k} missing")
+    if "file_kind" in f.attrs and text(f.attrs["file_kind"]) != "minicp results":
+        fail(f"file_kind = {text(f.attrs.get('file_kind', ''))!r}, expected 'minicp results'")
     if args.complete and text(f.attrs.get("complete", "")) != "yes":
         fail("the file is not marked complete")
     core = text(f.attrs.get("blas_core", ""))

@@ -2,9 +2,11 @@
 """A minicp run killed (SIGKILL to the whole job) after its third case has started leaves a
 valid results file holding only complete cases (never a truncated file or a half-written
 case); `--resume FILE` then runs only the missing cases and completes the file, which
-check_results.py accepts.
+check_results.py accepts, with cp_efficiency_core_scaled measured for every case whose
+`none` (same pass and S) ran before the kill.
 Usage: check_resume.py --out FILE.h5 --cases N -- MPIRUN... MINICP [ARGS...]"""
 import argparse
+import math
 import os
 import signal
 import subprocess
@@ -39,6 +41,15 @@ def cases_in(path):
     with h5py.File(path, "r") as f:
         done = [c for c, g in f["cases"].items() if g.attrs.get("complete", b"") in (b"yes", "yes")]
         return done, len(f["cases"]), f.attrs["complete"]
+
+
+def unscaled(path):
+    """Cases that have a `none` of their pass and S in the file, yet no cp_efficiency_core_scaled."""
+    with h5py.File(path, "r") as f:
+        cases = [(c, g.attrs) for c, g in f["cases"].items() if g.attrs.get("status", b"") in (b"ok", "ok")]
+        nones = {(a["pass"], int(a["seq_len"])) for _, a in cases if a["scheme"] in (b"none", "none")}
+        return [c for c, a in cases if a["scheme"] not in (b"none", "none") and (a["pass"], int(a["seq_len"])) in nones
+                and not math.isfinite(f["cases"][c]["summary"].attrs["cp_efficiency_core_scaled"])]
 
 
 def main():
@@ -91,6 +102,9 @@ def main():
         sys.stdout.write(c.stdout)
         if c.returncode != 0:
             fails.append("check_results.py rejects the resumed file")
+        lost = unscaled(args.out)
+        if lost:
+            fails.append(f"cp_efficiency_core_scaled is NaN after the resume, though `none` is in the file: {lost}")
     for f in fails:
         print("FAIL:", f)
     return 1 if fails else 0

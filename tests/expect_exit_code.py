@@ -12,6 +12,8 @@ Output:
 Set-up, before the command runs:
   --make-dir=PATH   PATH is made an empty directory (parents created; an old one removed)
   --make-file=PATH  PATH is made a file holding a fixed text (parents created)
+  --copy=SRC:DST[:BYTES]  DST is made a copy of SRC (parents created), cut to its first BYTES
+                    bytes when given (a truncated file)
 Checks, after it ran:
   --absent=PATH     PATH does not exist (checked before the run too)
   --unchanged=PATH  PATH is as before the run: a file's bytes, a directory's entries
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--within", type=float)
     ap.add_argument("--make-dir", action="append", default=[])
     ap.add_argument("--make-file", action="append", default=[])
+    ap.add_argument("--copy", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[])
     ap.add_argument("--unchanged", action="append", default=[])
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -62,6 +65,13 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(f)), exist_ok=True)
         with open(f, "wb") as out:
             out.write(OLD_TEXT)
+    for c in args.copy:
+        src, dst, *cut = c.split(":")
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        with open(src, "rb") as f:
+            data = f.read()
+        with open(dst, "wb") as out:
+            out.write(data[:int(cut[0])] if cut else data)
     ok = True
     for p in args.absent:
         if os.path.lexists(p):

@@ -3,6 +3,7 @@
 // JSON writer, the memory message. One process, no MPI (Args built as main_serial does).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "harness/blas.hpp"
 #include "harness/cli.hpp"
+#include "harness/lock.hpp"
 #include "harness/main.hpp"
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
@@ -236,6 +238,49 @@ TEST(HarnessOutput, JsonWrittenWholeOrNotAtAll) {
   EXPECT_THROW(hn::write_json("--json", d.path, doc), std::runtime_error);  // a directory: rename fails
   EXPECT_EQ(d.entries(), 1);  // no temporary left behind
   hn::remove_old_outputs(args_of({"prog"}), {{"--json", file}});
+  EXPECT_EQ(d.entries(), 0);
+}
+
+TEST(HarnessOutput, SameFileHoweverSpelt) {
+  TempDir d;
+  const std::string f = d.path + "/r.h5", again = d.path + "/../" + hn::base_name(d.path) + "/./r.h5";
+  EXPECT_TRUE(hn::same_file(f, again));  // not made yet: the same directory and name
+  EXPECT_FALSE(hn::same_file(f, d.path + "/s.h5"));
+  EXPECT_FALSE(hn::same_file("", ""));
+  { std::ofstream(f) << "x"; }
+  EXPECT_TRUE(hn::same_file(f, again));
+  ASSERT_EQ(::symlink(f.c_str(), (d.path + "/link.h5").c_str()), 0);
+  EXPECT_TRUE(hn::same_file(d.path + "/link.h5", f));
+  EXPECT_FALSE(hn::same_file(f, d.path + "/s.h5"));
+}
+
+// POSIX record locks belong to a process, so the second owner is a child process. (The test
+// never opens the lock file while it holds the lock: closing it would drop the lock.)
+TEST(HarnessLock, OneOwnerAtATime) {
+  TempDir d;
+  const std::string out = d.path + "/r.h5";
+  hn::OutputLock lock;
+  ASSERT_EQ(lock.take("prog", "--out", out), "");
+  EXPECT_TRUE(lock.held());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    hn::OutputLock other;
+    const std::string why = other.take("prog", "--out", out);
+    const std::string holder =
+        "--out " + out + ": in use by another prog run (pid " + std::to_string(::getppid()) + " on host ";
+    const bool named =
+        why.rfind(holder, 0) == 0 && why.find("; wait for it or choose another --out") != std::string::npos;
+    ::_exit(named ? 0 : 1);
+  }
+  int status = -1;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the second owner was not refused as expected";
+  lock.release();
+  EXPECT_EQ(d.entries(), 0);  // the lock file goes with the lock
+  // A lock file left by a run that died (nobody holds its lock) is simply taken over.
+  { std::ofstream(out + ".lock") << "pid=1 host=gone since=2000-01-01T00:00:00Z\n"; }
+  EXPECT_EQ(lock.take("prog", "--out", out), "");
+  lock.release();
   EXPECT_EQ(d.entries(), 0);
 }
 

@@ -29,6 +29,8 @@ std::string mask_name(const cp::Config& a) {
   return a.causal ? "causal" : "full";
 }
 
+std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind, "rope_convention"); }
+
 MPI_Comm mpi_world(const comm::Communicator& comm) {
   if (comm.backend().rfind("mpi", 0) == 0) return *static_cast<MPI_Comm*>(comm.world().native);
   int n = 0;
@@ -53,6 +55,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
     throw std::logic_error("write_dump '" + path + "': a train dump needs the stack's backward() first");
 
   H5File f(path, mpi_world(comm));
+  f.set_attr("/", "file_kind", kDumpKind);
   f.set_attr("/", "rope_theta", m.rope_theta);
   f.set_attr("/", "norm_eps", m.norm_eps);
   f.set_attr("/", "heads", m.heads);

@@ -27,6 +27,12 @@ template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
                 const std::string& scheme, comm::Communicator& comm);
 
+// The root attribute file_kind of a dump (dumps written before it are known by their
+// rope_convention), and "" when the existing file at path is a dump, else what it is instead
+// (see output::kind_mismatch). Serial.
+constexpr const char* kDumpKind = "minicp dump";
+std::string not_a_dump_file(const std::string& path);
+
 // The mask of an attention config in one word: window, documents, causal or full (the
 // first that applies, in that order).
 std::string mask_name(const cp::Config& attn);

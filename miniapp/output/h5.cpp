@@ -1,18 +1,24 @@
 // The HDF5 writer (see h5.hpp): parallel HDF5 C API through MPI-IO, collective data writes.
 #include "miniapp/output/h5.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+
+#include "harness/main.hpp"
+#include "harness/output.hpp"
 
 namespace minicp::output {
 
@@ -96,6 +102,39 @@ Runs runs_of(const std::vector<int64_t>& sorted) {
   return r;
 }
 
+constexpr const char* kTempInfix = ".tmp.";  // <path>.tmp.<pid of rank 0>: a transaction's temporary
+
+// Copies the file `from` to the new file `to`: "" or what failed and the system's reason
+// ("write 'r.h5.tmp.7': No space left on device"). A failed copy removes `to`: a disk that
+// filled up must not keep a truncated copy as well.
+std::string copy_file(const std::string& from, const std::string& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return "open '" + from + "': " + std::strerror(errno);
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (out < 0) {
+    const std::string why = "create '" + to + "': " + std::strerror(errno);
+    ::close(in);
+    return why;
+  }
+  std::string why;
+  std::vector<char> buf(size_t(1) << 20);
+  for (;;) {
+    const ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) why = "read '" + from + "': " + std::strerror(errno);
+    if (n <= 0) break;
+    const std::string w = harness::write_all(out, buf.data(), size_t(n));
+    if (!w.empty()) {
+      why = "write '" + to + "': " + w;
+      break;
+    }
+  }
+  ::close(in);
+  if (::close(out) != 0 && why.empty()) why = "close '" + to + "': " + std::strerror(errno);
+  if (!why.empty()) ::unlink(to.c_str());
+  return why;
+}
+
 bool mpi_finalized() {
   int f = 0;
   MPI_Finalized(&f);
@@ -108,9 +147,12 @@ H5File::H5File(const std::string& path, MPI_Comm comm, const std::string& start_
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  long long pid = rank_ == 0 ? (long long)getpid() : 0;  // one temporary name, rank 0's
-  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, comm_);
-  temp_ = path_ + ".tmp." + std::to_string(pid);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  // One temporary name, rank 0's pid; and who reports a failure that rank 0 alone sees.
+  long long root[2] = {(long long)getpid(), world_rank};
+  MPI_Bcast(root, 2, MPI_LONG_LONG, 0, comm_);
+  temp_ = path_ + kTempInfix + std::to_string(root[0]);
   Quiet quiet;
   Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.ok() || H5Pset_fapl_mpio(fapl, comm_, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, true) < 0 ||
@@ -119,17 +161,11 @@ H5File::H5File(const std::string& path, MPI_Comm comm, const std::string& start_
     throw std::runtime_error("HDF5 file '" + path_ + "': cannot set up MPI-IO access: " + hdf5_message());
   }
   if (!start_from.empty()) {
-    int err = 0;
-    if (rank_ == 0) {
-      std::ifstream in(start_from, std::ios::binary);
-      std::ofstream out(temp_, std::ios::binary | std::ios::trunc);
-      out << in.rdbuf();
-      err = in && out ? 0 : 1;
-    }
-    MPI_Bcast(&err, 1, MPI_INT, 0, comm_);
-    if (err != 0) {
+    const std::string why = harness::bcast_string(rank_ == 0 ? copy_file(start_from, temp_) : "", comm_);
+    if (!why.empty()) {
       MPI_Comm_free(&comm_);
-      throw std::runtime_error("HDF5 file '" + path_ + "': cannot copy '" + start_from + "' to '" + temp_ + "'");
+      throw harness::JobError("HDF5 file '" + path_ + "': cannot copy '" + start_from + "' to its temporary: " + why,
+                              int(root[1]));
     }
     file_ = H5Fopen(temp_.c_str(), H5F_ACC_RDWR, fapl);
   } else {
@@ -137,6 +173,8 @@ H5File::H5File(const std::string& path, MPI_Comm comm, const std::string& start_
   }
   if (file_ < 0) {
     const std::string why = hdf5_message();
+    MPI_Barrier(comm_);
+    if (rank_ == 0) std::remove(temp_.c_str());  // a copy HDF5 cannot open is of no use
     MPI_Comm_free(&comm_);
     throw std::runtime_error("HDF5 file '" + path_ + "': cannot create its temporary '" + temp_ +
                              "' (the directory must exist and be writable): " + why);
@@ -386,10 +424,10 @@ void H5File::commit() {
   committed_ = true;
 }
 
-std::string read_string_attr(const std::string& file, const std::string& object, const std::string& attr) {
-  Quiet quiet;
-  Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!f.ok()) throw std::runtime_error("HDF5 file '" + file + "': cannot open to read: " + hdf5_message());
+namespace {
+
+// An open file's string attribute ("" when absent or not a string).
+std::string string_attr(hid_t f, const std::string& object, const std::string& attr) {
   if (H5Aexists_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT) <= 0) return "";
   Id a(H5Aopen_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
   Id t(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -401,13 +439,71 @@ std::string read_string_attr(const std::string& file, const std::string& object,
   return v;
 }
 
+hid_t open_to_read(const std::string& file) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) throw std::runtime_error("HDF5 file '" + file + "': cannot open to read: " + hdf5_message());
+  return f;
+}
+
+// Whether the file starts with HDF5's signature (minicp's files have no user block before it).
+bool has_hdf5_signature(const std::string& file) {
+  static const char sig[8] = {'\211', 'H', 'D', 'F', '\r', '\n', '\032', '\n'};
+  char head[8] = {};
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  const bool ok = fd >= 0 && ::read(fd, head, sizeof head) == ssize_t(sizeof head) && std::memcmp(head, sig, 8) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string read_string_attr(const std::string& file, const std::string& object, const std::string& attr) {
+  Quiet quiet;
+  Id f(open_to_read(file), H5Fclose);
+  return string_attr(f, object, attr);
+}
+
+double read_number_attr(const std::string& file, const std::string& object, const std::string& attr) {
+  Quiet quiet;
+  Id f(open_to_read(file), H5Fclose);
+  double v = std::numeric_limits<double>::quiet_NaN();
+  if (H5Aexists_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT) <= 0) return v;
+  Id a(H5Aopen_by_name(f, object.c_str(), attr.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  Id t(a.ok() ? H5Aget_type(a) : -1, H5Tclose);
+  const H5T_class_t c = t.ok() ? H5Tget_class(t) : H5T_NO_CLASS;
+  if ((c == H5T_INTEGER || c == H5T_FLOAT) && H5Aread(a, H5T_NATIVE_DOUBLE, &v) < 0)
+    v = std::numeric_limits<double>::quiet_NaN();
+  return v;
+}
+
+std::string kind_mismatch(const std::string& file, const std::string& kind, const std::string& legacy_attr) {
+  if (!has_hdf5_signature(file)) return "not an HDF5 file";
+  Quiet quiet;
+  Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f.ok()) return "an HDF5 file that cannot be opened (" + hdf5_message() + ")";
+  const std::string is = string_attr(f, "/", "file_kind");
+  if (is == kind || (is.empty() && H5Aexists(f, legacy_attr.c_str()) > 0)) return "";
+  return is.empty() ? "an HDF5 file of another kind" : "a " + is + " file";
+}
+
+void remove_stale_temporaries(const std::string& path) {
+  const std::string dir = harness::parent_dir(path), prefix = harness::base_name(path) + kTempInfix;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (name.find_first_not_of("0123456789", prefix.size()) == std::string::npos) ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 std::vector<std::string> groups_with_attr(const std::string& file, const std::string& group, const std::string& attr,
                                           const std::string& value) {
   std::vector<std::string> names;
   {
     Quiet quiet;
-    Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!f.ok()) throw std::runtime_error("HDF5 file '" + file + "': cannot open to read: " + hdf5_message());
+    Id f(open_to_read(file), H5Fclose);
     if (H5Lexists(f, group.c_str(), H5P_DEFAULT) <= 0) return names;
     Id g(H5Gopen2(f, group.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.ok()) return names;

@@ -95,12 +95,26 @@ class H5File {
   bool committed_ = false;
 };
 
+// Removes the temporaries "<path>.tmp.<pid>" that runs killed in the middle of a transaction
+// left beside path. Only for the owner of path (see harness/lock.hpp): once it holds the lock,
+// no live run can be writing one. Serial.
+void remove_stale_temporaries(const std::string& path);
+
+// "" when the existing file `file` is a minicp file of kind `kind` (its root text attribute
+// file_kind; a file written before that attribute counts when its root has `legacy_attr`),
+// else what it is instead, for a message: "not an HDF5 file" (no HDF5 signature: text, empty),
+// "an HDF5 file that cannot be opened (<HDF5's reason>)" (e.g. truncated), "a <kind> file",
+// "an HDF5 file of another kind". Serial, any rank.
+std::string kind_mismatch(const std::string& file, const std::string& kind, const std::string& legacy_attr);
+
 // The names of the groups below `group` of an HDF5 file whose string attribute `attr` equals
 // `value` (serially, any rank; empty when the group does not exist), and a string attribute
 // of an object ("" when absent). For reading back a results file (--resume).
 std::vector<std::string> groups_with_attr(const std::string& file, const std::string& group, const std::string& attr,
                                           const std::string& value);
 std::string read_string_attr(const std::string& file, const std::string& object, const std::string& attr);
+// A numeric attribute as a double (NaN when absent or not numeric).
+double read_number_attr(const std::string& file, const std::string& object, const std::string& attr);
 
 // Reads a whole dataset (any rank, serially; e.g. a test reading back what it wrote):
 // values converted to double, row-major; dims gets its shape.

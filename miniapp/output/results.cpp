@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "harness/main.hpp"
 #include "miniapp/output/h5.hpp"
 
 namespace minicp::output {
@@ -22,15 +23,6 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Broadcasts a string from rank 0.
-std::string bcast(std::string s, MPI_Comm comm) {
-  int64_t n = int64_t(s.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
-  s.resize(size_t(n));
-  MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
-  return s;
-}
-
 // Rank 0's attributes on every rank: HDF5 metadata (groups, attributes) must be written by
 // every rank with the same values, and some (the figures of merit, the start time) are known
 // on rank 0 only.
@@ -44,7 +36,7 @@ Attrs bcast(const Attrs& a, MPI_Comm comm) {
   for (const auto& [k, v] : a.text) put("t" + k), put(v);
   for (const auto& [k, v] : a.integer) put("i" + k), put(std::string(reinterpret_cast<const char*>(&v), sizeof v));
   for (const auto& [k, v] : a.real) put("r" + k), put(std::string(reinterpret_cast<const char*>(&v), sizeof v));
-  buf = bcast(buf, comm);
+  buf = harness::bcast_string(buf, comm);
   Attrs out;
   size_t p = 0;
   auto get = [&] {
@@ -66,6 +58,19 @@ Attrs bcast(const Attrs& a, MPI_Comm comm) {
 
 }  // namespace
 
+std::string not_a_results_file(const std::string& path) { return kind_mismatch(path, kResultsKind, "minicp_version"); }
+
+std::vector<StoredCase> stored_cases(const std::string& path) {
+  std::vector<StoredCase> out;
+  for (const std::string& id : groups_with_attr(path, "/cases", "complete", "yes")) {
+    const std::string g = "/cases/" + id;
+    out.push_back({id, read_string_attr(path, g, "scheme"), read_string_attr(path, g, "pass"),
+                   int64_t(read_number_attr(path, g, "seq_len")),
+                   read_number_attr(path, g + "/summary", "measured_time_s")});
+  }
+  return out;
+}
+
 std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -78,10 +83,10 @@ std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, 
       err = e.what();
     }
   }
-  err = bcast(err, comm);
+  err = harness::bcast_string(err, comm);
   if (!err.empty()) throw std::runtime_error(err);
-  all = bcast(all, comm);
-  if (deck) *deck = bcast(d, comm);
+  all = harness::bcast_string(all, comm);
+  if (deck) *deck = harness::bcast_string(d, comm);
   std::vector<std::string> ids;
   size_t p = 0;
   while (p < all.size()) {
@@ -105,6 +110,7 @@ Results::Results(std::string path, MPI_Comm comm, const Attrs& root, const std::
   }
   H5File f(path_, comm_, start);
   write_attrs(f, "/", root_);
+  f.set_attr("/", "file_kind", kResultsKind);
   f.set_attr("/", "complete", "no");
   f.create_group("/cases");
   f.commit();

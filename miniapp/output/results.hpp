@@ -88,6 +88,22 @@ class Results {
   Attrs root_;
 };
 
+// The root attribute file_kind of a results file: what tells it from any other file (files
+// written before it are known by their minicp_version).
+constexpr const char* kResultsKind = "minicp results";
+
+// "" when the existing file at path is a minicp results file, else what it is instead (see
+// output::kind_mismatch). Serial.
+std::string not_a_results_file(const std::string& path);
+
+// A complete case of an existing results file, as --resume needs it. Serial (one rank).
+struct StoredCase {
+  std::string id, scheme, pass;
+  int64_t seq_len = 0;
+  double measured_time_s = 0;  // its summary's (NaN when absent: a refused case)
+};
+std::vector<StoredCase> stored_cases(const std::string& path);
+
 // Ids of the complete cases (status "ok" or "refused: ...") of an existing results file,
 // and its resolved deck (rank 0 reads; every rank gets the answer). Collective.
 std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck);

@@ -3,7 +3,10 @@
 
 #include <toml++/toml.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -21,7 +24,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& section_key
   static const auto keys = [] {
     std::vector<std::pair<std::string, std::vector<std::string>>> k = {
         {"model", {"preset", "hidden", "heads", "kv_heads", "head_dim", "ffn", "layers", "rope_theta", "norm_eps"}},
-        {"run", {"pass", "mask", "window", "doc_len", "dtype", "warmup", "reps", "modes", "seed", "progress"}},
+        {"run",
+         {"pass", "mask", "window", "doc_len", "dtype", "warmup", "reps", "modes", "seed", "progress",
+          "stall_timeout_s"}},
         {"sweep", {"schemes", "seq_len", "ranks"}},
         {"output", {"file"}}};
     for (const cp::Setting& st : cp::all_settings()) k[2].second.push_back(st.name);
@@ -63,7 +68,9 @@ const char* type_name(const toml::node& n) {
 // Typed, range-checked access to the deck's values; messages name section.key.
 class Reader {
  public:
-  explicit Reader(const toml::table& t) : t_(t) {}
+  // too_big: "section.key" -> the text of a --set value that holds an integer beyond 64 bits
+  // (TOML cannot hold it, so apply_set kept it as a string; it is reported as out of range).
+  Reader(const toml::table& t, std::map<std::string, std::string> too_big) : t_(t), too_big_(std::move(too_big)) {}
   const toml::node* node(const std::string& s, const std::string& k) const {
     const toml::node* sec = t_.get(s);
     return sec && sec->is_table() ? sec->as_table()->get(k) : nullptr;
@@ -82,7 +89,8 @@ class Reader {
     if (auto i = n->value_exact<int64_t>()) v = double(*i);
     else if (auto d = n->value_exact<double>()) v = *d;
     else throw UsageError(s + "." + k + ": expected a number, got " + type_name(*n));
-    if (!(v > lo_excl)) throw UsageError(s + "." + k + " = " + num(v) + ": must be > " + num(lo_excl));
+    if (!std::isfinite(v) || !(v > lo_excl))
+      throw UsageError(s + "." + k + " = " + num(v) + ": must be a finite number > " + num(lo_excl));
     return v;
   }
   std::string choice(const std::string& s, const std::string& k, const std::string& def,
@@ -97,7 +105,7 @@ class Reader {
     if (!n->is_string()) throw UsageError(s + "." + k + ": expected a string, got " + type_name(*n));
     return *n->value<std::string>();
   }
-  // An integer or an array of integers.
+  // An integer or an array of integers, each listed once (a value twice would run its cases twice).
   std::vector<int64_t> integers(const std::string& s, const std::string& k, const std::vector<int64_t>& def,
                                 int64_t lo, int64_t hi) const {
     const toml::node* n = node(s, k);
@@ -106,7 +114,11 @@ class Reader {
     std::vector<int64_t> out;
     if (const toml::array* a = n->as_array()) {
       if (a->empty()) throw UsageError(key + ": the array is empty (give at least one value)");
-      for (const toml::node& e : *a) out.push_back(check_int(key, e, lo, hi));
+      for (const toml::node& e : *a) {
+        out.push_back(check_int(key, e, lo, hi));
+        if (std::count(out.begin(), out.end(), out.back()) > 1)
+          throw UsageError(key + ": " + std::to_string(out.back()) + " is listed twice");
+      }
     } else {
       out.push_back(check_int(key, *n, lo, hi));
     }
@@ -134,7 +146,11 @@ class Reader {
     std::snprintf(b, sizeof b, "%g", v);
     return b;
   }
-  static int64_t check_int(const std::string& key, const toml::node& n, int64_t lo, int64_t hi) {
+  int64_t check_int(const std::string& key, const toml::node& n, int64_t lo, int64_t hi) const {
+    const auto big = too_big_.find(key);
+    if (big != too_big_.end())
+      throw UsageError(key + " = " + big->second + ": integer out of range: must be between " + std::to_string(lo) +
+                       " and " + std::to_string(hi));
     const auto v = n.value_exact<int64_t>();
     if (!v) throw UsageError(key + ": expected an integer, got " + type_name(n));
     if (*v < lo || *v > hi) {
@@ -152,9 +168,13 @@ class Reader {
     return v;
   }
   const toml::table& t_;
+  std::map<std::string, std::string> too_big_;
 };
 
 toml::table read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError("--deck " + path + ": is a directory; give the deck file (TOML)");
   std::ifstream f(path);
   if (!f) throw UsageError("--deck " + path + ": no such file or not readable");
   try {
@@ -166,8 +186,16 @@ toml::table read_file(const std::string& path) {
   }
 }
 
+// Whether a --set value that TOML refused is integers only (one or an array): then an integer
+// is beyond 64 bits, and the value is out of range rather than a word.
+bool integer_text(const std::string& v) {
+  return v.find_first_of("0123456789") != std::string::npos &&
+         v.find_first_not_of("0123456789+-_,[] ") == std::string::npos;
+}
+
 // "section.key=value": value as TOML (a bare word that is not TOML is taken as a string).
-void apply_set(toml::table& t, const std::string& set) {
+// too_big gets "section.key" -> value when the value is an integer TOML cannot hold.
+void apply_set(toml::table& t, const std::string& set, std::map<std::string, std::string>& too_big) {
   const size_t eq = set.find('='), dot = set.find('.');
   if (eq == std::string::npos || dot == std::string::npos || dot > eq)
     throw UsageError("--set " + set + ": expected section.key=value (e.g. --set run.reps=5)");
@@ -179,6 +207,7 @@ void apply_set(toml::table& t, const std::string& set) {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     parsed.insert_or_assign("v", value);
+    if (integer_text(value)) too_big[section + "." + key] = value;
   }
   if (!t.contains(section)) t.insert(section, toml::table{});
   toml::table* sec = t[section].as_table();
@@ -204,8 +233,9 @@ void check_keys(const toml::table& t, const std::string& path) {
 Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
   toml::table t = path.empty() ? toml::table{} : read_file(path);
   check_keys(t, path);
-  for (const std::string& s : sets) apply_set(t, s);
-  const Reader r(t);
+  std::map<std::string, std::string> too_big;
+  for (const std::string& s : sets) apply_set(t, s, too_big);
+  const Reader r(t, too_big);
   Deck d;
   d.path = path;
 
@@ -266,6 +296,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   }
   d.seed = uint64_t(r.integer("run", "seed", 1, 0, INT64_MAX));
   d.progress = r.choice("run", "progress", "thread", {"thread", "none"});
+  d.stall_timeout_s = r.integer("run", "stall_timeout_s", d.stall_timeout_s, 0, 1000000);
 
   // [sweep]
   std::vector<std::string> scheme_names = {"all"};
@@ -404,12 +435,14 @@ std::string deck_keys_help() {
       "Deck keys (TOML; --set section.key=value overrides one):\n"
       "  [model]  preset = tiny | cpu-small | llama3-8b | llama3-70b (fills the keys below; explicit keys "
       "override)\n"
-      "           hidden, heads, kv_heads, head_dim (even), ffn, layers (integers >= 1), rope_theta (> 1), "
-      "norm_eps (> 0)\n"
+      "           hidden, heads, kv_heads, head_dim (even), ffn, layers (integers >= 1), rope_theta (finite, > 1), "
+      "norm_eps (finite, > 0)\n"
       "  [run]    pass = train | prefill | decode, or a list (train)     mask = causal | full | window | documents (causal)\n"
       "           window (tokens, with mask window)      doc_len (tokens, with mask documents)\n"
       "           dtype = f32 | f64 (f32)   warmup (1)   reps (3)   seed (1)   progress = thread | none (thread)\n"
       "           modes = list of full, compute-only, comm-only ([\"full\"])\n"
+      "           stall_timeout_s = seconds a rank may make no progress before the job is ended (600; 0: off; "
+      "<= 1000000)\n"
       "  [sweep]  schemes = names or [\"all\"] (all: every scheme that solves the pass)\n"
       "           seq_len = global tokens, one or a list (required; decode: the KV-cache length)\n"
       "           ranks = CP group sizes <= the MPI job (the job's size)\n";

@@ -26,6 +26,9 @@ struct Deck {
   std::vector<cp::Mode> modes = {cp::Mode::Full};
   uint64_t seed = 1;
   std::string progress = "thread";  // communication progress: thread | none
+  // run.stall_timeout_s: the stall watchdog's limit (0: off). Not in `resolved`: it changes
+  // nothing measured, and a run may be resumed with another limit.
+  int64_t stall_timeout_s = 600;
   std::vector<std::string> schemes;  // names, "all" expanded (each runs the passes it solves)
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped
   std::vector<int64_t> seq_len;

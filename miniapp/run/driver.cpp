@@ -17,8 +17,10 @@
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
 #include "kernels/types.hpp"
+#include "harness/watchdog.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
+#include "miniapp/output/h5.hpp"
 #include "miniapp/output/results.hpp"
 #include "miniapp/run/figures.hpp"
 #include "miniapp/run/measure.hpp"
@@ -87,6 +89,9 @@ Plan parse(const hn::Args& a) {
                  "keep the complete cases of this results file (of the same deck), run the others, and write "
                  "the whole file again (to --out, default: this file) (default: none)")
       ->type_name("FILE.h5");
+  app.add_flag("--overwrite", o.overwrite,
+               "replace an existing --out or --dump that is not a minicp file of its kind (results, dump); an "
+               "input (--deck, --resume) is never replaced (default: off)");
   app.add_flag("--dry-run", o.dry_run,
                "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
                "would not fit (default: off)");
@@ -97,6 +102,10 @@ Plan parse(const hn::Args& a) {
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
+  const std::pair<const char*, const std::string*> files[] = {
+      {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
+  for (const auto& [flag, path] : files)
+    if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
   if (o.list_schemes) {
     if (a.rank() == 0) std::printf("%s", scheme_list().c_str());
     throw hn::HelpShown{};
@@ -123,19 +132,29 @@ Plan parse(const hn::Args& a) {
   }
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
-  if (!o.resume.empty())
-    hn::check_on_root(a, [&]() -> std::string {
-      std::FILE* f = std::fopen(o.resume.c_str(), "rb");
-      if (!f) return "--resume " + o.resume + ": no such file or not readable";
-      std::fclose(f);
-      return "";
-    });
   hn::check_outputs(a, {{"--out", o.out}, {"--dump", o.dump}});
-  if (!o.out.empty() && o.out == o.dump) throw UsageError("--out and --dump name the same file: " + o.out);
+  claim_outputs(a, p);
   return p;
 }
 
 namespace {
+
+// Where a rank was when the stall watchdog ends the job, and what the results file keeps:
+// every case before the one rank 0 is in (run or resumed) and the resumed ones after it.
+hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results) {
+  return [&p, results](int64_t case_index, int64_t rep, int64_t root_case) {
+    std::string at = case_index < 0 ? "before the first case" : "in case " + p.cases[size_t(case_index)].id;
+    if (case_index >= 0)
+      at += rep >= 0                ? ", rep " + std::to_string(rep)
+            : rep >= -p.deck.warmup ? ", warm-up rep " + std::to_string(rep + p.deck.warmup)
+                                    : ", setting it up";
+    int kept = 0;
+    for (const Case& c : p.cases) kept += c.index < root_case || (results && results->has_case(c.id)) ? 1 : 0;
+    return at + "; ending the job (" +
+           (results ? "the results file keeps the " + std::to_string(kept) + " complete cases" : "no results file") +
+           ")";
+  };
+}
 
 std::vector<std::string> mode_names() {
   std::vector<std::string> n;
@@ -234,6 +253,9 @@ int execute(const hn::Args& a, const Plan& p) {
   hn::MemTracker::instance().start();
   if (p.o.resume.empty()) hn::remove_old_outputs(a, {{"--out", p.o.out}, {"--dump", p.o.dump}});
   RunState rs(a, p);
+  for (const std::string& f : {p.o.out, p.o.dump})  // this run holds their locks: no live run wrote these
+    if (a.rank() == 0 && !f.empty()) output::remove_stale_temporaries(f);
+  rs.none = p.resumed_none_time;  // cases resumed after their `none` keep cp_efficiency_core_scaled
   auto world = comm::make_mpi_comm(comm::Progress::None);
   rs.clock0 = hn::measure_offset(MPI_COMM_WORLD);
   const hn::BlasInfo blas = hn::blas_info();
@@ -248,6 +270,7 @@ int execute(const hn::Args& a, const Plan& p) {
   if (!p.o.out.empty())
     results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);
   rs.results = results.get();
+  hn::Watchdog::instance().start(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, results.get()), a.prog());
   if (say) print_startup(a, p, blas, sgemm, results ? results->done().size() : 0);
   if (a.rank() == 0 && !blas.warning.empty()) std::fprintf(stderr, "minicp: WARNING: %s\n", blas.warning.c_str());
   std::vector<const Case*> todo;
@@ -260,6 +283,7 @@ int execute(const hn::Args& a, const Plan& p) {
     const std::string left = eta.start(*todo[i], elapsed);
     if (say) std::printf("[%zu/%zu] %s (elapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), elapsed, left.c_str());
     std::fflush(stdout);
+    hn::Watchdog::instance().progress(todo[i]->index, -p.deck.warmup - 1);
     run_one(rs, *todo[i]);
   }
   const double run_s = MPI_Wtime() - t_start;
@@ -270,6 +294,7 @@ int execute(const hn::Args& a, const Plan& p) {
     end.real["results_write_time_s"] = rs.write_s;
     results->finish(end);
   }
+  hn::Watchdog::instance().stop();
   hn::MemTracker::instance().stop();
   if (a.rank() == 0) {
     std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f blas_core=%s layer_efficiency:%s\n",

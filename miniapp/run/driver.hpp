@@ -2,9 +2,12 @@
 // and execute (each case: build the layer stack on its CP group, time its reps, print its
 // table, dump the first case). miniapp/main.cpp only wires these into harness::main.
 #pragma once
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "harness/lock.hpp"
 #include "harness/main.hpp"
 #include "miniapp/run/deck.hpp"
 
@@ -15,6 +18,7 @@ struct Options {
   std::vector<std::string> sets;
   std::string out, dump, resume;
   bool dry_run = false, quiet = false, list_schemes = false, no_events = false;
+  bool overwrite = false;  // an existing --out / --dump of another kind may be replaced
 };
 
 struct Plan {
@@ -23,11 +27,20 @@ struct Plan {
   std::vector<Case> cases;
   std::vector<int64_t> predicted_bytes;  // per case, per rank (the memory model)
   int local_ranks = 1;                   // ranks of the job on this node
+  // Rank 0: the locks of --out and --dump, held for the whole run (see claim_outputs).
+  std::vector<std::shared_ptr<harness::OutputLock>> locks;
+  // Rank 0, --resume: measured_time_s of the file's complete `none` cases by "<pass>_<S>".
+  std::map<std::string, double> resumed_none_time;
 };
 
 // Throws harness::UsageError on bad input; prints and throws harness::HelpShown for --help,
 // --list-schemes and --dry-run (which refuses, with UsageError, a case that would not fit).
 Plan parse(const harness::Args& a);
+// The files of the run, once the plan is known (miniapp/run/files.cpp; README, "The results
+// file"): refuses (UsageError) an output that is an input under another name, an output in use
+// by another run, an existing output of another kind (unless --overwrite), and a --resume
+// file that is not a results file of this deck; then holds the outputs' locks in p.locks.
+void claim_outputs(const harness::Args& a, Plan& p);
 int execute(const harness::Args& a, const Plan& p);
 
 // The registry, for --list-schemes: name, problems, summary, settings, refusals.

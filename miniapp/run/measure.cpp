@@ -8,6 +8,7 @@
 
 #include "harness/memtrack.hpp"
 #include "harness/stats.hpp"
+#include "harness/watchdog.hpp"
 #include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
@@ -135,6 +136,7 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       const int r = rep - p.deck.warmup;
+      hn::Watchdog::instance().progress(c.index, r);
       ctx.cfg.mode = mode;
       ctx.reset();
       trace.context().rep = r;

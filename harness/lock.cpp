@@ -1,0 +1,119 @@
+// The output lock (see lock.hpp).
+#include "harness/lock.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+
+namespace minicp::harness {
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return b;
+}
+
+std::string host_name() {
+  char h[256] = {};
+  if (::gethostname(h, sizeof h - 1) != 0) return "unknown";
+  return h;
+}
+
+struct flock whole_file(short type) {
+  struct flock l {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file, however long it grows
+  return l;
+}
+
+// A holder that ends removes the lock file; had we opened it just before, our lock would be on
+// a removed file and protect nothing (the next run creates a new one). So the lock counts only
+// while the path still names the file we locked.
+bool still_there(int fd, const std::string& path) {
+  struct stat a {};
+  struct stat b {};
+  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+std::string read_all(int fd) {
+  std::string s;
+  char b[512];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, b, sizeof b, at);
+    if (n <= 0) return s;
+    s.append(b, size_t(n));
+    at += n;
+  }
+}
+
+}  // namespace
+
+std::string lock_file_of(const std::string& path) { return path + ".lock"; }
+
+std::string OutputLock::take(const std::string& prog, const std::string& flag, const std::string& path) {
+  release();
+  const std::string file = lock_file_of(path), at = flag + " " + path + ": ";
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return at + "cannot open its lock file " + file + ": " + std::strerror(errno);
+    struct flock l = whole_file(F_WRLCK);
+    if (::fcntl(fd, F_SETLK, &l) != 0) {
+      const int e = errno;
+      fd_ = fd;  // only to read the holder's record
+      const std::string why = e == EACCES || e == EAGAIN ? busy_message(prog, flag, path)
+                                                         : at + "cannot lock " + file + ": " + std::strerror(e);
+      fd_ = -1;
+      ::close(fd);
+      return why;
+    }
+    if (!still_there(fd, file)) {
+      ::close(fd);
+      continue;
+    }
+    fd_ = fd;
+    file_ = file;
+    const std::string record =
+        "pid=" + std::to_string(::getpid()) + " host=" + host_name() + " since=" + utc_now() + "\n";
+    // A directory that cannot take these few bytes cannot take the output either: say so now.
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, record.data(), record.size(), 0) != ssize_t(record.size())) {
+      const std::string why = at + "cannot write its lock file " + file + ": " + std::strerror(errno);
+      release();
+      return why;
+    }
+    return "";
+  }
+  return at + "cannot lock " + file + ": it was replaced ten times in a row";
+}
+
+std::string OutputLock::busy_message(const std::string& prog, const std::string& flag, const std::string& path) const {
+  long pid = 0;
+  char host[256] = {}, since[64] = {};
+  std::string holder;
+  if (std::sscanf(read_all(fd_).c_str(), "pid=%ld host=%255s since=%63s", &pid, host, since) == 3) {
+    holder = "pid " + std::to_string(pid) + " on host " + host + ", since " + since;
+  } else {  // the holder has not written its record yet: the kernel still knows its pid
+    struct flock l = whole_file(F_WRLCK);
+    holder = ::fcntl(fd_, F_GETLK, &l) == 0 && l.l_type != F_UNLCK ? "pid " + std::to_string(l.l_pid)
+                                                                   : "holder not recorded yet";
+  }
+  return flag + " " + path + ": in use by another " + prog + " run (" + holder + "); wait for it or choose another " +
+         flag;
+}
+
+void OutputLock::release() {
+  if (fd_ < 0) return;
+  ::unlink(file_.c_str());  // first: while we hold the lock, no one else can be using the file
+  ::close(fd_);
+  fd_ = -1;
+  file_.clear();
+}
+
+}  // namespace minicp::harness
