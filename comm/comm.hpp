@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,6 +106,9 @@ class Communicator {
   // Seconds the progress thread has spent inside MPI calls (where it copies messages),
   // since construction; 0 without a progress thread.
   virtual double progress_busy_s() const { return 0; }
+  // Seconds the collective thread has spent running all-reduces (progress = thread: the
+  // all-reduces' own cost, whatever overlaps them); NaN where no such thread runs them.
+  virtual double collective_busy_s() const { return std::numeric_limits<double>::quiet_NaN(); }
 
  protected:
   // The backend's split: ranks with the same color form a group, ordered by world rank.

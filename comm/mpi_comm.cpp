@@ -165,6 +165,9 @@ class MpiComm final : public Communicator {
 
   std::string backend() const override { return staged_ ? "mpi-staged" : "mpi"; }
   double progress_busy_s() const override { return busy_s_; }
+  double collective_busy_s() const override {
+    return coll_thread_.joinable() ? coll_busy_s_.load() : std::numeric_limits<double>::quiet_NaN();
+  }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
                     const Group& g, int step, int channel) override {
@@ -508,6 +511,7 @@ class MpiComm final : public Communicator {
       const double t0 = MPI_Wtime();
       job.run();
       busy_s_ = busy_s_ + (MPI_Wtime() - t0);
+      coll_busy_s_ = coll_busy_s_ + (MPI_Wtime() - t0);
       {
         std::lock_guard<std::mutex> lock(coll_mu_);
         job.r->t_done = MPI_Wtime();
@@ -570,6 +574,7 @@ class MpiComm final : public Communicator {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<double> busy_s_{0};
+  std::atomic<double> coll_busy_s_{0};  // the collective thread's share of busy_s_
   std::list<std::shared_ptr<MpiRequest>> pending_;
   struct CollJob {
     std::shared_ptr<MpiRequest> r;

@@ -123,7 +123,8 @@ struct Stack<T>::Impl {
   View2<T> o_self, lse_self;                     // decode: the new tokens' own block
   std::vector<Layer> layers;
   double grad_exposed = 0;
-  int64_t grad_bytes = 0;  // bytes the last backward's dW all-reduces sent (comm::bytes_leaving)
+  int64_t grad_bytes = 0;
+  double grad_busy = 0;    // the collective thread's time on them (NaN: no such thread)  // bytes the last backward's dW all-reduces sent (comm::bytes_leaving)
 
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
@@ -414,7 +415,7 @@ struct Stack<T>::Impl {
 
   void backward(cp::Context& ctx) {
     if (cfg.pass != Pass::Train) throw std::logic_error(std::string("the ") + to_string(cfg.pass) + " pass has no backward");
-    const double t_call = MPI_Wtime();
+    const double t_call = MPI_Wtime(), busy0 = comm.collective_busy_s();
     grad_exposed = 0;
     grad_bytes = 0;
     CV2 cur = dy;
@@ -433,6 +434,7 @@ struct Stack<T>::Impl {
       L.bwd.s[int(Phase::GradAllreduce)] += dt;
       grad_exposed += dt;
     }
+    grad_busy = comm.collective_busy_s() - busy0;
     std::vector<PhaseTimes*> t;
     for (Layer& L : layers) t.push_back(&L.bwd);
     close_stack(t_call, t, layers.front().bwd);
@@ -476,6 +478,8 @@ template <class T>
 double Stack<T>::grad_allreduce_exposed_s() const { return p_->grad_exposed; }
 template <class T>
 int64_t Stack<T>::grad_allreduce_bytes() const { return p_->grad_bytes; }
+template <class T>
+double Stack<T>::grad_allreduce_busy_s() const { return p_->grad_busy; }
 
 template class Stack<float>;
 template class Stack<double>;

@@ -99,6 +99,9 @@ class Stack {
   // Bytes this rank's dW all-reduces sent in the last backward (comm::bytes_leaving): the
   // part of the communicator's bytes_sent() that is not the scheme's.
   int64_t grad_allreduce_bytes() const;
+  // Seconds the communicator's collective thread spent running them in the last backward:
+  // the all-reduces' own cost, whatever ran beside them (NaN without such a thread).
+  double grad_allreduce_busy_s() const;
 
  private:
   struct Impl;

@@ -42,6 +42,7 @@ struct StepRow {
   double attn_s;                         // attention phases (attn_compute + attn_comm), all layers
   double attn_comm_wait_s;               // blocked in the scheme's waits (event-based exposed comm)
   double grad_allreduce_s;               // posting the dW all-reduces and waiting for them (exposed)
+  double grad_allreduce_busy_s;          // the collective thread running them (NaN: none ran them)
 };
 struct MemoryRow {
   int32_t rank;

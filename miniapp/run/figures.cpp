@@ -21,6 +21,7 @@ const double kInf = std::numeric_limits<double>::infinity();
 struct Rep {
   double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0;
   double attn_wait = 0, grad = 0, wait = 0;
+  double grad_busy = 0;  // the collective thread's time on the all-reduces (NaN: none ran them)
 };
 
 std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::StepRow>& rows) {
@@ -32,6 +33,7 @@ std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::Step
     x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
     x.grad = std::max(x.grad, r.grad_allreduce_s);
     x.wait = std::max(x.wait, r.attn_comm_wait_s + r.grad_allreduce_s);
+    x.grad_busy = std::isnan(r.grad_allreduce_busy_s) ? r.grad_allreduce_busy_s : std::max(x.grad_busy, r.grad_allreduce_busy_s);
   }
   std::map<cp::Mode, std::vector<Rep>> out;  // reps in rep order (the map is ordered)
   for (const auto& [key, rep] : by) out[all_modes().at(size_t(key.first))].push_back(rep);
@@ -54,13 +56,14 @@ double mean_of(const std::vector<double>& v) {
 
 // One overlap figure (prefix "" for the whole step, "attn_", "grad_allreduce_") from the
 // three modes' reps of one part of the step; NaN with the reason when it cannot be measured.
+// comm_part: the part's time in comm-only mode (default: part itself).
 void overlap_figures(output::Attrs& s, const std::string& prefix, const std::map<cp::Mode, std::vector<Rep>>& by,
-                     double (*part)(const Rep&), bool talks) {
+                     double (*part)(const Rep&), bool talks, double (*comm_part)(const Rep&) = nullptr) {
   hn::Overlap ov = hn::not_measured(talks ? "needs the full, compute-only and comm-only modes" : "");
   const bool three = by.count(cp::Mode::Full) && by.count(cp::Mode::ComputeOnly) && by.count(cp::Mode::CommOnly);
   double t_comm = kNaN;
   if (talks && three) {
-    t_comm = hn::median(field(by.at(cp::Mode::CommOnly), part));
+    t_comm = hn::median(field(by.at(cp::Mode::CommOnly), comm_part ? comm_part : part));
     ov = hn::paired_overlap(field(by.at(cp::Mode::Full), part), field(by.at(cp::Mode::ComputeOnly), part), t_comm);
   }
   s.real[prefix + "overlap"] = ov.overlap;
@@ -152,7 +155,13 @@ output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, i
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
   overlap_figures(s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
   overlap_figures(s, "attn_", by, [](const Rep& x) { return x.attn; }, max_of(m.attn_bytes) > 0);
-  overlap_figures(s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0);
+  // The all-reduce's time alone is its own run time on the collective thread where one runs
+  // it: in comm-only mode it overlaps the next layer's attention traffic, so the rest of the
+  // step would understate it.
+  const auto comm_only = by.find(cp::Mode::CommOnly);
+  const bool busy = comm_only != by.end() && !std::isnan(comm_only->second.front().grad_busy);
+  overlap_figures(s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0,
+                  busy ? +[](const Rep& x) { return x.grad_busy; } : nullptr);
   s.integer["overlap_measured"] = std::isnan(r["overlap"]) ? 0 : 1;
   cp_efficiency(s, c, none, threads, t);
   s.text["units"] =

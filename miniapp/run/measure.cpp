@@ -105,8 +105,9 @@ struct FullSamples {
 template <class T>
 void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
                 const double t[3], CaseRun& out) {
+  const bool bwd = train && mode != cp::Mode::ComputeOnly && ctx.comm.world().size > 1;
   output::StepRow row{mode_code(mode), rep, rank, t[0], t[1], t[2], 0, 0, ctx.stats.comm_wait_s,
-                      st.grad_allreduce_exposed_s()};
+                      st.grad_allreduce_exposed_s(), bwd ? st.grad_allreduce_busy_s() : 0.0};
   constexpr int kTotal = model::kPhases;  // the "total" row of a layer (the sum of its phases)
   if (mode == cp::Mode::Full) out.m.fwd_phases = {}, out.m.bwd_phases = {};  // the last full rep's
   for (int l = 0; l < L; ++l)
