@@ -174,7 +174,7 @@ def check_figures(cid, g, s, modes, fail):
     flagged = text(s["out_of_range"])
     for k, (lo, hi) in RANGES.items():
         v = float(s[k])
-        if not math.isnan(v) and not lo <= v <= hi and f"{k}=" not in flagged:
+        if not math.isnan(v) and not lo <= v <= hi and not re.search(rf"(^|[ ,;]){re.escape(k)}=", flagged):
             fail(f"{cid}/summary: {k} = {v} outside [{lo}, {hi}] and not flagged in out_of_range")
     if (int(s["figures_in_range"]) == 1) != (flagged == ""):
         fail(f"{cid}/summary: figures_in_range {s['figures_in_range']} with out_of_range {flagged!r}")

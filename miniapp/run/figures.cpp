@@ -200,16 +200,24 @@ std::string check_ranges(output::Attrs& s) {
       {"slowest_rep_ratio", 1, kInf, "max below median", ""},
       {"phase_coverage", 0.99, 1.01, "time outside every phase", "phases longer than the step"},
   };
-  std::string out;
+  // "a=-0.5, b=-0.7 (below [0, 1]: why); c=1.2 (above [0, 1]: why)": figures that are out
+  // for the same reason share it.
+  std::vector<std::pair<std::string, std::string>> groups;  // (bound and reason, figures)
   for (const Range& rg : ranges) {
     const auto it = s.real.find(rg.name);
     if (it == s.real.end() || std::isnan(it->second)) continue;
     const double v = it->second;
     if (v >= rg.lo && v <= rg.hi) continue;
-    char b[512];
-    std::snprintf(b, sizeof b, "%s=%.4g (allowed [%g, %g]: %s)", rg.name, v, rg.lo, rg.hi, v < rg.lo ? rg.below : rg.above);
-    out += (out.empty() ? "" : "; ") + std::string(b);
+    char fig[96], why[512];
+    std::snprintf(fig, sizeof fig, "%s=%.4g", rg.name, v);
+    std::snprintf(why, sizeof why, "%s [%g, %g]: %s", v < rg.lo ? "below" : "above", rg.lo, rg.hi,
+                  v < rg.lo ? rg.below : rg.above);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == why; });
+    if (g == groups.end()) g = groups.insert(groups.end(), {why, ""});
+    g->second += (g->second.empty() ? "" : ", ") + std::string(fig);
   }
+  std::string out;
+  for (const auto& [why, figs] : groups) out += (out.empty() ? "" : "; ") + figs + " (" + why + ")";
   s.text["out_of_range"] = out;
   s.integer["figures_in_range"] = out.empty() ? 1 : 0;
   return out;
