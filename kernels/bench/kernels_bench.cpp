@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/blas.hpp"
 #include "harness/cli.hpp"
 #include "harness/main.hpp"
 #include "harness/memory.hpp"
@@ -235,6 +236,9 @@ int run(const minicp::harness::Args&) {
   benchmark::AddCustomContext("kokkos_exec_space", kk::Exec::name());
   benchmark::AddCustomContext("kokkos_concurrency", std::to_string(kk::Exec().concurrency()));
   benchmark::AddCustomContext("gemm_backend", kk::gemm_backend());
+  const minicp::harness::BlasInfo blas = minicp::harness::blas_info();  // the SGEMM reference's BLAS and core
+  benchmark::AddCustomContext("blas", blas.summary());
+  if (!blas.warning.empty()) benchmark::AddCustomContext("blas_warning", blas.warning);
   benchmark::AddCustomContext("attention_heads", std::to_string(kHeads));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
