@@ -1,6 +1,6 @@
 // The GEMM ceiling of one rank: the fastest rate (FLOP/s) at which the GEMM engines the layer
 // uses run on this machine, with this rank's threads. It is the reference of the layer
-// efficiency (README, "Layer efficiency"), which therefore cannot exceed 1 unless the
+// efficiency (docs/figures-of-merit.md, "Layer efficiency"), which therefore cannot exceed 1 unless the
 // measurement is wrong: the layer's GEMMs run on BLAS and its attention tiles on
 // tile::gemm, and a BLAS held to a slow core (a user's OPENBLAS_CORETYPE) would otherwise
 // make a reference below what the attention kernels reach.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks a miniCP --dump file against an independent numpy implementation of the layer
-stack, written from the README's definition (section "--dump FILE.h5"):
+stack, written from the definition in docs/results-file.md (section "--dump FILE.h5"):
 
   per layer:  h  = rmsnorm(x, attn_norm)              rmsnorm(x, w) = x / sqrt(mean(x^2) + eps) * w
               q, k, v = h @ wq, h @ wk, h @ wv         split into heads of head_dim

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A minicp run owns its output files (README, "The results file"). Modes:
+"""A minicp run owns its output files (docs/results-file.md). Modes:
   lock       while a run writes --out FILE and --dump D (its ranks held stopped, so that it is
              surely running), a second run given FILE, and a third given D, are refused at once:
              exit 2, one message naming the holder (pid of its rank 0, host). The first run then

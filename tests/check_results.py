@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a minicp results file (README, "The results file"): the root attributes (build,
+"""Checks a minicp results file (docs/results-file.md): the root attributes (build,
 BLAS, CPU, environment, launcher), every case's attributes and status, the timing, steps,
 memory and events tables (columns, units, row counts, one row per rank), and the figures of
 merit, several of them recomputed a second way from the raw tables: measured_time_s from
@@ -46,7 +46,7 @@ STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s",
 MEMORY = ["rank", "kokkos_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
-# Each figure with a range (README, "Figures of merit"); outside it only when out_of_range says so.
+# Each figure with a range (docs/figures-of-merit.md); outside it only when out_of_range says so.
 RANGES = {"layer_efficiency": (0, 1), "cp_efficiency": (0, 1), "cp_efficiency_core_scaled": (0, 1),
           "overlap": (0, 1), "overlap_q1": (0, 1), "overlap_q3": (0, 1), "attn_overlap": (0, 1),
           "attn_overlap_q1": (0, 1), "attn_overlap_q3": (0, 1), "grad_allreduce_overlap": (0, 1),
@@ -124,7 +124,7 @@ def check_steps(cid, g, s, fail):
     full = st[st["mode"] == 0]
     slowest = [max(full[full["rep"] == rep], key=lambda r: r["step_s"]) for rep in sorted(set(full["rep"]))]
     steps = sorted(r["step_s"] for r in slowest)
-    median = steps[len(steps) // 2]  # the quartile rule of the README
+    median = steps[len(steps) // 2]  # the quartile rule of docs/figures-of-merit.md
     if abs(median - s["measured_time_s"]) > 1e-12:
         fail(f"{cid}/summary: measured_time_s {s['measured_time_s']} but the steps table gives {median}")
     both = s["forward_time_s"] + (s["backward_time_s"] if train else 0.0)
@@ -142,7 +142,7 @@ def slowest_per_rep(st, mode):
 
 
 def check_overlaps(cid, g, s, fail):
-    """Each overlap recomputed from the steps table by the README's definition."""
+    """Each overlap recomputed from the steps table by the definition in docs/figures-of-merit.md."""
     st = g["steps"][()]
     if len(set(st["mode"])) != 3:
         return

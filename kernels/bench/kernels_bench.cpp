@@ -176,7 +176,7 @@ void parse(const minicp::harness::Args& a) {
   hn::add_int_list(app, "--causal", g_causal, 0, 1, "0 full, 1 causal (comma list)");
   hn::add_int(app, "--heads", kHeads, 1, hn::kNoMax, "query heads = kv heads");
   app.footer(
-      "Counters: FLOPS = useful FLOP/s (README formulas), exec_FLOPS = executed FLOP/s.\n"
+      "Counters: FLOPS = useful FLOP/s (formulas of docs/figures-of-merit.md), exec_FLOPS = executed FLOP/s.\n"
       "Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.\n"
       "Google Benchmark's own flags:");
   hn::parse(app, a, [] { benchmark::PrintDefaultHelp(); });

@@ -1,5 +1,5 @@
 // The results file of a minicp run (--out FILE.h5): everything measured, every case, every
-// rank, through output::H5File. Layout and units: README, "The results file".
+// rank, through output::H5File. Layout and units: docs/results-file.md.
 //   /                      attributes: version, build, platform, run (deck text, command line)
 //   /cases/<id>/           attributes: the case (scheme, settings, shape, pass, mask, status)
 //   /cases/<id>/timing     table: mode, rep, rank, layer, pass, phase, seconds

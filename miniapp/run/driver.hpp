@@ -36,8 +36,8 @@ struct Plan {
 // Throws harness::UsageError on bad input; prints and throws harness::HelpShown for --help,
 // --list-schemes and --dry-run (which refuses, with UsageError, a case that would not fit).
 Plan parse(const harness::Args& a);
-// The files of the run, once the plan is known (miniapp/run/files.cpp; README, "The results
-// file"): refuses (UsageError) an output that is an input under another name, an output in use
+// The files of the run, once the plan is known (miniapp/run/files.cpp;
+// docs/results-file.md): refuses (UsageError) an output that is an input under another name, an output in use
 // by another run, an existing output of another kind (unless --overwrite), and a --resume
 // file that is not a results file of this deck; then holds the outputs' locks in p.locks.
 void claim_outputs(const harness::Args& a, Plan& p);

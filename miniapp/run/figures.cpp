@@ -1,4 +1,4 @@
-// The figures of merit of a case (see figures.hpp; definitions: README, "Figures of merit").
+// The figures of merit of a case (see figures.hpp; definitions: docs/figures-of-merit.md).
 #include "miniapp/run/figures.hpp"
 
 #include <algorithm>

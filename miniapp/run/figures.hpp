@@ -1,4 +1,4 @@
-// The figures of merit of a case (README, "Figures of merit"), computed on the group's rank 0
+// The figures of merit of a case (docs/figures-of-merit.md), computed on the group's rank 0
 // from the raw step rows measure.hpp gathered, and the range check every figure goes
 // through: a figure outside its range is a defect of the measurement, so it is flagged
 // (out_of_range, figures_in_range = 0, a warning) rather than reported as a result.

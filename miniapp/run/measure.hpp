@@ -66,7 +66,7 @@ struct CaseRun {
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                   CeilingCache& ceiling, CaseRun& out);
 
-// Useful FLOPs of one step of a case over the whole problem (README, "FLOPs"): what the
+// Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
 // layer efficiency and the ETA weigh a case by.
 double step_useful_flops(const Case& c);
 
