@@ -399,18 +399,17 @@ struct Stack<T>::Impl {
 
   // The stack's own time between and around its layers (the loop, the final waits' loop)
   // goes to `other` of the layer that ran last, so the layers' phases add up to the call.
-  static void close_stack(double t_call, std::vector<PhaseTimes*> per_layer, PhaseTimes& last) {
+  // pass: &Layer::fwd or &Layer::bwd; last: the layer that ran last.
+  void close_stack(double t_call, PhaseTimes Layer::*pass, Layer& last) {
     double inside = 0;
-    for (const PhaseTimes* t : per_layer) inside += t->total();
-    last.s[int(Phase::Other)] += std::max(0.0, MPI_Wtime() - t_call - inside);
+    for (const Layer& L : layers) inside += (L.*pass).total();
+    (last.*pass).s[int(Phase::Other)] += std::max(0.0, MPI_Wtime() - t_call - inside);
   }
 
   void forward(cp::Context& ctx) {
     const double t_call = MPI_Wtime();
     for (int l = 0; l < m.layers; ++l) forward_layer(ctx, l);
-    std::vector<PhaseTimes*> t;
-    for (Layer& L : layers) t.push_back(&L.fwd);
-    close_stack(t_call, t, layers.back().fwd);
+    close_stack(t_call, &Layer::fwd, layers.back());
   }
 
   void backward(cp::Context& ctx) {
@@ -435,9 +434,7 @@ struct Stack<T>::Impl {
       grad_exposed += dt;
     }
     grad_busy = comm.collective_busy_s() - busy0;
-    std::vector<PhaseTimes*> t;
-    for (Layer& L : layers) t.push_back(&L.bwd);
-    close_stack(t_call, t, layers.front().bwd);
+    close_stack(t_call, &Layer::bwd, layers.front());
   }
 };
 

@@ -37,23 +37,26 @@ double step_useful_flops(const Case& c) {
   return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
 }
 
-double CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key, const std::function<double()>& measure) {
+const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key,
+                                                   const std::function<double()>& measure) {
   Timed& t = cache_[key];
   int stale = MPI_Wtime() - t.taken > kFreshSeconds ? 1 : 0;
   MPI_Bcast(&stale, 1, MPI_INT, 0, g);
   if (stale) t.rate = measure(), t.taken = MPI_Wtime();
-  return t.rate;
+  return t;
 }
 
 CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShape s) {
   const auto sync = [g] { MPI_Barrier(g); };
   Reading r;
-  r.rates.blas_square = component(g, {ranks, 0}, [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); });
-  r.rates.tile = component(g, {ranks, 1}, [&] { return kernels::tile_gemm_rate(sync); });
-  r.taken = std::min(cache_[{ranks, 0}].taken, cache_[{ranks, 1}].taken);
+  const Timed& square = component(g, {ranks, 0}, [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); });
+  const Timed& tile = component(g, {ranks, 1}, [&] { return kernels::tile_gemm_rate(sync); });
+  r.rates.blas_square = square.rate, r.rates.tile = tile.rate;
+  r.taken = std::min(square.taken, tile.taken);
   if (s.m > 0 && s.n > 0 && s.k > 0) {
-    r.rates.blas_layer = component(g, {ranks, 2, s.m, s.n, s.k}, [&] { return kernels::blas_gemm_rate(s, sync); });
-    r.taken = std::min(r.taken, cache_[{ranks, 2, s.m, s.n, s.k}].taken);
+    const Timed& layer = component(g, {ranks, 2, s.m, s.n, s.k}, [&] { return kernels::blas_gemm_rate(s, sync); });
+    r.rates.blas_layer = layer.rate;
+    r.taken = std::min(r.taken, layer.taken);
   }
   return r;
 }

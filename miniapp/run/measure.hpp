@@ -41,7 +41,8 @@ class CeilingCache {
   struct Timed {
     double rate = 0, taken = -1e300;
   };
-  double component(MPI_Comm g, const std::vector<int64_t>& key, const std::function<double()>& measure);
+  // The reading under key, measured again when stale.
+  const Timed& component(MPI_Comm g, const std::vector<int64_t>& key, const std::function<double()>& measure);
   std::map<std::vector<int64_t>, Timed> cache_;
 };
 
