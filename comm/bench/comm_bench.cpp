@@ -20,6 +20,7 @@
 
 #include "comm/comm.hpp"
 #include "harness/cli.hpp"
+#include "harness/fabric.hpp"
 #include "harness/main.hpp"
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
@@ -102,6 +103,8 @@ struct Options {
   std::vector<int> progress_cpus;
   mc::Staging staging = mc::Staging::Direct;
   std::string json, progress_cpus_text, staging_name = "direct";
+  std::string fabric;     // --fabric (applied before MPI_Init by main)
+  hn::MpiSelection mpi;   // what MPI selected, checked against the profile
 };
 
 // Parses the command line (every rank does the same) and checks it, the --json path and
@@ -142,6 +145,10 @@ void parse_args(const hn::Args& a, Options& o) {
                  "direct (MPI reads the buffers) or host (through host staging buffers; backend mpi-staged)")
       ->capture_default_str()
       ->type_name("MODE");
+  app.add_option("--fabric", o.fabric,
+                 "Fabric profile: a name from inputs/fabrics/ or a profile file; applied before MPI starts and what "
+                 "MPI selects is checked; default: none (MPI's own choice)")
+      ->type_name("NAME");
   app.add_option("--json", o.json,
                  "Write all results to FILE (by rank 0, whole, then renamed into place; checked before the run, "
                  "and an old FILE is removed when the run starts)")
@@ -160,6 +167,7 @@ void parse_args(const hn::Args& a, Options& o) {
       "Communicator has no one-sided send. Exit status: 0 ok, 1 data check failed or run error,\n"
       "2 bad command line.");
   hn::parse(app, a);
+  o.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   o.check = check == 1;
   o.minbytes = parse_size("-b/--minbytes", minb);
   o.maxbytes = parse_size("-e/--maxbytes", maxb);
@@ -364,6 +372,11 @@ hn::Json results_json(const std::string& backend, const std::string& library, in
   js["ranks"] = ranks;
   js["hosts"] = hosts;
   js["progress"] = o.progress_name;
+  const hn::FabricProfile* fab = hn::applied_fabric();
+  js["fabric"] = fab ? fab->name : "";
+  js["fabric_settings"] = fab ? fab->settings() : "";
+  js["mpi_pml"] = o.mpi.pml;
+  js["mpi_btls"] = o.mpi.btl_list();
   js["progress_cpus"] = o.progress_cpus_text;
   js["dtype"] = "float32";
   js["warmup_iters"] = o.warmup;
@@ -415,6 +428,9 @@ int run(const hn::Args& a, const Options& o) {
                 nranks, per_host.size(), o.progress_name.c_str());
     if (o.progress == mc::Progress::Thread) std::printf(" (poll %d us)", o.poll_us);
     if (!o.progress_cpus.empty()) std::printf(" (progress CPUs %s)", o.progress_cpus_text.c_str());
+    if (const hn::FabricProfile* f = hn::applied_fabric()) std::printf("  fabric: %s", f->name.c_str());
+    if (!o.mpi.pml.empty()) std::printf("  pml: %s", o.mpi.pml.c_str());
+    if (o.mpi.pml == "ob1") std::printf("  btls: %s", o.mpi.btl_list().c_str());
     std::printf("\n# sizes: %llu .. %llu B, step factor %d  warmup: %d  iters: %d  check: %d  dtype: float32\n",
                 (unsigned long long)o.minbytes, (unsigned long long)o.maxbytes, o.factor, o.warmup, o.iters,
                 o.check ? 1 : 0);
@@ -499,6 +515,9 @@ int run(const hn::Args& a, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The fabric profile's settings go into the environment before MPI starts.
+  if (const int rc = hn::apply_fabric("minicp-comm-bench", {hn::flag_value(argc, argv, "--fabric"), "--fabric"}); rc >= 0)
+    return rc;
   Options o;
   return hn::main(
       argc, argv, "minicp-comm-bench", [&](const hn::Args& a) { parse_args(a, o); },

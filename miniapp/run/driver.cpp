@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <toml++/toml.h>
+
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 #include <cmath>
@@ -40,9 +42,13 @@ std::string mask_of(const cp::Config& a) {
   return name;
 }
 
-void print_dry_run(const Plan& p, double avail_per_rank) {
-  std::printf("minicp --dry-run: %zu cases; memory available per rank: %s (%d ranks on this node)\n", p.cases.size(),
-              avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.local_ranks);
+void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
+  if (target)
+    std::printf("minicp --dry-run: %zu cases; memory per rank of the target node (--rank-memory): %s\n",
+                p.cases.size(), hn::human_bytes(avail_per_rank).c_str());
+  else
+    std::printf("minicp --dry-run: %zu cases; memory available per rank: %s (%d ranks on this node)\n", p.cases.size(),
+                avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.local_ranks);
   std::printf("%-40s %-10s %7s %5s %-22s %16s  %s\n", "case", "scheme", "pass", "ranks", "mask",
               "memory/rank", "status");
   for (size_t i = 0; i < p.cases.size(); ++i) {
@@ -55,6 +61,40 @@ void print_dry_run(const Plan& p, double avail_per_rank) {
 }
 
 }  // namespace
+
+hn::FabricRequest requested_fabric(int argc, char** argv) {
+  if (std::string f = hn::flag_value(argc, argv, "--fabric"); !f.empty()) return {f, "--fabric"};
+  std::string from_set, deck = hn::flag_value(argc, argv, "--deck");
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--set" && std::string(argv[i + 1]).rfind("run.fabric=", 0) == 0)
+      from_set = std::string(argv[i + 1]).substr(11);
+  if (!from_set.empty()) {
+    if (from_set.size() >= 2 && from_set.front() == '"' && from_set.back() == '"')
+      from_set = from_set.substr(1, from_set.size() - 2);
+    return {from_set, "--set run.fabric"};
+  }
+  if (deck.empty()) return {};
+  try {
+    const toml::table t = toml::parse_file(deck);
+    return {t["run"]["fabric"].value_or(std::string()), "run.fabric"};
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+double parse_size(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(v > 0)) return -1;
+  std::string unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  const std::pair<const char*, double> units[] = {{"B", 1},         {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
+                                                  {"TiB", 0x1p40},  {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},
+                                                  {"TB", 1e12}};
+  for (const auto& [u, f] : units)
+    if (unit == u) return v * f;
+  return -1;
+}
 
 std::string scheme_list() {
   std::string s;
@@ -99,6 +139,16 @@ Plan parse(const hn::Args& a) {
   app.add_flag("--no-events", o.no_events,
                "record no trace events (the events tables stay empty; for measuring the tracing overhead) "
                "(default: off)");
+  app.add_option("--fabric", o.fabric,
+                 "fabric profile: a name from inputs/fabrics/ or a profile file; its MPI/UCX settings are applied "
+                 "before MPI starts and what MPI selects is checked (default: the deck's run.fabric; none: MPI's "
+                 "own choice)")
+      ->type_name("NAME");
+  std::string rank_memory;
+  app.add_option("--rank-memory", rank_memory,
+                 "with --dry-run: plan against this much memory per rank (e.g. 80GiB for a GPU node) instead of "
+                 "this node's available memory (default: this node's)")
+      ->type_name("SIZE");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
@@ -110,7 +160,14 @@ Plan parse(const hn::Args& a) {
     if (a.rank() == 0) std::printf("%s", scheme_list().c_str());
     throw hn::HelpShown{};
   }
+  if (!rank_memory.empty()) {
+    o.rank_memory = parse_size(rank_memory);
+    if (!(o.rank_memory > 0))
+      throw UsageError("--rank-memory " + rank_memory + ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
+    if (!o.dry_run) throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
+  }
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
+  p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   // A dry run plans for any job size (a cluster deck can be checked on a laptop).
   p.deck = load_deck(o.deck, o.sets, a.size(), o.dry_run);
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
@@ -123,12 +180,19 @@ Plan parse(const hn::Args& a) {
     p.predicted_bytes.push_back(b);
     if (b > most) most = b, most_id = c.id;
   }
-  p.local_ranks = comm::Communicator::node_topology().local_size;
+  const comm::Topology topo = comm::Communicator::node_topology();
+  p.local_ranks = topo.local_size, p.nodes = topo.nodes;
   if (o.dry_run) {
     const int64_t node = hn::node_available_bytes();
-    const double avail = node < 0 ? -1.0 : double(node) / p.local_ranks;
-    if (a.rank() == 0) print_dry_run(p, avail);
+    const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.local_ranks;
+    if (a.rank() == 0) print_dry_run(p, avail, o.rank_memory > 0);
     std::fflush(stdout);  // the table before any refusal below
+    if (o.rank_memory > 0) {
+      if (double(most) > o.rank_memory)
+        throw UsageError("case " + most_id + " needs " + hn::human_bytes(double(most)) + " per rank, more than " +
+                         "--rank-memory " + rank_memory);
+      throw hn::HelpShown{};
+    }
   }
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
@@ -179,6 +243,11 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
               p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), p.deck.dtype.c_str(),
               blas.summary().c_str(), sgemm / 1e9,
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
+  // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).
+  const hn::FabricProfile* f = hn::applied_fabric();
+  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)",
+              p.nodes, p.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
+              p.mpi.pml == "ob1" ? (", btls " + p.mpi.btl_list()).c_str() : "");
   std::fflush(stdout);
 }
 

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,6 +102,39 @@ void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
   r.text["cpu_isa"] = harness::to_string(b.cpu_isa);
 }
 
+// The Slurm job this run belongs to ("" / -1 outside Slurm).
+void slurm_attrs(output::Attrs& r) {
+  const std::pair<const char*, const char*> text[] = {{"SLURM_JOB_ID", "slurm_job_id"},
+                                                      {"SLURM_ARRAY_JOB_ID", "slurm_array_job_id"},
+                                                      {"SLURM_ARRAY_TASK_ID", "slurm_array_task_id"},
+                                                      {"SLURM_JOB_NODELIST", "slurm_job_nodelist"},
+                                                      {"SLURM_JOB_PARTITION", "slurm_job_partition"},
+                                                      {"SLURM_CLUSTER_NAME", "slurm_cluster_name"}};
+  for (const auto& [var, attr] : text) {
+    const char* e = std::getenv(var);
+    r.text[attr] = e ? e : "";
+  }
+  const char* nn = std::getenv("SLURM_JOB_NUM_NODES");
+  r.integer["slurm_job_num_nodes"] = nn ? std::atoll(nn) : -1;
+}
+
+// The fabric profile asked for and what MPI selected.
+void fabric_attrs(output::Attrs& r, const harness::MpiSelection& sel) {
+  const harness::FabricProfile* f = harness::applied_fabric();
+  r.text["fabric"] = f ? f->name : "";
+  r.text["fabric_kind"] = f ? f->kind : "";
+  r.text["fabric_description"] = f ? f->description : "";
+  r.text["fabric_settings"] = f ? f->settings() : "";
+  r.text["fabric_file"] = f ? f->path : "";
+  r.real["fabric_link_bandwidth_gbit_s"] = f ? f->bandwidth_gbit_s : 0.0;
+  r.real["fabric_link_latency_us"] = f ? f->latency_us : 0.0;
+  r.text["mpi_pml"] = sel.pml;
+  r.text["mpi_btls"] = sel.btl_list();
+  r.text["mpi_selection_source"] = sel.how;
+  const char* tls = std::getenv("UCX_TLS");
+  r.text["ucx_tls"] = sel.pml == "ucx" ? (tls ? tls : "UCX's default (all available)") : "";
+}
+
 }  // namespace
 
 output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
@@ -120,10 +154,15 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   for (const std::string& h : world.topology().hosts) hosts += (hosts.empty() ? "" : ",") + h;
   r.text["hosts"] = hosts;
   r.integer["world_ranks"] = a.size();
-  for (const char* v : {"SLURM_JOB_ID", "SLURM_JOB_NODELIST"}) {
-    const char* e = std::getenv(v);
-    r.text[std::string(v) == "SLURM_JOB_ID" ? "slurm_job_id" : "slurm_job_nodelist"] = e ? e : "";
-  }
+  const comm::Topology& topo = world.topology();
+  r.integer["nodes"] = topo.nodes;
+  int most_local = 0;
+  for (int n = 0; n < topo.nodes; ++n)
+    most_local = std::max(most_local, int(std::count(topo.node_of_rank.begin(), topo.node_of_rank.end(), n)));
+  r.integer["ranks_per_node"] = most_local;  // the most on any node (min_local_size: the fewest)
+  r.integer["ranks_per_node_min"] = topo.min_local_size;
+  slurm_attrs(r);
+  fabric_attrs(r, p.mpi);
   r.text["environment"] = env_with_prefixes({"OMP_", "OPENBLAS_", "KOKKOS_", "GOMP_", "MKL_", "UCX_", "SLURM_CPU"});
   r.text["cpu_affinity"] = all_affinities(a.size());
   launcher(r.text["launcher"], r.text["launcher_command_line"]);
