@@ -6,6 +6,9 @@
 #   make kernel-study  the kernel study (attention vs the same run's SGEMM)
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
+#   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
+#                      (emulated nodes: slurm/vcluster, as root; about 20 minutes), into results/fabric/
+#   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
 #   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
 #   make clean  removes build/ and build-sanitize/
@@ -25,7 +28,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test run kernel-study bench cp-study format sanitize clean
+.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study format sanitize clean
 
 all: build
 
@@ -41,7 +44,10 @@ build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 600
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 -LE long
+
+test-long: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 1800 -L long
 
 run: build
 	mkdir -p results
@@ -57,6 +63,9 @@ bench: build
 
 cp-study: build
 	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
+
+fabric-study: build
+	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)
 
 # Formats the tracked C++ sources in place. miniapp/cp/registry.cpp is left out: its table
 # is read line by line ("  <name>_scheme(),") by tests/CMakeLists.txt, and clang-format

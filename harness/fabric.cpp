@@ -184,6 +184,16 @@ int launcher_rank() {
   return -1;
 }
 
+// The ranks of comm on this rank's node (collective).
+int node_local_ranks(MPI_Comm comm) {
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 // The number of distinct host names among the ranks of comm (collective).
 int distinct_hosts(MPI_Comm comm) {
   char host[MPI_MAX_PROCESSOR_NAME] = {};
@@ -330,14 +340,19 @@ MpiSelection verify_fabric(MPI_Comm comm) {
     const std::string pml = p->expect_pml();
     const std::vector<std::string> btls = p->expect_btls();
     const bool known = !sel.pml.empty();
+    // A shared-memory BTL starts only where a rank has a peer on its node: with one rank per
+    // node, vader's absence is what was asked for. (Collective: outside the rank's branches.)
+    const bool alone = node_local_ranks(comm) == 1;
     if (!known && (!pml.empty() || !btls.empty()))
       msg = "fabric " + p->name + ": cannot check what MPI selected (" + sel.how + ")";
     else if (!pml.empty() && sel.pml != pml)
       msg = "fabric " + p->name + " asked for PML " + pml + " but MPI selected " + sel.pml;
     else if (!btls.empty() && sel.pml == "ob1") {
-      for (const std::string& b : btls)
-        if (std::find(sel.btls.begin(), sel.btls.end(), b) == sel.btls.end())
+      for (const std::string& b : btls) {
+        const bool shm = b == "vader" || b == "sm" || b == "smcuda";
+        if (!(shm && alone) && std::find(sel.btls.begin(), sel.btls.end(), b) == sel.btls.end())
           msg = "fabric " + p->name + " asked for BTLs " + join(btls, ",") + " but MPI initialised " + sel.btl_list();
+      }
     }
     for (const std::string& r : p->requirements) {
       if (r.rfind("nodes:", 0) != 0) continue;
