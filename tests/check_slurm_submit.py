@@ -131,6 +131,7 @@ def mode_dryrun(a):
         check(f"--output={study}/logs/N{n}-%A_%a.out " in line, f"N{n}: output pattern: {line}")
         check(f" {SBATCH} --deck " in line, f"N{n}: not minicp.sbatch: {line}")
         check("MINICP_LAUNCHER" not in line and "--gpus-per-node" not in line, f"N{n}: launcher/GPUs: {line}")
+        check(" --exclusive " in line, f"N{n}: not --exclusive: {line}")
     tasks = tasks_of(p.stdout)
     check(sorted(tasks) == ["N1_ib", "N1_none", "N2_ib", "N2_none"], f"tasks {sorted(tasks)}")
     for name, (mode, cmd, idx) in tasks.items():
@@ -158,12 +159,13 @@ def mode_dryrun(a):
     check(all("sweep.seq_len" not in ln for ln in sbatch_lines(p.stdout)), "strong scaling sets seq_len")
     # GPUs: one rank per GPU; mpirun launcher; sbatch pass-through options.
     p = run([SUBMIT, a.deck, "--nodes", "2", "--gpus-per-node", "4", "--study", study, "--bin", a.bin, "--dry-run",
-             "--no-check", "--launcher", "mpirun", "--partition", "gpu", "--account", "proj1", "--time", "0:30:00",
-             "--sbatch-opt=--qos=debug"])
+             "--no-check", "--launcher", "mpirun", "--bind", "none", "--partition", "gpu", "--account", "proj1", "--time", "0:30:00",
+             "--sbatch-opt=--qos=debug", "--no-exclusive"])
     lines = sbatch_lines(p.stdout)
     check(len(lines) == 1 and all(t in lines[0] for t in (
-        "--gpus-per-node=4 ", "--ntasks-per-node=4 ", "'sweep.ranks=[8]'", "MINICP_LAUNCHER=mpirun ", "--partition=gpu ",
-        "--account=proj1 ", "--time=0:30:00 ", "--qos=debug ", "--array=0 ")), f"GPU/mpirun/pass-through line: {lines}")
+        "--gpus-per-node=4 ", "--ntasks-per-node=4 ", "'sweep.ranks=[8]'", "MINICP_LAUNCHER=mpirun ", "MINICP_BIND=none ", "--partition=gpu ",
+        "--account=proj1 ", "--time=0:30:00 ", "--qos=debug ", "--array=0 ", "--oversubscribe ")) and "--exclusive" not in lines[0],
+          f"GPU/mpirun/pass-through line: {lines}")
     # A user's sweep.ranks wins over the job's rank count.
     p = run(base + ["--no-check", "--set", "sweep.ranks=[1,2]"])
     check(all("sweep.ranks=[1,2]" in ln and "sweep.ranks=[2]'" not in ln for ln in sbatch_lines(p.stdout)),
@@ -327,6 +329,9 @@ def mode_sbatch(a):
     r = sb({"MINICP_LAUNCHER": "mpirun"}, "--deck", a.deck)
     check(re.search(r"command +mpirun (-np 8 --map-by ppr:4:node:PE=3|-n 8 -ppn 4)", r.stdout) is not None,
           "mpirun launcher line")
+    r = sb({"MINICP_LAUNCHER": "mpirun", "MINICP_BIND": "none"}, "--deck", a.deck)
+    check(re.search(r"threads +3 per rank \(OMP_NUM_THREADS=3 OMP_PROC_BIND=false: ranks not bound", r.stdout) and
+          re.search(r"command +mpirun (-np 8 --map-by ppr:4:node --bind-to none|-n 8 -ppn 4)", r.stdout), "MINICP_BIND=none")
     r = sb({"MINICP_LAUNCHER": "bogus"})
     check(r.returncode == 2 and "MINICP_LAUNCHER=bogus: not one of srun, mpirun, none" in r.stdout, "bad launcher")
     r = sb({"MINICP_BIN": os.path.join(a.dir, "no-minicp")})
