@@ -196,6 +196,11 @@ std::vector<Row> run_rows() {
           .def("600")
           .in_resolved(InResolved::Never)
           .to(&Deck::stall_timeout_s),
+      text("run", "fabric",
+           "fabric profile: a name from inputs/fabrics/ or a path to a profile TOML (--fabric overrides)")
+          .def("\"\"", "no profile: MPI's own defaults")
+          .in_resolved(InResolved::WhenSet)
+          .to(&Deck::fabric),
   };
 }
 
