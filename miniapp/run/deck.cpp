@@ -1,4 +1,5 @@
-// Deck reading and validation (toml++), and the sweep's cases.
+// Deck reading and validation (toml++), and the sweep's cases. Each key is a row of
+// deck_keys() (deck_keys.cpp); the checks between keys follow the table's reading in load_deck.
 #include "miniapp/run/deck.hpp"
 
 #include <toml++/toml.h>
@@ -9,8 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <set>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "harness/main.hpp"
 
@@ -19,26 +21,29 @@ namespace {
 
 using harness::UsageError;
 
-// The keys of each section (the registry's scheme settings are added to [sweep]).
-const std::vector<std::pair<std::string, std::vector<std::string>>>& section_keys() {
-  static const auto keys = [] {
-    std::vector<std::pair<std::string, std::vector<std::string>>> k = {
-        {"model", {"preset", "hidden", "heads", "kv_heads", "head_dim", "ffn", "layers", "rope_theta", "norm_eps"}},
-        {"run",
-         {"pass", "mask", "window", "doc_len", "dtype", "warmup", "reps", "modes", "seed", "progress",
-          "stall_timeout_s"}},
-        {"sweep", {"schemes", "seq_len", "ranks"}},
-        {"output", {"file"}}};
-    for (const cp::Setting& st : cp::all_settings()) k[2].second.push_back(st.name);
-    return k;
-  }();
-  return keys;
-}
-
 std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
   return out;
+}
+
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+// The sections in table order, each with its keys.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& section_keys() {
+  static const auto keys = [] {
+    std::vector<std::pair<std::string, std::vector<std::string>>> out;
+    for (const DeckKey& k : deck_keys()) {
+      if (out.empty() || out.back().first != k.section) out.push_back({k.section, {}});
+      out.back().second.push_back(k.name);
+    }
+    return out;
+  }();
+  return keys;
 }
 
 // "" when section.key is a deck key, else the message naming it and what is allowed.
@@ -65,86 +70,65 @@ const char* type_name(const toml::node& n) {
   }
 }
 
-// Typed, range-checked access to the deck's values; messages name section.key.
+// `v = <text>`: a value in TOML syntax, as the node "v" (throws toml::parse_error).
+toml::table parse_value(const std::string& text) { return toml::parse("v = " + text); }
+
+// A listed value as a message shows it (a string in quotes).
+std::string shown(int64_t v) { return std::to_string(v); }
+std::string shown(const std::string& v) { return "\"" + v + "\""; }
+
+// Reads each key of the table, typed and checked; messages name section.key.
 class Reader {
  public:
   // too_big: "section.key" -> the text of a --set value that holds an integer beyond 64 bits
   // (TOML cannot hold it, so apply_set kept it as a string; it is reported as out of range).
   Reader(const toml::table& t, std::map<std::string, std::string> too_big) : t_(t), too_big_(std::move(too_big)) {}
+  bool has(const std::string& s, const std::string& k) const { return node(s, k) != nullptr; }
+
+  // Sets k's value in d: the deck's, else k's default. A key with neither is left to the
+  // checks after the table.
+  void read(const DeckKey& k, Deck& d) const {
+    if (const toml::node* n = node(k.section, k.name)) return k.set(d, value(k, *n));
+    if (k.default_toml.empty()) return;
+    const toml::table def = parse_value(k.default_toml);
+    k.set(d, value(k, *def.get("v")));
+  }
+
+ private:
   const toml::node* node(const std::string& s, const std::string& k) const {
     const toml::node* sec = t_.get(s);
     return sec && sec->is_table() ? sec->as_table()->get(k) : nullptr;
   }
-  bool has(const std::string& s, const std::string& k) const { return node(s, k) != nullptr; }
-
-  int64_t integer(const std::string& s, const std::string& k, int64_t def, int64_t lo, int64_t hi) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    return check_int(s + "." + k, *n, lo, hi);
+  KeyValue value(const DeckKey& k, const toml::node& n) const {
+    const std::string key = k.id();
+    auto one_int = [&](const toml::node& e) { return check_int(key, e, k.min, k.max); };
+    auto one_choice = [&](const toml::node& e) { return check_choice(key, e, k.choices); };
+    switch (k.type) {
+      case KeyType::Integer: return one_int(n);
+      case KeyType::Number: return check_number(key, n, k.above);
+      case KeyType::Choice: return one_choice(n);
+      case KeyType::Text: return check_choice(key, n, {});
+      case KeyType::Integers: return once(key, list(key, n, one_int));
+      case KeyType::Choices: return once(key, list(key, n, one_choice));
+    }
+    return {};
   }
-  double number(const std::string& s, const std::string& k, double def, double lo_excl) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    double v = 0;
-    if (auto i = n->value_exact<int64_t>()) v = double(*i);
-    else if (auto d = n->value_exact<double>()) v = *d;
-    else throw UsageError(s + "." + k + ": expected a number, got " + type_name(*n));
-    if (!std::isfinite(v) || !(v > lo_excl))
-      throw UsageError(s + "." + k + " = " + num(v) + ": must be a finite number > " + num(lo_excl));
+  // One value or an array of them, each read by `each`.
+  template <class Each, class T = std::invoke_result_t<Each, const toml::node&>>
+  static std::vector<T> list(const std::string& key, const toml::node& n, Each each) {
+    const toml::array* a = n.as_array();
+    if (!a) return {each(n)};
+    std::vector<T> out;
+    if (a->empty()) throw UsageError(key + ": the array is empty (give at least one value)");
+    for (const toml::node& e : *a) out.push_back(each(e));
+    return out;
+  }
+  // Each value once: a value listed twice would run its cases twice.
+  template <class T>
+  static std::vector<T> once(const std::string& key, std::vector<T> v) {
+    for (auto i = v.begin(); i != v.end(); ++i)
+      if (std::find(v.begin(), i, *i) != i) throw UsageError(key + ": " + shown(*i) + " is listed twice");
     return v;
-  }
-  std::string choice(const std::string& s, const std::string& k, const std::string& def,
-                     const std::vector<std::string>& allowed) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    return check_choice(s + "." + k, *n, allowed);
-  }
-  std::string text(const std::string& s, const std::string& k, const std::string& def) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    if (!n->is_string()) throw UsageError(s + "." + k + ": expected a string, got " + type_name(*n));
-    return *n->value<std::string>();
-  }
-  // An integer or an array of integers, each listed once (a value twice would run its cases twice).
-  std::vector<int64_t> integers(const std::string& s, const std::string& k, const std::vector<int64_t>& def,
-                                int64_t lo, int64_t hi) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    const std::string key = s + "." + k;
-    std::vector<int64_t> out;
-    if (const toml::array* a = n->as_array()) {
-      if (a->empty()) throw UsageError(key + ": the array is empty (give at least one value)");
-      for (const toml::node& e : *a) {
-        out.push_back(check_int(key, e, lo, hi));
-        if (std::count(out.begin(), out.end(), out.back()) > 1)
-          throw UsageError(key + ": " + std::to_string(out.back()) + " is listed twice");
-      }
-    } else {
-      out.push_back(check_int(key, *n, lo, hi));
-    }
-    return out;
-  }
-  // A string or an array of strings, each from allowed (empty allowed: any).
-  std::vector<std::string> strings(const std::string& s, const std::string& k, const std::vector<std::string>& def,
-                                   const std::vector<std::string>& allowed) const {
-    const toml::node* n = node(s, k);
-    if (!n) return def;
-    const std::string key = s + "." + k;
-    std::vector<std::string> out;
-    if (const toml::array* a = n->as_array()) {
-      if (a->empty()) throw UsageError(key + ": the array is empty (give at least one value)");
-      for (const toml::node& e : *a) out.push_back(check_choice(key, e, allowed));
-    } else {
-      out.push_back(check_choice(key, *n, allowed));
-    }
-    return out;
-  }
-
- private:
-  static std::string num(double v) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%g", v);
-    return b;
   }
   int64_t check_int(const std::string& key, const toml::node& n, int64_t lo, int64_t hi) const {
     const auto big = too_big_.find(key);
@@ -160,7 +144,18 @@ class Reader {
     }
     return *v;
   }
-  static std::string check_choice(const std::string& key, const toml::node& n, const std::vector<std::string>& allowed) {
+  static double check_number(const std::string& key, const toml::node& n, double above) {
+    double v = 0;
+    if (auto i = n.value_exact<int64_t>()) v = double(*i);
+    else if (auto d = n.value_exact<double>()) v = *d;
+    else throw UsageError(key + ": expected a number, got " + type_name(n));
+    if (!std::isfinite(v) || !(v > above))
+      throw UsageError(key + " = " + num(v) + ": must be a finite number > " + num(above));
+    return v;
+  }
+  // A string, one of allowed (empty allowed: any).
+  static std::string check_choice(const std::string& key, const toml::node& n,
+                                  const std::vector<std::string>& allowed) {
     if (!n.is_string()) throw UsageError(key + ": expected a string, got " + type_name(n));
     const std::string v = *n.value<std::string>();
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), v) == allowed.end())
@@ -204,7 +199,7 @@ void apply_set(toml::table& t, const std::string& set, std::map<std::string, std
   if (!bad.empty()) throw UsageError("--set " + set + ": " + bad);
   toml::table parsed;
   try {
-    parsed = toml::parse("v = " + value);
+    parsed = parse_value(value);
   } catch (const toml::parse_error&) {
     parsed.insert_or_assign("v", value);
     if (integer_text(value)) too_big[section + "." + key] = value;
@@ -228,6 +223,113 @@ void check_keys(const toml::table& t, const std::string& path) {
   }
 }
 
+// Without model.preset, the shape keys a preset would fill must all be given (checked before
+// the table is read: a deck without a shape is told that first).
+void check_shape_given(const Reader& r) {
+  if (r.has("model", "preset")) return;
+  std::vector<std::string> missing, presets;
+  for (const model::Preset& p : model::presets()) presets.push_back(p.name);
+  for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn", "layers"})
+    if (!r.has("model", k)) missing.push_back(std::string("model.") + k);
+  if (!missing.empty())
+    throw UsageError("[model]: " + join(missing) + " missing; set them, or model.preset (one of " +
+                     join(presets) + ")");
+}
+
+// run.window and run.doc_len come with their mask, and only with it.
+void check_mask(const Deck& d) {
+  if (d.mask == "window" && d.window < 1) throw UsageError("run.window: needs a value >= 1 with run.mask = \"window\"");
+  if (d.mask != "window" && d.window != 0)
+    throw UsageError("run.window = " + std::to_string(d.window) + ": only with run.mask = \"window\"");
+  if (d.mask == "documents" && d.doc_len < 1)
+    throw UsageError("run.doc_len: needs a value >= 1 with run.mask = \"documents\"");
+  if (d.mask != "documents" && d.doc_len != 0)
+    throw UsageError("run.doc_len = " + std::to_string(d.doc_len) + ": only with run.mask = \"documents\"");
+}
+
+// sweep.schemes: "all" stands alone and becomes every scheme that solves a pass; a named
+// scheme must solve one of run.pass.
+void expand_schemes(Deck& d) {
+  auto solves_a_pass = [&](const cp::SchemeInfo& s) {
+    return std::any_of(d.passes.begin(), d.passes.end(), [&](model::Pass pv) {
+      return s.solves(pv == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train);
+    });
+  };
+  if (d.all_schemes) {
+    if (d.schemes.size() > 1) throw UsageError("sweep.schemes: \"all\" must stand alone");
+    d.schemes.clear();
+    for (const cp::SchemeInfo& s : cp::registry())
+      if (solves_a_pass(s)) d.schemes.push_back(s.name);
+    return;
+  }
+  for (const std::string& s : d.schemes) {
+    const cp::SchemeInfo& info = cp::find(s);
+    if (solves_a_pass(info)) continue;
+    std::vector<std::string> passes, can;
+    for (model::Pass pv : d.passes) passes.push_back(model::to_string(pv));
+    for (cp::Problem pr : info.problems) can.push_back(cp::to_string(pr));
+    throw UsageError("sweep.schemes: \"" + s + "\" runs none of run.pass = [" + join(passes) + "] (it solves: " +
+                     join(can) + ")");
+  }
+}
+
+// sweep.seq_len has no default; sweep.ranks defaults to the job's size, and is limited by it
+// unless any_ranks.
+void check_sizes(Deck& d, int world, bool any_ranks) {
+  if (d.seq_len.empty()) throw UsageError("sweep.seq_len: missing (global tokens, e.g. seq_len = [1024, 4096])");
+  if (d.ranks.empty()) d.ranks = {world};
+  for (int p : d.ranks)
+    if (p > world && !any_ranks)
+      throw UsageError("sweep.ranks = " + std::to_string(p) + ": larger than the MPI job (" + std::to_string(world) +
+                       " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
+}
+
+// A value as toml++ holds it (a list as an array).
+template <class T>
+T as_toml(const T& x) {
+  return x;
+}
+template <class T>
+toml::array as_toml(const std::vector<T>& v) {
+  toml::array a;
+  for (const T& e : v) a.push_back(e);
+  return a;
+}
+
+// The resolved deck: every key with the value this run uses. toml++ keeps a table's keys
+// sorted, so the text does not depend on the order of the rows.
+std::string resolved_toml(const Deck& d) {
+  toml::table out;
+  for (const DeckKey& k : deck_keys()) {
+    const KeyValue v = k.get(d);
+    const std::string* s = std::get_if<std::string>(&v);
+    if (k.resolved == InResolved::Never || (k.resolved == InResolved::WhenSet && s && s->empty())) continue;
+    if (!out.contains(k.section)) out.insert(k.section, toml::table{});
+    toml::table& sec = *out[k.section].as_table();
+    std::visit([&](const auto& x) { sec.insert(k.name, as_toml(x)); }, v);
+  }
+  std::ostringstream os;
+  os << out;
+  return os.str();
+}
+
+// What a key's values may be (for --help).
+std::string allowed(const DeckKey& k) {
+  // A bound that is only the limit of the type is left out (the refusal of a value names it).
+  const std::string range = k.max >= INT32_MAX ? ">= " + std::to_string(k.min)
+                                               : std::to_string(k.min) + " to " + std::to_string(k.max);
+  const std::string list = ", one or a list, each once";
+  switch (k.type) {
+    case KeyType::Integer: return "integer " + range;
+    case KeyType::Number: return "finite number > " + num(k.above);
+    case KeyType::Choice: return join(k.choices, " | ");
+    case KeyType::Text: return "string";
+    case KeyType::Integers: return "integers " + range + list;
+    case KeyType::Choices: return join(k.choices, " | ") + list;
+  }
+  return "";
+}
+
 }  // namespace
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
@@ -236,140 +338,16 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   std::map<std::string, std::string> too_big;
   for (const std::string& s : sets) apply_set(t, s, too_big);
   const Reader r(t, too_big);
+  check_shape_given(r);
   Deck d;
   d.path = path;
-
-  // [model]: the preset fills the shape; explicit keys override it.
-  std::vector<std::string> names;
-  for (const model::Preset& p : model::presets()) names.push_back(p.name);
-  d.preset = r.choice("model", "preset", "", names);
-  if (!d.preset.empty()) {
-    d.shape = *model::find_preset(d.preset);
-  } else {
-    std::vector<std::string> missing;
-    for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn", "layers"})
-      if (!r.has("model", k)) missing.push_back(std::string("model.") + k);
-    if (!missing.empty())
-      throw UsageError("[model]: " + join(missing) + " missing; set them, or model.preset (one of " + join(names) + ")");
-  }
-  model::Shape& m = d.shape;
-  m.hidden = int(r.integer("model", "hidden", m.hidden, 1, 1 << 20));
-  m.heads = int(r.integer("model", "heads", m.heads, 1, 1 << 12));
-  m.kv_heads = int(r.integer("model", "kv_heads", m.kv_heads, 1, 1 << 12));
-  m.head_dim = int(r.integer("model", "head_dim", m.head_dim, 2, 1 << 12));
-  m.ffn = int(r.integer("model", "ffn", m.ffn, 1, 1 << 22));
-  m.layers = int(r.integer("model", "layers", m.layers, 1, 1 << 12));
-  m.rope_theta = r.number("model", "rope_theta", m.rope_theta, 1.0);
-  m.norm_eps = r.number("model", "norm_eps", m.norm_eps, 0.0);
-  const std::string bad = model::check(m);
+  for (const DeckKey& k : deck_keys()) r.read(k, d);
+  const std::string bad = model::check(d.shape);
   if (!bad.empty()) throw UsageError(bad);
-
-  // [run]
-  const auto pass_names = r.strings("run", "pass", {"train"}, {"train", "prefill", "decode"});
-  d.passes.clear();
-  for (const std::string& ps : pass_names) {
-    const model::Pass pv =
-        ps == "train" ? model::Pass::Train : ps == "prefill" ? model::Pass::Prefill : model::Pass::Decode;
-    if (std::find(d.passes.begin(), d.passes.end(), pv) != d.passes.end())
-      throw UsageError("run.pass: \"" + ps + "\" is listed twice");
-    d.passes.push_back(pv);
-  }
-  d.mask = r.choice("run", "mask", "causal", {"causal", "full", "window", "documents"});
-  d.window = r.integer("run", "window", 0, 0, INT64_MAX);
-  d.doc_len = r.integer("run", "doc_len", 0, 0, INT64_MAX);
-  if (d.mask == "window" && d.window < 1) throw UsageError("run.window: needs a value >= 1 with run.mask = \"window\"");
-  if (d.mask != "window" && d.window != 0)
-    throw UsageError("run.window = " + std::to_string(d.window) + ": only with run.mask = \"window\"");
-  if (d.mask == "documents" && d.doc_len < 1)
-    throw UsageError("run.doc_len: needs a value >= 1 with run.mask = \"documents\"");
-  if (d.mask != "documents" && d.doc_len != 0)
-    throw UsageError("run.doc_len = " + std::to_string(d.doc_len) + ": only with run.mask = \"documents\"");
-  d.dtype = r.choice("run", "dtype", "f32", {"f32", "f64"});
-  d.warmup = int(r.integer("run", "warmup", 1, 0, 1000000));
-  d.reps = int(r.integer("run", "reps", 3, 1, 1000000));
-  d.modes.clear();
-  for (const std::string& s : r.strings("run", "modes", {"full"}, {"full", "compute-only", "comm-only"})) {
-    const cp::Mode md = cp::parse_mode(s);
-    if (std::find(d.modes.begin(), d.modes.end(), md) != d.modes.end())
-      throw UsageError("run.modes: \"" + s + "\" is listed twice");
-    d.modes.push_back(md);
-  }
-  d.seed = uint64_t(r.integer("run", "seed", 1, 0, INT64_MAX));
-  d.progress = r.choice("run", "progress", "thread", {"thread", "none"});
-  d.stall_timeout_s = r.integer("run", "stall_timeout_s", d.stall_timeout_s, 0, 1000000);
-
-  // [sweep]
-  std::vector<std::string> scheme_names = {"all"};
-  for (const cp::SchemeInfo& s : cp::registry()) scheme_names.push_back(s.name);
-  const auto schemes = r.strings("sweep", "schemes", {"all"}, scheme_names);
-  auto problem_of = [](model::Pass pv) { return pv == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train; };
-  auto solves_a_pass = [&](const cp::SchemeInfo& s) {
-    return std::any_of(d.passes.begin(), d.passes.end(), [&](model::Pass pv) { return s.solves(problem_of(pv)); });
-  };
-  d.all_schemes = std::find(schemes.begin(), schemes.end(), "all") != schemes.end();
-  if (d.all_schemes && schemes.size() > 1) throw UsageError("sweep.schemes: \"all\" must stand alone");
-  if (d.all_schemes) {
-    for (const cp::SchemeInfo& s : cp::registry())
-      if (solves_a_pass(s)) d.schemes.push_back(s.name);
-  } else {
-    std::set<std::string> seen;
-    for (const std::string& s : schemes) {
-      if (!seen.insert(s).second) throw UsageError("sweep.schemes: \"" + s + "\" is listed twice");
-      const cp::SchemeInfo& info = cp::find(s);
-      if (!solves_a_pass(info)) {
-        std::string can;
-        for (cp::Problem pr : info.problems) can += std::string(can.empty() ? "" : ", ") + cp::to_string(pr);
-        throw UsageError("sweep.schemes: \"" + s + "\" runs none of run.pass = [" + join(pass_names) +
-                         "] (it solves: " + can + ")");
-      }
-      d.schemes.push_back(s);
-    }
-  }
-  if (!r.has("sweep", "seq_len")) throw UsageError("sweep.seq_len: missing (global tokens, e.g. seq_len = [1024, 4096])");
-  d.seq_len = r.integers("sweep", "seq_len", {}, 1, INT64_MAX / 2);
-  for (int64_t p : r.integers("sweep", "ranks", {int64_t(world)}, 1, INT32_MAX)) {
-    if (p > world && !any_ranks)
-      throw UsageError("sweep.ranks = " + std::to_string(p) + ": larger than the MPI job (" + std::to_string(world) +
-                       " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
-    d.ranks.push_back(int(p));
-  }
-  for (const cp::Setting& st : cp::all_settings())
-    for (int64_t v : r.integers("sweep", st.name, {int64_t(st.default_value)}, st.min_value, INT32_MAX))
-      d.settings[st.name].push_back(int(v));
-
-  // [output]
-  d.output_file = r.text("output", "file", "");
-
-  // The resolved deck: every key with the value this run uses.
-  toml::table out;
-  toml::table tm, tr, ts, to;
-  if (!d.preset.empty()) tm.insert("preset", d.preset);
-  tm.insert("hidden", m.hidden), tm.insert("heads", m.heads), tm.insert("kv_heads", m.kv_heads);
-  tm.insert("head_dim", m.head_dim), tm.insert("ffn", m.ffn), tm.insert("layers", m.layers);
-  tm.insert("rope_theta", m.rope_theta), tm.insert("norm_eps", m.norm_eps);
-  toml::array passes;
-  for (const std::string& ps : pass_names) passes.push_back(ps);
-  tr.insert("pass", passes), tr.insert("mask", d.mask), tr.insert("window", d.window), tr.insert("doc_len", d.doc_len);
-  tr.insert("dtype", d.dtype), tr.insert("warmup", d.warmup), tr.insert("reps", d.reps);
-  toml::array modes;
-  for (cp::Mode md : d.modes) modes.push_back(cp::to_string(md));
-  tr.insert("modes", modes), tr.insert("seed", int64_t(d.seed)), tr.insert("progress", d.progress);
-  toml::array sch, sl, rk;
-  for (const auto& s : schemes) sch.push_back(s);
-  for (int64_t s : d.seq_len) sl.push_back(s);
-  for (int p : d.ranks) rk.push_back(p);
-  ts.insert("schemes", sch), ts.insert("seq_len", sl), ts.insert("ranks", rk);
-  for (const auto& [name, vals] : d.settings) {
-    toml::array a;
-    for (int v : vals) a.push_back(v);
-    ts.insert(name, a);
-  }
-  if (!d.output_file.empty()) to.insert("file", d.output_file);
-  out.insert("model", tm), out.insert("run", tr), out.insert("sweep", ts);
-  if (!to.empty()) out.insert("output", to);
-  std::ostringstream os;
-  os << out;
-  d.resolved = os.str();
+  check_mask(d);
+  expand_schemes(d);
+  check_sizes(d, world, any_ranks);
+  d.resolved = resolved_toml(d);
   return d;
 }
 
@@ -431,25 +409,20 @@ std::vector<Case> make_cases(const Deck& d) {
 }
 
 std::string deck_keys_help() {
-  std::string h =
-      "Deck keys (TOML; --set section.key=value overrides one):\n"
-      "  [model]  preset = tiny | cpu-small | llama3-8b | llama3-70b (fills the keys below; explicit keys "
-      "override)\n"
-      "           hidden, heads, kv_heads, head_dim (even), ffn, layers (integers >= 1), rope_theta (finite, > 1), "
-      "norm_eps (finite, > 0)\n"
-      "  [run]    pass = train | prefill | decode, or a list (train)     mask = causal | full | window | documents (causal)\n"
-      "           window (tokens, with mask window)      doc_len (tokens, with mask documents)\n"
-      "           dtype = f32 | f64 (f32)   warmup (1)   reps (3)   seed (1)   progress = thread | none (thread)\n"
-      "           modes = list of full, compute-only, comm-only ([\"full\"])\n"
-      "           stall_timeout_s = seconds a rank may make no progress before the job is ended (600; 0: off; "
-      "<= 1000000)\n"
-      "  [sweep]  schemes = names or [\"all\"] (all: every scheme that solves the pass)\n"
-      "           seq_len = global tokens, one or a list (required; decode: the KV-cache length)\n"
-      "           ranks = CP group sizes <= the MPI job (the job's size)\n";
-  for (const cp::Setting& st : cp::all_settings())
-    h += "           " + st.name + " = " + st.help + " (" + std::to_string(st.default_value) + "; >= " +
-         std::to_string(st.min_value) + ")\n";
-  h += "  [output] file = the HDF5 results file (--out overrides it)\n";
+  std::string h = "Deck keys (TOML; --set section.key=value overrides one, the value in TOML syntax):\n";
+  std::string section;
+  for (const DeckKey& k : deck_keys()) {
+    if (k.section != section) h += "  [" + (section = k.section) + "]\n";
+    // The default as written in a deck, with what it means; or the words for one not fixed.
+    const std::string def = k.default_toml.empty()
+                                ? k.default_note
+                                : k.default_toml + (k.default_note.empty() ? "" : ": " + k.default_note);
+    const size_t w = 16;  // the name column
+    h += "    " + k.name + std::string(k.name.size() < w ? w - k.name.size() : 1, ' ') + allowed(k) +
+         " (default: " + def + ")\n";
+    h += "    " + std::string(w, ' ') + k.help + (k.resolved == InResolved::Never ? "; not in the resolved deck" : "") +
+         "\n";
+  }
   return h;
 }
 

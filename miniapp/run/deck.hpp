@@ -1,11 +1,13 @@
 // Input decks: a TOML file (plus --set overrides) read into a validated Deck, and the sweep
-// it describes cut into Cases. Every key is known here once (kDeckKeys and the registry's
-// scheme settings); a message about bad input names the key as the user wrote it
+// it describes cut into Cases. Every key is one row of deck_keys() (the registry's scheme
+// settings are rows of [sweep]); a message about bad input names the key as the user wrote it
 // (`run.reps`), the value and what is allowed.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "miniapp/cp/scheme.hpp"
@@ -13,22 +15,25 @@
 
 namespace minicp::run {
 
+// What load_deck read: each key's value (its default when the deck leaves it out; the
+// defaults are in deck_keys()) after the checks between keys.
 struct Deck {
   std::string path;          // the deck file ("" when none)
   std::string resolved;      // the deck after --set and preset expansion, as TOML text
   std::string preset;        // model.preset ("" when none)
   model::Shape shape;
-  std::vector<model::Pass> passes = {model::Pass::Train};  // run.pass: one or a list
-  std::string mask = "causal";  // causal | full | window | documents
+  std::vector<model::Pass> passes;  // run.pass: one or a list
+  std::string mask;                 // causal | full | window | documents
   int64_t window = 0, doc_len = 0;
-  std::string dtype = "f32";    // f32 | f64
-  int warmup = 1, reps = 3;
-  std::vector<cp::Mode> modes = {cp::Mode::Full};
-  uint64_t seed = 1;
-  std::string progress = "thread";  // communication progress: thread | none
+  std::string dtype;  // f32 | f64
+  int warmup = 0, reps = 0;
+  std::vector<cp::Mode> modes;
+  uint64_t seed = 0;
+  std::string progress;  // communication progress: thread | none
   // run.stall_timeout_s: the stall watchdog's limit (0: off). Not in `resolved`: it changes
   // nothing measured, and a run may be resumed with another limit.
-  int64_t stall_timeout_s = 600;
+  int64_t stall_timeout_s = 0;
+  std::string fabric;                // run.fabric: a profile name or file ("" : MPI's own defaults)
   std::vector<std::string> schemes;  // names, "all" expanded (each runs the passes it solves)
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped
   std::vector<int64_t> seq_len;
@@ -36,6 +41,43 @@ struct Deck {
   std::map<std::string, std::vector<int>> settings;  // each registry setting: its values
   std::string output_file;
 };
+
+// One key's value as read from TOML: an integer, a number, a string, or a list of either.
+using KeyValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<std::string>>;
+
+// integer: in [min, max]; number: finite and > above; choice: one of `choices`; text: any
+// string; integers and choices: one value or an array of them, each listed once.
+enum class KeyType { Integer, Number, Choice, Text, Integers, Choices };
+
+// Whether Deck::resolved (which --resume compares with the file's) holds the key: always,
+// only when its value is not the empty string, or never (it changes nothing measured).
+enum class InResolved { Always, WhenSet, Never };
+
+// One deck key: how it is read, checked, described, where its value goes, and where it is
+// recorded. load_deck, --help (deck_keys_help), the resolved deck and the case attributes of
+// the results file (run::case_attrs) all loop over these.
+struct DeckKey {
+  std::string section, name;  // "run", "reps": written run.reps
+  KeyType type = KeyType::Integer;
+  std::string help;           // what it does, with units
+  int64_t min = 0, max = INT64_MAX;  // integer, integers
+  double above = 0;                  // number
+  std::vector<std::string> choices;  // choice, choices
+  // The default as a TOML value, read like a value of the deck; "" when there is no fixed
+  // default (the key is then left to the code after the table, see load_deck).
+  std::string default_toml;
+  std::string default_note;  // what the default means, or what it is when not fixed
+  InResolved resolved = InResolved::Always;
+  bool case_attr = false;  // also an attribute of each case (/cases/<id>/) in the results file
+  std::function<void(Deck&, const KeyValue&)> set;
+  std::function<KeyValue(const Deck&)> get;
+
+  std::string id() const { return section + "." + name; }
+};
+
+// Every deck key, section by section ([model], [run], [sweep] with the registry's settings,
+// [output]), in the order --help and the unknown-key message list them.
+const std::vector<DeckKey>& deck_keys();
 
 // Reads the deck at path (empty: only the defaults and the sets) and applies the --set
 // overrides ("section.key=<TOML value>"), then validates every key. world: ranks of the MPI
@@ -59,7 +101,7 @@ struct Case {
 // sentence); with ["all"] such cases are kept with `refused` set.
 std::vector<Case> make_cases(const Deck& d);
 
-// A table of every deck key with its type, default and allowed values (for --help).
+// Every deck key (deck_keys()) with its allowed values, default and help (for --help).
 std::string deck_keys_help();
 
 }  // namespace minicp::run

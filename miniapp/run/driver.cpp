@@ -169,7 +169,10 @@ Plan parse(const hn::Args& a) {
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
   p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   // A dry run plans for any job size (a cluster deck can be checked on a laptop).
-  p.deck = load_deck(o.deck, o.sets, a.size(), o.dry_run);
+  // --fabric is the deck's run.fabric, so the resolved deck (and a resume's check) records it.
+  std::vector<std::string> sets = o.sets;
+  if (!o.fabric.empty()) sets.push_back("run.fabric=\"" + o.fabric + "\"");
+  p.deck = load_deck(o.deck, sets, a.size(), o.dry_run);
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
   p.cases = make_cases(p.deck);
   const size_t elem = p.deck.dtype == "f64" ? sizeof(double) : sizeof(float);

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <type_traits>
+#include <variant>
 
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
@@ -135,6 +137,23 @@ void fabric_attrs(output::Attrs& r, const harness::MpiSelection& sel) {
   r.text["ucx_tls"] = sel.pml == "ucx" ? (tls ? tls : "UCX's default (all available)") : "";
 }
 
+// The deck keys whose rows are case attributes (run.dtype, the model's shape, run.reps, ...):
+// the deck's value, the same in every case. The sweep's lists are not among them: each case
+// writes its own value of those (seq_len, ranks, the scheme settings).
+void deck_attrs(output::Attrs& a, const Deck& d) {
+  for (const DeckKey& k : deck_keys()) {
+    if (!k.case_attr) continue;
+    std::visit(
+        [&](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, int64_t>) a.integer[k.name] = v;
+          else if constexpr (std::is_same_v<T, double>) a.real[k.name] = v;
+          else if constexpr (std::is_same_v<T, std::string>) a.text[k.name] = v;
+        },
+        k.get(d));
+  }
+}
+
 }  // namespace
 
 output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
@@ -180,20 +199,14 @@ output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   a.text["scheme"] = c.scheme;
   a.text["pass"] = model::to_string(c.stack.pass);
   a.text["mask"] = output::mask_name(model::attention_config(c.stack));
-  a.text["dtype"] = d.dtype;
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
-  a.integer["window"] = cfg.window, a.integer["doc_len"] = cfg.doc_len;
   a.integer["causal"] = cfg.causal ? 1 : 0;
   for (const cp::Setting& st : cp::all_settings()) a.integer[st.name] = cfg.*st.field;
   if (c.refused.empty())  // the scheme's own settings as they run (a refused case ran nothing)
     for (const cp::Setting& st : cp::find(c.scheme).settings)
       if (st.resolve) a.integer[st.name] = st.resolve(model::attention_config(c.stack), topo);
-  const model::Shape& m = c.stack.shape;
-  a.integer["hidden"] = m.hidden, a.integer["heads"] = m.heads, a.integer["kv_heads"] = m.kv_heads;
-  a.integer["head_dim"] = m.head_dim, a.integer["ffn"] = m.ffn, a.integer["layers"] = m.layers;
-  a.real["rope_theta"] = m.rope_theta, a.real["norm_eps"] = m.norm_eps;
-  a.integer["reps"] = d.reps, a.integer["warmup"] = d.warmup;
+  deck_attrs(a, d);
   return a;
 }
 

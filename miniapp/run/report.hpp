@@ -25,8 +25,9 @@ struct ProgressSettings {
 output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
                              const harness::BlasInfo& blas, const ProgressSettings& prog);
 
-// A case's attributes: scheme, pass, mask, shape, and every setting of its scheme as it ran
-// (a default rule resolved on the case's communicator topology).
+// A case's attributes: scheme, pass, mask, status, seq_len, ranks, every setting of its scheme
+// as it ran (a default rule resolved on the case's communicator topology), and the deck keys
+// whose rows are case attributes (deck_keys(): dtype, the shape, reps, warmup, ...).
 output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo);
 
 // The case's lines of the human table (rank 0).

@@ -1,0 +1,259 @@
+// The deck keys: one row per key (deck.hpp, DeckKey). A new key is one row here (and its
+// member in Deck); load_deck, --help, the resolved deck and the case attributes follow.
+#include "miniapp/run/deck.hpp"
+
+#include <algorithm>
+#include <sstream>
+#include <type_traits>
+
+namespace minicp::run {
+namespace {
+
+std::string number_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A KeyValue into the member a key fills (an integer of any width, a double, a string, a
+// list of integers of any width), and back.
+template <class T>
+T from_value(const KeyValue& v) {
+  if constexpr (std::is_integral_v<T>) {
+    return T(std::get<int64_t>(v));
+  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string>) {
+    return std::get<T>(v);
+  } else {
+    const auto& l = std::get<std::vector<int64_t>>(v);
+    return T(l.begin(), l.end());
+  }
+}
+template <class T>
+KeyValue to_value(const T& x) {
+  if constexpr (std::is_integral_v<T>) {
+    return int64_t(x);
+  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string>) {
+    return x;
+  } else {
+    return std::vector<int64_t>(x.begin(), x.end());
+  }
+}
+
+// A row of the table being written: made by its kind (integer(), one_of(), ...), then told
+// where its value goes (to, to_shape, to_enums, or a setter and a getter) and its options.
+struct Row {
+  DeckKey k;
+  Row& def(std::string toml, std::string meaning = "") {
+    k.default_toml = std::move(toml);
+    return meaning.empty() ? *this : note(std::move(meaning));
+  }
+  Row& note(std::string n) {
+    k.default_note = std::move(n);
+    return *this;
+  }
+  Row& attr() {
+    k.case_attr = true;
+    return *this;
+  }
+  Row& in_resolved(InResolved r) {
+    k.resolved = r;
+    return *this;
+  }
+  Row& to(std::function<void(Deck&, const KeyValue&)> set, std::function<KeyValue(const Deck&)> get) {
+    k.set = std::move(set), k.get = std::move(get);
+    return *this;
+  }
+  template <class T>
+  Row& to(T Deck::*m) {
+    return to([m](Deck& d, const KeyValue& v) { d.*m = from_value<T>(v); },
+              [m](const Deck& d) { return to_value(d.*m); });
+  }
+  template <class T>
+  Row& to_shape(T model::Shape::*m) {
+    return to([m](Deck& d, const KeyValue& v) { d.shape.*m = from_value<T>(v); },
+              [m](const Deck& d) { return to_value(d.shape.*m); });
+  }
+  // A list of enum values read by name: the names of `all` are the choices.
+  template <class E>
+  Row& to_enums(std::vector<E> Deck::*m, std::vector<E> all, const char* (*name)(E)) {
+    for (E e : all) k.choices.push_back(name(e));
+    auto set = [m, all, name](Deck& d, const KeyValue& v) {
+      (d.*m).clear();
+      for (const std::string& s : std::get<std::vector<std::string>>(v))
+        (d.*m).push_back(*std::find_if(all.begin(), all.end(), [&](E e) { return s == name(e); }));
+    };
+    auto get = [m, name](const Deck& d) {
+      std::vector<std::string> names;
+      for (E e : d.*m) names.push_back(name(e));
+      return KeyValue(names);
+    };
+    return to(set, get);
+  }
+};
+
+Row key(const std::string& section, const std::string& name, KeyType type, const std::string& help) {
+  Row r;
+  r.k.section = section, r.k.name = name, r.k.type = type, r.k.help = help;
+  return r;
+}
+Row integer(const std::string& s, const std::string& n, int64_t lo, int64_t hi, const std::string& help) {
+  Row r = key(s, n, KeyType::Integer, help);
+  r.k.min = lo, r.k.max = hi;
+  return r;
+}
+Row integers(const std::string& s, const std::string& n, int64_t lo, int64_t hi, const std::string& help) {
+  Row r = integer(s, n, lo, hi, help);
+  r.k.type = KeyType::Integers;
+  return r;
+}
+Row number(const std::string& s, const std::string& n, double above, const std::string& help) {
+  Row r = key(s, n, KeyType::Number, help);
+  r.k.above = above;
+  return r;
+}
+Row one_of(const std::string& s, const std::string& n, std::vector<std::string> choices, const std::string& help) {
+  Row r = key(s, n, KeyType::Choice, help);
+  r.k.choices = std::move(choices);
+  return r;
+}
+Row list_of(const std::string& s, const std::string& n, std::vector<std::string> choices, const std::string& help) {
+  Row r = one_of(s, n, std::move(choices), help);
+  r.k.type = KeyType::Choices;
+  return r;
+}
+Row text(const std::string& s, const std::string& n, const std::string& help) { return key(s, n, KeyType::Text, help); }
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const model::Preset& p : model::presets()) names.push_back(p.name);
+  return names;
+}
+
+// [model]. The preset comes first: its setter fills the whole shape, which the keys after
+// it then override one by one.
+std::vector<Row> model_rows() {
+  auto preset = [](Deck& d, const KeyValue& v) {
+    d.preset = std::get<std::string>(v);
+    d.shape = *model::find_preset(d.preset);
+  };
+  const std::string by_preset = "the preset's";
+  auto dim = [&](const char* name, int64_t lo, int64_t hi, int model::Shape::*m, const char* help) {
+    return integer("model", name, lo, hi, help).note(by_preset).to_shape(m).attr();
+  };
+  const model::Shape plain;  // rope_theta and norm_eps without a preset
+  return {
+      one_of("model", "preset", preset_names(), "a model shape: fills the keys below (explicit keys override it)")
+          .note("none")
+          .in_resolved(InResolved::WhenSet)
+          .to(preset, [](const Deck& d) { return KeyValue(d.preset); }),
+      dim("hidden", 1, 1 << 20, &model::Shape::hidden, "model width C"),
+      dim("heads", 1, 1 << 12, &model::Shape::heads, "query heads H"),
+      dim("kv_heads", 1, 1 << 12, &model::Shape::kv_heads, "key/value heads (divides heads; fewer than heads: GQA)"),
+      dim("head_dim", 2, 1 << 12, &model::Shape::head_dim, "dimension D of a head (even)"),
+      dim("ffn", 1, 1 << 22, &model::Shape::ffn, "the MLP's inner width F"),
+      dim("layers", 1, 1 << 12, &model::Shape::layers, "decoder layers L"),
+      number("model", "rope_theta", 1, "RoPE base")
+          .note(by_preset + "; " + number_text(plain.rope_theta) + " without one")
+          .to_shape(&model::Shape::rope_theta)
+          .attr(),
+      number("model", "norm_eps", 0, "RMSNorm epsilon")
+          .note(by_preset + "; " + number_text(plain.norm_eps) + " without one")
+          .to_shape(&model::Shape::norm_eps)
+          .attr(),
+  };
+}
+
+std::vector<Row> run_rows() {
+  using cp::Mode;
+  using model::Pass;
+  return {
+      list_of("run", "pass", {}, "train: forward and backward; prefill: forward; decode: new tokens against a KV cache")
+          .def("[\"train\"]")
+          .to_enums(&Deck::passes, {Pass::Train, Pass::Prefill, Pass::Decode}, model::to_string),
+      one_of("run", "mask", {"causal", "full", "window", "documents"}, "the attention mask")
+          .def("\"causal\"")
+          .to(&Deck::mask),
+      integer("run", "window", 0, INT64_MAX, "sliding window in tokens, with mask = \"window\" only")
+          .def("0", "none")
+          .to(&Deck::window)
+          .attr(),
+      integer("run", "doc_len", 0, INT64_MAX, "packed documents of doc_len tokens, with mask = \"documents\" only")
+          .def("0", "one document")
+          .to(&Deck::doc_len)
+          .attr(),
+      one_of("run", "dtype", {"f32", "f64"}, "precision of the tensors").def("\"f32\"").to(&Deck::dtype).attr(),
+      integer("run", "warmup", 0, 1000000, "untimed repetitions of each case").def("1").to(&Deck::warmup).attr(),
+      integer("run", "reps", 1, 1000000, "timed repetitions of each case").def("3").to(&Deck::reps).attr(),
+      list_of("run", "modes", {}, "full: compute and communicate; compute-only, comm-only: the other skipped")
+          .def("[\"full\"]")
+          .to_enums(&Deck::modes, {Mode::Full, Mode::ComputeOnly, Mode::CommOnly}, cp::to_string),
+      integer("run", "seed", 0, INT64_MAX, "the generator's seed").def("1").to(&Deck::seed),
+      one_of("run", "progress", {"thread", "none"}, "communication progress: a thread per rank, or none")
+          .def("\"thread\"")
+          .to(&Deck::progress),
+      integer("run", "stall_timeout_s", 0, 1000000,
+              "seconds a rank may make no progress before the stall watchdog ends the job (0: off)")
+          .def("600")
+          .in_resolved(InResolved::Never)
+          .to(&Deck::stall_timeout_s),
+      text("run", "fabric",
+           "fabric profile: a name from inputs/fabrics/ or a path to a profile TOML (--fabric overrides)")
+          .def("\"\"", "no profile: MPI's own defaults")
+          .in_resolved(InResolved::WhenSet)
+          .to(&Deck::fabric),
+  };
+}
+
+// [sweep], the registry's scheme settings last. sweep.schemes keeps the names as written
+// ("all" is expanded after the table, see expand_schemes), so the resolved deck says "all".
+std::vector<Row> sweep_rows() {
+  std::vector<std::string> schemes = {"all"};
+  for (const cp::SchemeInfo& s : cp::registry()) schemes.push_back(s.name);
+  auto set_schemes = [](Deck& d, const KeyValue& v) {
+    d.schemes = std::get<std::vector<std::string>>(v);
+    d.all_schemes = std::find(d.schemes.begin(), d.schemes.end(), "all") != d.schemes.end();
+  };
+  auto get_schemes = [](const Deck& d) {
+    return KeyValue(d.all_schemes ? std::vector<std::string>{"all"} : d.schemes);
+  };
+  std::vector<Row> rows = {
+      list_of("sweep", "schemes", schemes, "the schemes; \"all\" (alone): every scheme that solves a pass")
+          .def("[\"all\"]")
+          .to(set_schemes, get_schemes),
+      integers("sweep", "seq_len", 1, INT64_MAX / 2, "global tokens S (decode: the KV-cache length)")
+          .note("none, required")
+          .to(&Deck::seq_len),
+      integers("sweep", "ranks", 1, INT32_MAX, "CP group sizes, each <= the MPI job's ranks (the others wait)")
+          .note("the MPI job's size")
+          .to(&Deck::ranks),
+  };
+  for (const cp::Setting& st : cp::all_settings()) {
+    auto set = [name = st.name](Deck& d, const KeyValue& v) { d.settings[name] = from_value<std::vector<int>>(v); };
+    auto get = [name = st.name](const Deck& d) { return to_value(d.settings.at(name)); };
+    rows.push_back(integers("sweep", st.name, st.min_value, INT32_MAX, st.help)
+                       .def("[" + std::to_string(st.default_value) + "]")
+                       .to(set, get));
+  }
+  return rows;
+}
+
+std::vector<Row> output_rows() {
+  return {text("output", "file", "the HDF5 results file (--out overrides it)")
+              .def("\"\"", "no results file")
+              .in_resolved(InResolved::WhenSet)
+              .to(&Deck::output_file)};
+}
+
+}  // namespace
+
+const std::vector<DeckKey>& deck_keys() {
+  static const std::vector<DeckKey> keys = [] {
+    std::vector<DeckKey> out;
+    for (const auto& rows : {model_rows(), run_rows(), sweep_rows(), output_rows()})
+      for (const Row& r : rows) out.push_back(r.k);
+    return out;
+  }();
+  return keys;
+}
+
+}  // namespace minicp::run

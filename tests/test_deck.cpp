@@ -1,0 +1,163 @@
+// The deck key table (miniapp/run/deck.hpp, deck_keys()), row by row: each key is listed in
+// --help with its default, accepts its default through --set, refuses a value of another type
+// with a message naming it, and is in the resolved deck unless its row leaves it out. One
+// process, no MPI (load_deck reads and checks; nothing runs).
+#include <gtest/gtest.h>
+#include <toml++/toml.h>
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "harness/main.hpp"
+#include "miniapp/model/model.hpp"
+#include "miniapp/run/deck.hpp"
+
+namespace run = minicp::run;
+using run::DeckKey;
+using run::KeyType;
+
+namespace {
+
+const std::string kTiny = MINICP_INPUTS_DIR "/tiny.toml";
+
+// The tiny deck with the sets, for a job of 4 ranks (sweep.ranks' default and limit).
+run::Deck tiny(const std::vector<std::string>& sets = {}) { return run::load_deck(kTiny, sets, 4); }
+
+toml::table resolved(const std::vector<std::string>& sets = {}) { return toml::parse(tiny(sets).resolved); }
+
+bool in_resolved(const DeckKey& k, const std::vector<std::string>& sets) {
+  return resolved(sets).at_path(k.id()).node() != nullptr;
+}
+
+// The key's line in the help text: under its section's header, starting with its name.
+std::string help_line(const DeckKey& k) {
+  const std::string help = run::deck_keys_help();
+  const size_t section = help.find("  [" + k.section + "]\n");
+  if (section == std::string::npos) return "";
+  const size_t next = help.find("\n  [", section + 1);
+  const size_t at = help.find("\n    " + k.name + " ", section);
+  if (at == std::string::npos || at > next) return "";
+  return help.substr(at + 1, help.find('\n', at + 1) - at - 1);
+}
+
+// A value the key accepts: its default, else (no fixed default) what the tiny deck resolves it to.
+std::string good_value(const DeckKey& k) {
+  if (!k.default_toml.empty()) return k.default_toml;
+  const toml::table t = resolved();
+  const auto n = t.at_path(k.id());
+  if (!n) return "";
+  std::ostringstream os;
+  os << n;
+  return os.str();
+}
+
+// A value of another type than the key's: a string for a numeric key, an integer otherwise.
+std::string wrong_value(const DeckKey& k) {
+  const bool numeric = k.type == KeyType::Integer || k.type == KeyType::Number || k.type == KeyType::Integers;
+  return numeric ? "\"x\"" : "7";
+}
+
+std::string usage_error(const std::vector<std::string>& sets) {
+  try {
+    tiny(sets);
+  } catch (const minicp::harness::UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+}  // namespace
+
+TEST(DeckKeys, EveryKeyIsInTheHelpWithItsDefault) {
+  for (const DeckKey& k : run::deck_keys()) {
+    const std::string line = help_line(k);
+    ASSERT_FALSE(line.empty()) << k.id() << " is not in --help:\n" << run::deck_keys_help();
+    const std::string def = k.default_toml.empty() ? k.default_note : k.default_toml;
+    EXPECT_NE(line.find("(default: " + def), std::string::npos) << k.id() << ": " << line;
+    for (const std::string& c : k.choices) EXPECT_NE(line.find(c), std::string::npos) << k.id() << ": " << c;
+  }
+}
+
+TEST(DeckKeys, HelpNamesThePresetsOfTheModel) {
+  const std::string help = run::deck_keys_help();
+  for (const minicp::model::Preset& p : minicp::model::presets())
+    EXPECT_NE(help.find(p.name), std::string::npos) << p.name;
+}
+
+TEST(DeckKeys, EveryKeyAcceptsItsDefault) {
+  for (const DeckKey& k : run::deck_keys()) {
+    const std::string v = good_value(k);
+    ASSERT_FALSE(v.empty()) << k.id() << ": no default and not in the tiny deck's resolved deck";
+    EXPECT_NO_THROW(tiny({k.id() + "=" + v}))
+        << "--set " << k.id() << "=" << v << ": " << usage_error({k.id() + "=" + v});
+  }
+}
+
+TEST(DeckKeys, EveryKeyRefusesAnotherType) {
+  for (const DeckKey& k : run::deck_keys()) {
+    const std::string msg = usage_error({k.id() + "=" + wrong_value(k)});
+    EXPECT_EQ(msg.rfind(k.id() + ": expected a", 0), 0u) << k.id() << "=" << wrong_value(k) << ": " << msg;
+  }
+}
+
+TEST(DeckKeys, EveryKeyIsInTheResolvedDeckUnlessLeftOut) {
+  for (const DeckKey& k : run::deck_keys()) {
+    switch (k.resolved) {
+      case run::InResolved::Always: EXPECT_TRUE(in_resolved(k, {})) << k.id(); break;
+      case run::InResolved::Never: EXPECT_FALSE(in_resolved(k, {k.id() + "=" + good_value(k)})) << k.id(); break;
+      case run::InResolved::WhenSet: {
+        // Only a string can be "not set" (empty); a set one is in the resolved deck.
+        ASSERT_TRUE(k.type == KeyType::Text || k.type == KeyType::Choice) << k.id();
+        const std::string set = k.choices.empty() ? "\"x\"" : "\"" + k.choices.front() + "\"";
+        EXPECT_TRUE(in_resolved(k, {k.id() + "=" + set})) << k.id();
+        if (k.default_toml == "\"\"") {
+          EXPECT_FALSE(in_resolved(k, {k.id() + "=\"\""})) << k.id();
+        }
+        break;
+      }
+    }
+  }
+}
+
+TEST(DeckKeys, CaseAttributesAreSingleValues) {
+  const run::Deck d = tiny();
+  for (const DeckKey& k : run::deck_keys()) {
+    if (!k.case_attr) continue;
+    const run::KeyValue v = k.get(d);
+    EXPECT_TRUE(std::holds_alternative<int64_t>(v) || std::holds_alternative<double>(v) ||
+                std::holds_alternative<std::string>(v))
+        << k.id() << ": a list is the sweep's, one value per case";
+  }
+}
+
+TEST(DeckKeys, FabricIsReadAndResolvedOnlyWhenSet) {
+  const run::Deck plain = tiny();
+  EXPECT_EQ(plain.fabric, "");
+  EXPECT_EQ(plain.resolved.find("fabric"), std::string::npos);
+  const run::Deck set = tiny({"run.fabric=\"eth-10g\""});
+  EXPECT_EQ(set.fabric, "eth-10g");
+  EXPECT_EQ(toml::parse(set.resolved).at_path("run.fabric").value<std::string>(), std::string("eth-10g"));
+  EXPECT_EQ(usage_error({"run.fabric=1"}), "run.fabric: expected a string, got an integer");
+}
+
+// The rows' defaults are the deck's when it leaves the keys out.
+TEST(DeckKeys, DefaultsFillTheDeck) {
+  const run::Deck d = run::load_deck("", {"model.preset=\"tiny\"", "sweep.seq_len=64"}, 2);
+  EXPECT_EQ(d.reps, 3);
+  EXPECT_EQ(d.warmup, 1);
+  EXPECT_EQ(d.dtype, "f32");
+  EXPECT_EQ(d.mask, "causal");
+  EXPECT_EQ(d.progress, "thread");
+  EXPECT_EQ(d.seed, 1u);
+  EXPECT_EQ(d.stall_timeout_s, 600);
+  ASSERT_EQ(d.passes.size(), 1u);
+  EXPECT_EQ(d.passes[0], minicp::model::Pass::Train);
+  ASSERT_EQ(d.modes.size(), 1u);
+  EXPECT_EQ(d.modes[0], minicp::cp::Mode::Full);
+  EXPECT_EQ(d.ranks, std::vector<int>{2});
+  EXPECT_TRUE(d.all_schemes);
+  for (const minicp::cp::Setting& st : minicp::cp::all_settings())
+    EXPECT_EQ(d.settings.at(st.name), std::vector<int>{st.default_value}) << st.name;
+}
