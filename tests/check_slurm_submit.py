@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Checks slurm/submit and slurm/minicp.sbatch without a running Slurm.
 
-  --mode dryrun     `submit --dry-run` of the tiny deck over nodes 1,2 x fabrics none,ib:
+  --mode dryrun     `submit --dry-run` of the tiny deck over nodes 1,2 x fabrics none,ib-ndr:
                     one sbatch line (array) per node count with -N, one task per fabric, the
                     file names, --set sweep.ranks=[R], the seq_len of weak scaling, GPUs
                     and the mpirun launcher; nothing written.
   --mode resubmit   runs the dry run's task command for N1_none under MPI (the COMMAND after
                     --, e.g. mpirun -np 2 --oversubscribe) to make a complete file, makes a
-                    partial file (N1_ib) and an unreadable one (N2_none); a dry run then
-                    skips N1_none, resumes N1_ib (--resume), reruns N2_none (--overwrite).
+                    partial file (N1_ib-ndr) and an unreadable one (N2_none); a dry run then
+                    skips N1_none, resumes N1_ib-ndr (--resume), reruns N2_none (--overwrite).
                     A real submission through a stand-in `sbatch` (on PATH, printing a job
                     id) writes the manifest, the per-task argument file and the log links;
                     minicp.sbatch (MINICP_ECHO=1) reads its task's arguments from that file.
@@ -116,7 +116,7 @@ def set_complete(path, value, drop_cases=0):
 
 def mode_dryrun(a):
     study = os.path.join(a.dir, "dry")
-    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib", "--ranks-per-node", "2", "--cpus-per-task", "3",
+    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib-ndr", "--ranks-per-node", "2", "--cpus-per-task", "3",
             "--study", study, "--bin", a.bin, "--dry-run"]
     p = run(base + ONE_CASE)
     check(p.returncode == 0, f"dry run exit {p.returncode}")
@@ -133,7 +133,7 @@ def mode_dryrun(a):
         check("MINICP_LAUNCHER" not in line and "--gpus-per-node" not in line, f"N{n}: launcher/GPUs: {line}")
         check(" --exclusive " in line, f"N{n}: not --exclusive: {line}")
     tasks = tasks_of(p.stdout)
-    check(sorted(tasks) == ["N1_ib", "N1_none", "N2_ib", "N2_none"], f"tasks {sorted(tasks)}")
+    check(sorted(tasks) == ["N1_ib-ndr", "N1_none", "N2_ib-ndr", "N2_none"], f"tasks {sorted(tasks)}")
     for name, (mode, cmd, idx) in tasks.items():
         n, fab = re.match(r"N(\d+)_(\S+)", name).groups()
         check(cmd[0] == a.bin, f"{name}: command does not run {a.bin}: {cmd}")
@@ -175,7 +175,7 @@ def mode_dryrun(a):
 def mode_resubmit(a):
     study = os.path.join(a.dir, "re")
     shutil.rmtree(study, ignore_errors=True)
-    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib", "--ranks-per-node", "2", "--cpus-per-task", "1",
+    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib-ndr", "--ranks-per-node", "2", "--cpus-per-task", "1",
             "--study", study, "--bin", a.bin] + ONE_CASE
     p = run(base + ["--dry-run", "--no-check"])
     tasks = tasks_of(p.stdout)
@@ -186,8 +186,8 @@ def mode_resubmit(a):
     r = run(a.mpirun + tasks["N1_none"][1] + ["--quiet"])
     f_none = os.path.join(study, "N1_none.h5")
     check(r.returncode == 0 and os.path.exists(f_none), f"the N1_none task command failed ({r.returncode})")
-    shutil.copy(f_none, os.path.join(study, "N1_ib.h5"))
-    set_complete(os.path.join(study, "N1_ib.h5"), "no", drop_cases=1)  # a partial file
+    shutil.copy(f_none, os.path.join(study, "N1_ib-ndr.h5"))
+    set_complete(os.path.join(study, "N1_ib-ndr.h5"), "no", drop_cases=1)  # a partial file
     with open(os.path.join(study, "N2_none.h5"), "w") as f:
         f.write("not HDF5\n")
     p = run(base + ["--dry-run"])
@@ -195,11 +195,11 @@ def mode_resubmit(a):
     check(re.search(r"skip N1_none: complete \(1 cases\)", p.stdout) is not None, "complete N1_none not skipped")
     tasks = tasks_of(p.stdout)
     check("N1_none" not in tasks, "N1_none (complete) is run again")
-    ib = tasks.get("N1_ib")
-    if check(ib is not None, "no N1_ib task"):
-        check(ib[1][-2:] == ["--resume", os.path.join(study, "N1_ib.h5")] and "--out" not in ib[1],
-              f"N1_ib (partial) not resumed: {ib[1]}")
-        check("partial: 0 complete cases and 1 incomplete" in ib[0], f"N1_ib mode: {ib[0]}")
+    ib = tasks.get("N1_ib-ndr")
+    if check(ib is not None, "no N1_ib-ndr task"):
+        check(ib[1][-2:] == ["--resume", os.path.join(study, "N1_ib-ndr.h5")] and "--out" not in ib[1],
+              f"N1_ib-ndr (partial) not resumed: {ib[1]}")
+        check("partial: 0 complete cases and 1 incomplete" in ib[0], f"N1_ib-ndr mode: {ib[0]}")
     n2 = tasks.get("N2_none")
     check(n2 is not None and n2[1][-3:] == ["--out", os.path.join(study, "N2_none.h5"), "--overwrite"],
           f"N2_none (unreadable file) not run again with --overwrite: {n2}")
@@ -217,18 +217,18 @@ def mode_resubmit(a):
     if not check(os.path.exists(man_path), "no manifest.json"):
         return
     man = json.load(open(man_path))
-    check(sorted(man["tasks"]) == ["N1_ib", "N2_ib", "N2_none"], f"manifest tasks {sorted(man['tasks'])}")
+    check(sorted(man["tasks"]) == ["N1_ib-ndr", "N2_ib-ndr", "N2_none"], f"manifest tasks {sorted(man['tasks'])}")
     check([s["job_id"] for s in man["submissions"]] == ["1001", "1002"], f"job ids {man['submissions']}")
-    t = man["tasks"].get("N1_ib", {})
-    check(t.get("job_id") == "1001" and t.get("array_task_id") == 0 and t.get("file") == "N1_ib.h5"
-          and t.get("ranks") == 2 and t.get("nodes") == 1, f"manifest N1_ib {t}")
-    check(os.readlink(os.path.join(study, "N2_ib.log")) == "logs/N2-1002_1.out", "N2_ib.log link")
+    t = man["tasks"].get("N1_ib-ndr", {})
+    check(t.get("job_id") == "1001" and t.get("array_task_id") == 0 and t.get("file") == "N1_ib-ndr.h5"
+          and t.get("ranks") == 2 and t.get("nodes") == 1, f"manifest N1_ib-ndr {t}")
+    check(os.readlink(os.path.join(study, "N2_ib-ndr.log")) == "logs/N2-1002_1.out", "N2_ib-ndr.log link")
     args = open(os.path.join(fake, "sbatch.1002.args")).read().split("\n")
     check("--array=0-1" in args and "--nodes=2" in args and "sweep.ranks=[4]" in args, f"sbatch args {args}")
     tf = os.path.join(study, "tasks", "N2-1.tasks")
     lines = open(tf).read().splitlines()
     check([shlex.split(x) for x in lines] == [["--out", os.path.join(study, "N2_none.h5"), "--overwrite"],
-                                              ["--fabric", "ib", "--out", os.path.join(study, "N2_ib.h5")]],
+                                              ["--fabric", "ib-ndr", "--out", os.path.join(study, "N2_ib-ndr.h5")]],
           f"tasks file {lines}")
     envs = dict(ln.split("=", 1) for ln in open(os.path.join(fake, "sbatch.1002.env")).read().splitlines())
     check(envs.get("MINICP_TASKS") == tf and envs.get("MINICP_BIN") == a.bin, f"sbatch environment {envs}")
@@ -237,9 +237,9 @@ def mode_resubmit(a):
              SLURM_NTASKS_PER_NODE="2", SLURM_CPUS_PER_TASK="1", MINICP_ECHO="1")
     r = run(["bash", SBATCH] + args[args.index(SBATCH) + 1:-1], env=e)
     check(r.returncode == 0 and re.search(r"command +srun --mpi=pmix --nodes=2 --ntasks=4 .*--set sweep\.ranks=\\\[4\\\] "
-                                          r".*--fabric ib --out " + re.escape(os.path.join(study, "N2_ib.h5")) + "$",
+                                          r".*--fabric ib-ndr --out " + re.escape(os.path.join(study, "N2_ib-ndr.h5")) + "$",
                                           r.stdout, re.M), "minicp.sbatch did not run array task 1's command")
-    # Submitting again: N2 is queued (stand-in squeue), N1_ib's job 1001 left the queue.
+    # Submitting again: N2 is queued (stand-in squeue), N1_ib-ndr's job 1001 left the queue.
     with open(os.path.join(fake, "queue.d", "1002"), "w") as f:
         f.write("PENDING|Priority\n")
     p = run(base + ["--no-check"], env=env)
@@ -248,8 +248,8 @@ def mode_resubmit(a):
     check(len(sbatch_lines(p.stdout)) == 1 and "--nodes=1 " in sbatch_lines(p.stdout)[0],
           f"second submission: {sbatch_lines(p.stdout)}")
     man = json.load(open(man_path))
-    check(man["tasks"]["N1_ib"]["job_id"] == "1003" and len(man["tasks"]["N1_ib"]["attempts"]) == 2,
-          f"second attempt of N1_ib: {man['tasks']['N1_ib']}")
+    check(man["tasks"]["N1_ib-ndr"]["job_id"] == "1003" and len(man["tasks"]["N1_ib-ndr"]["attempts"]) == 2,
+          f"second attempt of N1_ib-ndr: {man['tasks']['N1_ib-ndr']}")
     # The study's sweep is fixed: another --scaling is refused.
     p = run(base + ["--no-check", "--scaling", "weak"], env=env)
     check(p.returncode == 2 and "--scaling weak: study" in p.stdout and "was submitted with --scaling strong" in p.stdout,
@@ -262,18 +262,18 @@ def mode_collect(a):
     fake = os.path.join(a.dir, "fakebin_col")
     shutil.rmtree(fake, ignore_errors=True)
     env = fake_slurm(fake)
-    p = run([SUBMIT, a.deck, "--nodes", "1", "--fabrics", "none,ib,tcp", "--ranks-per-node", "2", "--study", study,
+    p = run([SUBMIT, a.deck, "--nodes", "1", "--fabrics", "none,ib-ndr,ob1-tcp", "--ranks-per-node", "2", "--study", study,
              "--bin", a.bin, "--no-check"] + ONE_CASE, env=env)
     if not check(p.returncode == 0, f"submission exit {p.returncode}"):
         return
-    # N1_none finished (a complete file); N1_ib never ran (no file, no log, unknown to Slurm);
-    # N1_tcp failed: a partial file, killed at the time limit, FAILED in scontrol.
+    # N1_none finished (a complete file); N1_ib-ndr never ran (no file, no log, unknown to Slurm);
+    # N1_ob1-tcp failed: a partial file, killed at the time limit, FAILED in scontrol.
     src = os.path.join(a.dir, "collect_src.h5")
     r = run(a.mpirun + [a.bin, "--deck", a.deck] + ONE_CASE + ["--out", src, "--quiet"])
     check(r.returncode == 0, "minicp run for the complete file failed")
     shutil.copy(src, os.path.join(study, "N1_none.h5"))
-    shutil.copy(src, os.path.join(study, "N1_tcp.h5"))
-    set_complete(os.path.join(study, "N1_tcp.h5"), "no", drop_cases=1)
+    shutil.copy(src, os.path.join(study, "N1_ob1-tcp.h5"))
+    set_complete(os.path.join(study, "N1_ob1-tcp.h5"), "no", drop_cases=1)
     with open(os.path.join(study, "logs", "N1-1001_2.out"), "w") as f:
         f.write("== minicp.sbatch: job 1001_2 (job id 1004), minicp\n[1/1] 000_train_zigzag_S64_P2\n"
                 "slurmstepd: error: *** JOB 1004 ON node1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n")
@@ -285,19 +285,19 @@ def mode_collect(a):
     check(re.search(r"3 tasks: 1 finished, 1 failed, 1 missing", p.stdout) is not None, "collect summary line")
     check(re.search(r"N1_none +finished +N1_none\.h5 +job 1001_0: complete \(1 cases\)", p.stdout) is not None,
           "N1_none not finished")
-    check(re.search(r"N1_ib +missing .*unknown to Slurm.*never started", p.stdout) is not None, "N1_ib not missing")
-    check(re.search(r"N1_tcp +failed .*TIMEOUT \(exit 0:15, reason TimeLimit\) \[scontrol\].*DUE TO TIME LIMIT.*"
-                    r"partial: 0 complete cases and 1 incomplete", p.stdout) is not None, "N1_tcp not failed with its reasons")
+    check(re.search(r"N1_ib-ndr +missing .*unknown to Slurm.*never started", p.stdout) is not None, "N1_ib-ndr not missing")
+    check(re.search(r"N1_ob1-tcp +failed .*TIMEOUT \(exit 0:15, reason TimeLimit\) \[scontrol\].*DUE TO TIME LIMIT.*"
+                    r"partial: 0 complete cases and 1 incomplete", p.stdout) is not None, "N1_ob1-tcp not failed with its reasons")
     rows = list(csv.DictReader(open(os.path.join(study, "index.csv"))))
-    check([r["task"] for r in rows] == ["N1_ib", "N1_none", "N1_tcp"] and [r["status"] for r in rows] ==
+    check([r["task"] for r in rows] == ["N1_ib-ndr", "N1_none", "N1_ob1-tcp"] and [r["status"] for r in rows] ==
           ["missing", "finished", "failed"], f"index.csv rows {[(r['task'], r['status']) for r in rows]}")
     check(list(rows[0].keys())[:9] == ["task", "nodes", "fabric", "ranks", "file", "status", "reason", "job_id",
                                       "array_task_id"], f"index.csv columns {list(rows[0].keys())}")
     check(rows[2]["job_id"] == "1001" and rows[2]["array_task_id"] == "2" and rows[2]["ranks"] == "2"
-          and rows[2]["fabric"] == "tcp", f"index.csv N1_tcp {rows[2]}")
+          and rows[2]["fabric"] == "ob1-tcp", f"index.csv N1_ob1-tcp {rows[2]}")
     # Once the missing and failed tasks have complete files, collect passes.
-    shutil.copy(src, os.path.join(study, "N1_ib.h5"))
-    shutil.copy(src, os.path.join(study, "N1_tcp.h5"))
+    shutil.copy(src, os.path.join(study, "N1_ib-ndr.h5"))
+    shutil.copy(src, os.path.join(study, "N1_ob1-tcp.h5"))
     p = run([SUBMIT, "collect", "--study", study], env=env)
     check(p.returncode == 0 and "3 tasks: 3 finished" in p.stdout, f"collect of a finished study: exit {p.returncode}")
     p = run([SUBMIT, "collect", "--study", a.dir], env=env)
