@@ -2,6 +2,7 @@
 """slurm/vcluster end to end: an emulated 2-node cluster with links capped at 1 Gbit/s and a
 private Slurm under a prefix of its own (vt<pid>):
   - both links capped on both sides (tbf 1Gbit on the node's eth0 and the host-side veth);
+  - `vcluster status` shows the four daemons alive and both nodes idle;
   - `vcluster mpirun -np 2 --map-by node hostname` prints node1 and node2;
   - `srun -N 2 hostname` prints node1 and node2;
   - `sbatch --wait -N 2` of a script that runs, with `srun --mpi=pmix`, an MPI hello (built
@@ -49,21 +50,32 @@ def on_signal(signum, _frame):
 
 
 def run(cmd, timeout, env=None, cwd=None, check=True):
-    """Runs cmd, prints it with its output and time; returns the output (stdout + stderr)."""
+    """Runs cmd in a session of its own, prints it with its output and time; returns the output
+    (stdout + stderr) and the time. Past the timeout the whole session is killed (so that no
+    child left holding the output pipe keeps this waiting) and AssertionError raised."""
     t = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         cwd=cwd, start_new_session=True)
     try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout, env=env, cwd=cwd)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        try:
+            out, _ = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out = "(output not read: the pipe stayed open)\n"
         print(f"$ {' '.join(cmd)}\n{out}-> TIMED OUT after {timeout} s", flush=True)
         raise AssertionError(f"{' '.join(cmd[:3])}: no answer within {timeout} s")
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
     dt = time.monotonic() - t
-    print(f"$ {' '.join(cmd)}   [{dt:.1f} s, exit {r.returncode}]\n{r.stdout}", end="", flush=True)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd[:3])}: exit {r.returncode}")
-    run.returncode = r.returncode
-    return r.stdout, dt
+    print(f"$ {' '.join(cmd)}   [{dt:.1f} s, exit {p.returncode}]\n{out}", end="", flush=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd[:3])}: exit {p.returncode}")
+    run.returncode = p.returncode
+    return out, dt
 
 
 def skip_reason(vcluster):
@@ -84,7 +96,56 @@ def names(out):
     return sorted(re.findall(r"^(node\d+)\s*$", out, re.M))
 
 
-def leftovers(prefix, vdir, pids):
+def start_time(pid):
+    """Field 22 of /proc/PID/stat (start time since boot): with the PID, one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def processes(prefix, vdir):
+    """{pid: (what, start time)}: the daemons recorded in vdir/pids and every process in the
+    cluster's namespaces."""
+    procs = {}
+    piddir = os.path.join(vdir, "pids")
+    for f in os.listdir(piddir) if os.path.isdir(piddir) else []:
+        if f.endswith(".pid"):
+            with open(os.path.join(piddir, f)) as fh:
+                pid = int(fh.read())
+            procs[pid] = (f"daemon {f[:-4]}", start_time(pid))
+    for k in (1, 2):
+        r = subprocess.run(["ip", "netns", "pids", f"{prefix}-node{k}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        for pid in map(int, r.stdout.split()):
+            procs.setdefault(pid, (f"process in {prefix}-node{k}", start_time(pid)))
+    return procs
+
+
+def diagnose(prefix, env):
+    """What the cluster is doing: the Slurm queue and the processes in its namespaces."""
+    for cmd in (["squeue"], ["scontrol", "show", "job"]):
+        try:
+            run(["timeout", "20"] + cmd, 30, env=env, check=False)
+        except AssertionError:
+            pass
+    for k in (1, 2):
+        r = subprocess.run(["ip", "netns", "pids", f"{prefix}-node{k}"], stdout=subprocess.PIPE, text=True)
+        print(f"---- processes in {prefix}-node{k}")
+        for pid in r.stdout.split():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    st = f.read().rsplit(")", 1)
+                with open(f"/proc/{pid}/wchan") as f:
+                    wchan = f.read()
+                print(f"  {pid} {st[0].split('(', 1)[1]} state {st[1].split()[0]} wchan {wchan}")
+            except (OSError, IndexError):
+                pass
+    sys.stdout.flush()
+
+
+def leftovers(prefix, vdir, procs):
     """What of the cluster still exists: namespaces, links, qdiscs, processes, the directory."""
     left = []
     ns = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout
@@ -93,24 +154,9 @@ def leftovers(prefix, vdir, pids):
     left += [f"link {m}" for m in re.findall(r"^\d+: ([^:@]+)", links, re.M) if m.startswith(prefix + "-")]
     qd = subprocess.run(["tc", "qdisc", "show"], stdout=subprocess.PIPE, text=True).stdout
     left += [f"qdisc {l}" for l in qd.splitlines() if f"dev {prefix}-" in l]
-    for label, pid in pids.items():
-        if os.path.exists(f"/proc/{pid}"):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if vdir.encode() in f.read():
-                        left.append(f"daemon {label} (pid {pid})")
-            except OSError:
-                pass
-    for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != os.getpid():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            if vdir.encode() + b"/" in cmd or cmd.endswith(vdir.encode() + b"\0"):
-                text = cmd.replace(b"\0", b" ").decode(errors="replace")
-                left.append(f"process {p}: {text[:120]}")
+    for pid, (what, start) in procs.items():
+        if start is not None and start_time(pid) == start:
+            left.append(f"{what} (pid {pid})")
     if os.path.exists(vdir):
         left.append(f"directory {vdir}")
     return left
@@ -146,17 +192,14 @@ def main():
     run(["mpicc", "-O1", "-o", hello, hello + ".c"], 60)
 
     fails = []
-    pids = {}
     times = {}
-    down_ran = False
+    env = dict(os.environ)
     try:
         run([vc, "down", "--name", prefix], 60)  # a leftover of an earlier run with this pid
         _, times["up"] = run([vc, "up", "2", "--rate", "1gbit", "--slurm", "--name", prefix], 120)
-        for f in os.listdir(os.path.join(vdir, "pids")):
-            with open(os.path.join(vdir, "pids", f)) as fh:
-                pids[f[:-4]] = int(fh.read())
-        if sorted(pids) != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
-            fails.append(f"daemons recorded: {sorted(pids)}")
+        recorded = sorted(f[:-4] for f in os.listdir(os.path.join(vdir, "pids")) if f.endswith(".pid"))
+        if recorded != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
+            fails.append(f"daemons recorded: {recorded}")
 
         # The caps: tbf at 1Gbit on both sides of each link.
         for k in (1, 2):
@@ -167,13 +210,19 @@ def main():
                 if not re.search(r"qdisc tbf .*rate 1Gbit", q):
                     fails.append(f"node{k} {side}: no tbf at 1Gbit ({q.strip()!r})")
 
+        out, _ = run([vc, "status", "--name", prefix], 30)
+        alive = sorted(re.findall(r"^(\S+)\s+\d+\s+alive$", out, re.M))
+        if alive != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
+            fails.append(f"vcluster status: daemons alive {alive}, expected munged, slurmctld, slurmd-node1, slurmd-node2")
+        if len(re.findall(r"^node\d\s.*\sidle\s*$", out, re.M)) != 2:
+            fails.append("vcluster status: sinfo does not show node1 and node2 idle")
+
         out, times["mpirun hostname"] = run([vc, "mpirun", "--name", prefix, "-np", "2", "--map-by", "node", "hostname"], 60)
         if names(out) != ["node1", "node2"]:
             fails.append(f"vcluster mpirun -np 2 --map-by node hostname: host names {names(out)}, expected node1 and node2")
         if "shared memory" not in out or "TCP" not in out:
             fails.append("vcluster mpirun does not say which transport ranks use")
 
-        env = dict(os.environ)
         exports, _ = run([vc, "env", "--name", prefix], 30)
         for k, v in re.findall(r"^export (\w+)=(\S+)$", exports, re.M):
             env[k] = v
@@ -210,24 +259,27 @@ def main():
     except (AssertionError, Interrupted) as e:
         fails.append(str(e))
     finally:
-        if fails:  # the daemons' logs, before down removes them
-            for name in sorted(os.listdir(os.path.join(vdir, "log"))) if os.path.isdir(os.path.join(vdir, "log")) else []:
-                path = os.path.join(vdir, "log", name)
-                with open(path, errors="replace") as f:
-                    tail = f.readlines()[-15:]
-                print(f"---- last lines of {path}\n{''.join(tail)}", end="", flush=True)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if fails:  # what the cluster is doing, and the daemons' logs, before down removes them
+            diagnose(prefix, env)
+            logdir = os.path.join(vdir, "log")
+            for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
+                with open(os.path.join(logdir, name), errors="replace") as f:
+                    tail = f.readlines()[-30:]
+                print(f"---- last lines of {logdir}/{name}\n{''.join(tail)}", end="", flush=True)
+        procs = processes(prefix, vdir)
         try:
-            _, times["down"] = run([vc, "down", "--name", prefix], 60)
-            down_ran = True
+            _, times["down"] = run([vc, "down", "--name", prefix], 90)
         except AssertionError as e:
             fails.append(str(e))
-        left = leftovers(prefix, vdir, pids)
+        left = leftovers(prefix, vdir, procs)
         if left:
             fails.append("left after down: " + "; ".join(left))
-            if down_ran:  # clean up what the check found, so that no later run trips on it
-                subprocess.run([vc, "down", "--name", prefix], timeout=60)
+            try:  # clean up what the check found, so that no later run trips on it
+                run([vc, "down", "--name", prefix], 90)
+            except AssertionError as e:
+                fails.append(f"second down: {e}")
     times["total"] = time.monotonic() - t0
     print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
     if fails:
