@@ -19,6 +19,7 @@ PKGS=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libtrilinos-kokkos-dev
   python3-h5py python3-numpy python3-pandas python3-matplotlib
+  slurm-wlm munge iproute2
 )
 
 missing=()
