@@ -8,12 +8,19 @@ private Slurm under a prefix of its own (vt<pid>):
   - `sbatch --wait -N 2` of a script that runs, with `srun --mpi=pmix`, an MPI hello (built
     here with mpicc: rank, size and MPI_Get_processor_name, after an allreduce) and, when
     given, minicp-comm-bench pingpong across the nodes: the output names both hosts;
+  - with --minicp: the project's own `slurm/minicp.sbatch` by `sbatch --wait -N 2` (minicp on
+    the tiny deck under the emulated fabric profile vc-uncapped), and `slurm/submit --wait` of
+    a job array per node count (1 and 2 nodes), then `slurm/submit collect`: each results file
+    is complete and records the Slurm job (job id, array job and task ids, 2 nodes), both host
+    names and the fabric MPI selected; the study index lists every task as finished;
   - `vcluster down` (also when a step fails), after which no namespace, link, qdisc, daemon or
     process of the prefix is left and its directory is gone.
 Skipped (exit 77, "skipped: <reason>") only where namespaces or Slurm cannot start: not root,
 no `ip netns`, no slurmctld/slurmd/munged. Prints the time of each step.
-Usage: check_vcluster.py --vcluster slurm/vcluster --work DIR [--bench minicp-comm-bench]"""
+Usage: check_vcluster.py --vcluster slurm/vcluster --work DIR [--bench minicp-comm-bench]
+                         [--minicp build/bin/minicp]"""
 import argparse
+import csv
 import os
 import re
 import shutil
@@ -162,11 +169,80 @@ def leftovers(prefix, vdir, procs):
     return left
 
 
+def h5_attrs(path):
+    """The root attributes of a results file as text ({} when it cannot be read)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            return {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()}
+    except OSError:
+        return {}
+
+
+def check_file(path, nodes, fabric, array, fails):
+    """A results file written by a Slurm job: complete, the job's attributes, its hosts and fabric."""
+    at = h5_attrs(path)
+    want = {"complete": "yes", "slurm_job_num_nodes": str(nodes), "nodes": str(nodes),
+            "hosts": ",".join(f"node{k}" for k in range(1, nodes + 1)), "fabric": fabric}
+    if fabric:
+        want["mpi_pml"] = "ob1"
+    bad = {k: at.get(k) for k, v in want.items() if at.get(k) != v}
+    if not at.get("slurm_job_id"):
+        bad["slurm_job_id"] = at.get("slurm_job_id")
+    if array and not (at.get("slurm_array_job_id") and at.get("slurm_array_task_id") == "0"):
+        bad["slurm_array"] = (at.get("slurm_array_job_id"), at.get("slurm_array_task_id"))
+    if bad:
+        fails.append(f"{path}: attributes {bad}, expected {want} and the Slurm ids")
+    else:
+        print(f"{os.path.basename(path)}: complete, Slurm job {at['slurm_job_id']} (array {at.get('slurm_array_job_id')}"
+              f"_{at.get('slurm_array_task_id')}), hosts {at['hosts']}, fabric {fabric or 'none'} "
+              f"(pml {at.get('mpi_pml')}, btls {at.get('mpi_btls')})", flush=True)
+
+
+def minicp_jobs(vc, minicp, work, env, fails, times):
+    """The project's sbatch script on 2 nodes, and submit's job arrays over 1 and 2 nodes."""
+    repo = os.path.dirname(os.path.dirname(vc))
+    tiny = os.path.join(repo, "inputs", "tiny.toml")
+    case = ["--set", "run.pass=train", "--set", 'sweep.schemes=["zigzag"]', "--set", "sweep.seq_len=[64]",
+            "--set", "run.reps=1"]
+    jenv = dict(env, MINICP_BIN=minicp, MINICP_HOME=repo, MINICP_BIND="none")
+    out_file = os.path.join(work, "sbatch_N2.h5")
+    log = os.path.join(work, "minicp-sbatch.out")
+    out, times["sbatch minicp.sbatch"] = run(
+        ["timeout", "150", "sbatch", "--wait", "-N", "2", "--ntasks-per-node=1", "--cpus-per-task=1", "-o", log,
+         os.path.join(repo, "slurm", "minicp.sbatch"), "--deck", tiny] + case +
+        ["--fabric", "vc-uncapped", "--out", out_file], 160, env=jenv, cwd=work, check=False)
+    print(f"---- {log}\n{open(log).read() if os.path.exists(log) else '(no log)'}----", flush=True)
+    if run.returncode != 0:
+        fails.append(f"sbatch --wait -N 2 slurm/minicp.sbatch: exit {run.returncode}")
+    check_file(out_file, 2, "vc-uncapped", False, fails)
+
+    study = os.path.join(work, "study")
+    submit = os.path.join(repo, "slurm", "submit")
+    _, times["submit --wait"] = run(
+        ["/usr/bin/python3", submit, tiny, "--nodes", "1,2", "--fabrics", "none", "--ranks-per-node", "1",
+         "--cpus-per-task", "1", "--bind", "none", "--time", "5", "--study", study, "--bin", minicp, "--wait",
+         "--timeout", "200"] + case, 220, env=jenv, cwd=work, check=False)
+    if run.returncode != 0:
+        fails.append(f"slurm/submit --wait: exit {run.returncode}")
+    _, _ = run(["/usr/bin/python3", submit, "collect", "--study", study], 60, env=jenv, cwd=work, check=False)
+    if run.returncode != 0:
+        fails.append(f"slurm/submit collect: exit {run.returncode}")
+    index = os.path.join(study, "index.csv")
+    rows = list(csv.DictReader(open(index))) if os.path.exists(index) else []
+    got = sorted((r["task"], r["status"]) for r in rows)
+    if got != [("N1_none", "finished"), ("N2_none", "finished")]:
+        fails.append(f"study index {index}: {got}, expected N1_none and N2_none finished")
+    for n in (1, 2):
+        check_file(os.path.join(study, f"N{n}_none.h5"), n, "", True, fails)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vcluster", required=True)
-    ap.add_argument("--work", required=True, help="a directory outside /tmp that every node sees")
+    ap.add_argument("--work", required=True, help="a scratch directory (every node sees this machine's file system)")
     ap.add_argument("--bench", help="minicp-comm-bench to run across the nodes in the batch job")
+    ap.add_argument("--minicp", help="minicp: submit slurm/minicp.sbatch and a slurm/submit job array")
     a = ap.parse_args()
     t0 = time.monotonic()
     vc = os.path.abspath(a.vcluster)
@@ -181,9 +257,6 @@ def main():
     prefix = f"vt{os.getpid()}"
     vdir = f"/var/tmp/minicp-vcluster-{prefix}"
     work = os.path.abspath(a.work)
-    if work == "/tmp" or work.startswith("/tmp/"):
-        print(f"check_vcluster.py: --work {work}: must not be under /tmp (each node has its own)")
-        return 2
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     hello = os.path.join(work, "hello")
@@ -256,6 +329,8 @@ def main():
                 fails.append(f"job output: minicp-comm-bench hosts {bench_hosts}, expected node1 and node2")
             if not re.search(r"^MINICP_COMM op=pingpong ranks=2 .* wrong=0$", log, re.M):
                 fails.append("job output: no MINICP_COMM pingpong line with wrong=0")
+        if a.minicp:
+            minicp_jobs(vc, os.path.abspath(a.minicp), work, env, fails, times)
     except (AssertionError, Interrupted) as e:
         fails.append(str(e))
     finally:
@@ -285,7 +360,8 @@ def main():
     if fails:
         print("FAILED:\n  " + "\n  ".join(fails))
         return 1
-    print(f"vcluster: OK (2 nodes at 1gbit, mpirun, srun, sbatch with srun --mpi=pmix; nothing of {prefix} left)")
+    print(f"vcluster: OK (2 nodes at 1gbit, mpirun, srun, sbatch with srun --mpi=pmix"
+          f"{', minicp.sbatch, submit job arrays and collect' if a.minicp else ''}; nothing of {prefix} left)")
     return 0
 
 
