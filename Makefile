@@ -8,6 +8,7 @@
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 20 minutes), into results/fabric/
+#   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
 #   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
@@ -28,7 +29,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study format sanitize clean
+.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study scaling-study format sanitize clean
 
 all: build
 
@@ -63,6 +64,9 @@ bench: build
 
 cp-study: build
 	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
+
+scaling-study: build
+	$(PY) slurm/scaling-study $(SCALING_ARGS)
 
 fabric-study: build
 	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)
