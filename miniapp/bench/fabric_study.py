@@ -18,6 +18,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -112,14 +113,20 @@ def launcher(a, kind, np, vc):
     return [vc, "mpirun", "--name", a.vcluster_name, "-np", str(np), "--map-by", "node"] + common
 
 
-def measure(a, name, kind, layout, np, vc):
+def measure(a, name, kind, layout, np, vc, link=None):
+    """One layout under one profile. alpha and beta are measured with 2 ranks (1x2, 2x1: across
+    the link); a 2x2 layout keeps those of 2x1 (link): with 4 ranks on a 2-core machine the
+    idle ranks' polling would be measured, not the fabric."""
     base = os.path.join(a.out_dir, f"{name}_{layout}")
     launch = launcher(a, kind, np, vc)
     js = base + "_comm.json"
-    run(launch + [os.path.join(a.build, "bin", "minicp-comm-bench"), "--fabric", name, "--ops", "pingpong",
-                  "-b", "8", "-e", "16M", "-f", "4", "-n", "10", "-w", "3", "--json", js], a.timeout)
-    with open(js) as f:
-        alpha, beta_fit, beta_best = alpha_beta(json.load(f))
+    if link:
+        alpha, beta_fit, beta_best, js = link["alpha_us"], link["beta_fit_GBps"], link["beta_best_GBps"], link["comm_json"]
+    else:
+        run(launch + [os.path.join(a.build, "bin", "minicp-comm-bench"), "--fabric", name, "--ops", "pingpong",
+                      "-b", "8", "-e", "16M", "-f", "4", "-n", "10", "-w", "3", "--json", js], a.timeout)
+        with open(js) as f:
+            alpha, beta_fit, beta_best = alpha_beta(json.load(f))
     sets = []
     for s in [f"sweep.ranks=[{np}]"] + a.set:
         sets += ["--set", s]
@@ -134,24 +141,26 @@ def text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-GRAD_BUCKET_BYTES = 8 << 20  # model::kGradBucketBytes
-
-
-def grad_bound(g):
-    """The least gradient all-reduce time no schedule can hide, from the case's own times:
-    the link carries A = the comm-only all-reduce time per step and the backward lasts B (its
-    compute-only time, the median rep's slowest rank), so at least A - B is left after the
-    backward; and the last bucket (layer 0's last dW, final when the backward ends) is never
-    hidden: A x bucket / all gradient bytes."""
-    s = g["summary"].attrs
-    a = float(s["grad_allreduce_comm_only_time_s"])
+def median_slowest(g, mode, column):
+    """The median over reps of the slowest rank's `column` in the steps table (mode 0 full,
+    1 compute-only, 2 comm-only)."""
     steps = g["steps"][()]
     per_rep = {}
-    for row in steps[steps["mode"] == 1]:  # compute-only
-        per_rep[row["rep"]] = max(per_rep.get(row["rep"], 0.0), float(row["backward_s"]))
-    b = sorted(per_rep.values())[len(per_rep) // 2] if per_rep else float("nan")
-    total = float(s["grad_allreduce_bytes_per_rank"])
-    return max(a - b, a * min(1.0, GRAD_BUCKET_BYTES / total) if total > 0 else 0.0)
+    for row in steps[steps["mode"] == mode]:
+        per_rep[row["rep"]] = max(per_rep.get(row["rep"], 0.0), float(row[column]))
+    v = sorted(per_rep.values())
+    return v[len(v) // 2] if v else float("nan")
+
+
+def fig(s, name, out_of_range):
+    """An overlap as printed: its value, "n/r" when not resolved (NaN), "out" when the file
+    flags it outside [0, 1] (a measurement defect, see its note in the file)."""
+    v = float(s[name])
+    if v != v:
+        return "n/r"
+    if re.search(r"(^|[ ,;])" + name + "=", out_of_range):
+        return "out"
+    return f"{v:.2f}"
 
 
 def table(rows):
@@ -162,24 +171,28 @@ def table(rows):
             for cid, g in f["cases"].items():
                 s = g["summary"].attrs
                 key = (text(g.attrs["scheme"]), int(g.attrs["seq_len"]))
+                bad = text(s["out_of_range"])
                 data.setdefault(key, {})[(r["profile"], r["layout"])] = (
-                    float(s["measured_time_s"]), float(s["exposed_comm_s"]), float(s["overlap"]),
-                    float(s["grad_allreduce_exposed_s"]), float(s["grad_allreduce_overlap"]), grad_bound(g))
+                    float(s["measured_time_s"]), float(s["exposed_comm_s"]), fig(s, "overlap", bad),
+                    float(s["grad_allreduce_exposed_s"]), fig(s, "grad_allreduce_overlap", bad),
+                    median_slowest(g, 0, "grad_allreduce_busy_s"), median_slowest(g, 1, "backward_s"))
     print("\nalpha (pingpong latency) and beta (bandwidth) of each fabric, measured by minicp-comm-bench:")
     print(f"  {'profile':<14}{'layout':<8}{'alpha [us]':>12}{'beta fit [GB/s]':>17}{'beta best [GB/s]':>18}")
     for r in rows:
-        print(f"  {r['profile']:<14}{r['layout']:<8}{r['alpha_us']:>12.2f}{r['beta_fit_GBps']:>17.3f}"
-              f"{r['beta_best_GBps']:>18.3f}")
+        if r["layout"] != "2x2":  # 2x2 keeps its 2x1 figures (measure())
+            print(f"  {r['profile']:<14}{r['layout']:<8}{r['alpha_us']:>12.2f}{r['beta_fit_GBps']:>17.3f}"
+                  f"{r['beta_best_GBps']:>18.3f}")
     print("\nper scheme and seq_len: step [s] / exposed comm [s] / overlap; then the gradient all-reduce: "
-          "exposed [s] / the least no schedule can hide [s] / overlap (nan: not resolved)")
+          "exposed [s] / its run time on the collective thread [s] / the compute-only backward [s] / overlap (n/r: not resolved; out: flagged outside "
+          "[0, 1] in the file)")
     print(f"  {'scheme':<11}{'S':>6}  " + "".join(f"{p + ' ' + l:>36}" for p, l in cols))
     for (scheme, S) in sorted(data):
         line = f"  {scheme:<11}{S:>6}  "
         grad = f"  {'  grad':<11}{'':>6}  "
         for c in cols:
             v = data[(scheme, S)].get(c)
-            line += f"{v[0]:>14.3f} / {v[1]:>7.3f} / {v[2]:>6.2f}  " if v else f"{'-':>36}"
-            grad += f"{v[3]:>14.3f} / {v[5]:>7.3f} / {v[4]:>6.2f}  " if v else f"{'-':>36}"
+            line += f"{v[0]:>14.3f} / {v[1]:>7.3f} / {v[2]:>6}  " if v else f"{'-':>36}"
+            grad += f"{v[3]:>6.3f} / {v[5]:>5.3f} / {v[6]:>5.3f} / {v[4]:>6}  " if v else f"{'-':>36}"
         print(line)
         print(grad)
     return data
@@ -213,7 +226,7 @@ def main():
         run(up, 300)
         try:
             rows.append(measure(a, name, kind, "2x1", 2, vc))
-            rows.append(measure(a, name, kind, "2x2", 4, vc))
+            rows.append(measure(a, name, kind, "2x2", 4, vc, link=rows[-1]))
         finally:
             run([vc, "down", "--name", a.vcluster_name], 120, check=False)
     with open(index + ".tmp", "w", newline="") as f:
