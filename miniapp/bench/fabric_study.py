@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import time
+import tomllib
 
 import h5py
 
@@ -45,22 +46,9 @@ def parse_args():
     return a
 
 
-def profile_kind(path):
-    for line in open(path):
-        if line.strip().startswith("kind"):
-            return line.split("=", 1)[1].strip().strip('"')
-    return "local"
-
-
-def emulated_rate(path):
-    section = ""
-    for line in open(path):
-        s = line.strip()
-        if s.startswith("["):
-            section = s
-        elif section == "[emulated]" and s.startswith("rate"):
-            return s.split("=", 1)[1].split("#")[0].strip().strip('"')
-    return ""
+def read_profile(path):
+    with open(path, "rb") as f:
+        return tomllib.load(f)
 
 
 def profiles(a):
@@ -74,9 +62,10 @@ def profiles(a):
         names = want
     out = []
     for n in names:
-        kind = profile_kind(os.path.join(d, n + ".toml"))
+        prof = read_profile(os.path.join(d, n + ".toml"))
+        kind = prof.get("kind", "local")
         if kind in ("local", "emulated"):
-            out.append((n, kind, emulated_rate(os.path.join(d, n + ".toml"))))
+            out.append((n, kind, prof.get("emulated", {}).get("rate", "")))
     return out
 
 
