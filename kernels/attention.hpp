@@ -45,6 +45,11 @@ struct AttnOptions {
 
 // The tiled path's default tiles, for the record: "forward 256x128, backward 128x128 (q x k tokens)".
 std::string attention_tiles();
+// The same tiles as numbers (q x k tokens), for the performance model's tile counts.
+struct AttnTiles {
+  int q = 0, k = 0;
+};
+AttnTiles attention_default_tiles(bool backward);
 
 // What a call actually computed (for load-imbalance and executed-FLOP accounting).
 struct AttnStats {

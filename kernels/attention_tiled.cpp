@@ -282,6 +282,10 @@ MINICP_ATTN_TILED_INST(double)
 }  // namespace minicp::kernels::detail
 
 namespace minicp::kernels {
+AttnTiles attention_default_tiles(bool backward) {
+  return backward ? AttnTiles{detail::kBwdTileQ, detail::kBwdTileK} : AttnTiles{detail::kFwdTileQ, detail::kFwdTileK};
+}
+
 std::string attention_tiles() {
   return "forward " + std::to_string(detail::kFwdTileQ) + "x" + std::to_string(detail::kFwdTileK) + ", backward " +
          std::to_string(detail::kBwdTileQ) + "x" + std::to_string(detail::kBwdTileK) + " (q x k tokens)";

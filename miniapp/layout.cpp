@@ -5,36 +5,49 @@
 
 namespace minicp::layout {
 
-std::vector<int64_t> contiguous(int64_t S, int P, int r) {
-  std::vector<int64_t> out;
-  const int64_t n = S / P;
-  for (int64_t i = 0; i < n; ++i) out.push_back(r * n + i);
-  return out;
-}
+Spans contiguous_spans(int64_t S, int P, int r) { return {{r * (S / P), S / P, 1}}; }
 
-std::vector<int64_t> zigzag(int64_t S, int P, int r) {
-  std::vector<int64_t> out;
+Spans zigzag_spans(int64_t S, int P, int r) {
   const int64_t c = S / (2 * P);
-  for (int64_t i = 0; i < c; ++i) out.push_back(r * c + i);
-  for (int64_t i = 0; i < c; ++i) out.push_back((2 * P - 1 - r) * c + i);
-  return out;
+  return {{r * c, c, 1}, {(2 * P - 1 - r) * c, c, 1}};
 }
 
-std::vector<int64_t> striped(int64_t S, int P, int r) {
-  std::vector<int64_t> out;
-  for (int64_t t = r; t < S; t += P) out.push_back(t);
-  return out;
-}
+Spans striped_spans(int64_t S, int P, int r) { return {{r, S > r ? (S - r + P - 1) / P : 0, P}}; }
 
-std::vector<int64_t> usp(int64_t S, int ring, int ulysses, int r) {
+// Rank r = j*U + u holds piece u of each of ring rank j's two zigzag chunks.
+Spans usp_spans(int64_t S, int ring, int ulysses, int r) {
   const int j = r / ulysses, u = r % ulysses;
-  const std::vector<int64_t> shard = zigzag(S, ring, j);
   const int64_t c = S / (2 * ring), piece = c / ulysses;
+  return {{j * c + u * piece, piece, 1}, {(2 * ring - 1 - j) * c + u * piece, piece, 1}};
+}
+
+Spans spans_of(Kind k, int64_t S, int P, int r) {
+  switch (k) {
+    case Kind::Contiguous: return contiguous_spans(S, P, r);
+    case Kind::Zigzag: return zigzag_spans(S, P, r);
+    case Kind::Striped: return striped_spans(S, P, r);
+  }
+  throw std::invalid_argument("unknown layout");
+}
+
+std::vector<int64_t> expand(const Spans& s) {
   std::vector<int64_t> out;
-  for (int half = 0; half < 2; ++half)
-    for (int64_t i = 0; i < piece; ++i) out.push_back(shard[half * c + u * piece + i]);
+  out.reserve(size_t(count(s)));
+  for (const Span& sp : s)
+    for (int64_t i = 0; i < sp.count; ++i) out.push_back(sp.at(i));
   return out;
 }
+
+int64_t count(const Spans& s) {
+  int64_t n = 0;
+  for (const Span& sp : s) n += sp.count;
+  return n;
+}
+
+std::vector<int64_t> contiguous(int64_t S, int P, int r) { return expand(contiguous_spans(S, P, r)); }
+std::vector<int64_t> zigzag(int64_t S, int P, int r) { return expand(zigzag_spans(S, P, r)); }
+std::vector<int64_t> striped(int64_t S, int P, int r) { return expand(striped_spans(S, P, r)); }
+std::vector<int64_t> usp(int64_t S, int ring, int ulysses, int r) { return expand(usp_spans(S, ring, ulysses, r)); }
 
 std::vector<int64_t> of(Kind k, int64_t S, int P, int r) {
   switch (k) {

@@ -16,6 +16,22 @@ namespace minicp::layout {
 
 enum class Kind { Contiguous, Zigzag, Striped };
 
+// Positions start, start + stride, ..., count of them: each layout is a few such runs, which
+// is how the performance model (miniapp/perf/) reasons about a rank's rows without listing them.
+struct Span {
+  int64_t start = 0, count = 0, stride = 1;
+  int64_t at(int64_t i) const { return start + i * stride; }
+};
+using Spans = std::vector<Span>;
+// The rows of each layout as spans; the functions below expand these.
+Spans contiguous_spans(int64_t S, int P, int r);
+Spans zigzag_spans(int64_t S, int P, int r);
+Spans striped_spans(int64_t S, int P, int r);
+Spans usp_spans(int64_t S, int ring, int ulysses, int r);
+Spans spans_of(Kind k, int64_t S, int P, int r);
+std::vector<int64_t> expand(const Spans& s);
+int64_t count(const Spans& s);
+
 std::vector<int64_t> contiguous(int64_t S, int P, int r);
 std::vector<int64_t> zigzag(int64_t S, int P, int r);
 std::vector<int64_t> striped(int64_t S, int P, int r);

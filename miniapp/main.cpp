@@ -4,9 +4,11 @@
 #include "miniapp/run/driver.hpp"
 
 int main(int argc, char** argv) {
-  // The fabric profile's settings go into the environment before MPI starts.
-  if (const int rc = minicp::harness::apply_fabric("minicp", minicp::run::requested_fabric(argc, argv)); rc >= 0)
-    return rc;
+  // The fabric profile's settings go into the environment before MPI starts (a prediction
+  // runs nothing on it: a cluster profile is read on a laptop).
+  if (!minicp::run::predict_only(argc, argv))
+    if (const int rc = minicp::harness::apply_fabric("minicp", minicp::run::requested_fabric(argc, argv)); rc >= 0)
+      return rc;
   minicp::run::Plan plan;
   return minicp::harness::main(
       argc, argv, "minicp", [&](const minicp::harness::Args& a) { plan = minicp::run::parse(a); },

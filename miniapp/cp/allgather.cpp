@@ -197,6 +197,44 @@ class AllGather final : public Scheme<T> {
 
 }  // namespace
 
+// The model's view: chunk c's gather is posted during chunk c-1 (chunk 0's is waited for at
+// once); the backward gathers again and reduce-scatters chunk c's dK, dV during chunk c+1,
+// the last chunk's after the loop (exposed). Chunk c's keys: piece c of both halves of every
+// rank's zigzag shard.
+static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+  const int P = c.ranks;
+  const int64_t half = c.seq_len / (2 * P);
+  const Chunks ch{half, std::max<int64_t>(1, std::min<int64_t>(c.chunks, half))};
+  const bool inter = t.spans_nodes(0, P, 1);
+  const perf::Spans q = layout::zigzag_spans(c.seq_len, P, r);
+  auto piece = [&](int64_t k, comm::EventKind op) {  // one of the 4 calls per chunk (K, V x 2 halves)
+    return perf::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * elem), P, inter};
+  };
+  perf::Schedule out;
+  for (int64_t k = 0; k < ch.count; ++k) {
+    perf::Step st;
+    perf::Spans kv;
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < P; ++i)
+        kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
+    st.attn.push_back({q, kv, c.heads, c.kv_heads});
+    for (int j = 0; j < 4; ++j) {
+      if (k == 0) st.exposed.push_back(piece(0, comm::EventKind::AllGather));
+      if (k + 1 < ch.count) st.overlapped.push_back(piece(k + 1, comm::EventKind::AllGather));
+      if (backward && k >= 1) st.overlapped.push_back(piece(k - 1, comm::EventKind::ReduceScatter));
+    }
+    const double gathered = 2.0 * P * double(ch.size(k)) * c.kv_heads * c.head_dim;
+    st.aux_values = backward ? 2 * gathered : double(layout::count(q)) * c.heads * (c.head_dim + 1.0);
+    out.steps.push_back(st);
+  }
+  if (backward && P > 1) {
+    perf::Step last;
+    for (int j = 0; j < 4; ++j) last.exposed.push_back(piece(ch.count - 1, comm::EventKind::ReduceScatter));
+    out.steps.push_back(last);
+  }
+  return out;
+}
+
 SchemeInfo allgather_scheme() {
   SchemeInfo s = make_info<AllGather>(
       "allgather",
@@ -218,6 +256,7 @@ SchemeInfo allgather_scheme() {
     const double partial = count > 1 ? n * c.heads * (c.head_dim + 1.0) : 0;
     return Workspace{8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + partial, 0};
   };
+  s.schedule = allgather_schedule;
   return s;
 }
 

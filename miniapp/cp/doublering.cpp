@@ -178,6 +178,40 @@ class DoubleRing final : public Scheme<T> {
 
 }  // namespace
 
+// The model's view: for each outer step an inner ring (ring_steps) over the I ranks of a node on
+// the outer block of node (nd - s) mod O (backward: (nd + 1 + t) mod O, from a fetched first
+// block after the first step), while the outer transfers (the next outer block; backward also
+// the dK/dV partial going home) run beside it; they are waited for after the inner ring, so
+// the model lays them on its last step. I follows inner_ring_size's rule on the job's layout.
+static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+  const int P = c.ranks, per_node = std::min(t.ranks_per_node, P);
+  const int fewest = std::min(per_node, P - (t.nodes() - 1) * per_node);
+  const int I = c.inner_ring > 0                    ? c.inner_ring
+                : (fewest < P && P % fewest == 0) ? fewest
+                : (P >= 4 && P % 2 == 0)           ? 2
+                                                   : P;
+  const int O = P / I, nd = r / I, ir = r % I;
+  const perf::Spans own = layout::zigzag_spans(c.seq_len, P, r);
+  const double block = 2.0 * double(layout::count(own)) * c.kv_heads * c.head_dim;
+  const bool inter = !t.same_node(r, ((nd + 1) % O) * I + ir) || !t.same_node(r, ((nd - 1 + O) % O) * I + ir);
+  const perf::CommCall outer{comm::EventKind::SendRecv, int64_t(block * elem), O, inter};
+  perf::Schedule out;
+  for (int s = 0; s < O; ++s) {
+    const int b = backward ? (nd + 1 + s) % O : (nd - s + O) % O;
+    auto inner = ring_steps(
+        c, t, I, ir, [&](int i) { return nd * I + i; },
+        [&](int i) { return layout::zigzag_spans(c.seq_len, P, b * I + i); }, c.heads, c.kv_heads, backward, elem,
+        backward && s > 0, &own);
+    if (O > 1) {
+      if (backward ? s + 1 < O - 1 : s < O - 1) inner.back().overlapped.push_back(outer);
+      if (backward && s < O - 1) inner.back().overlapped.push_back(outer);  // the partial going home
+      if (backward && s == 0) inner.front().exposed.push_back({comm::EventKind::AllReduce, 4, O, inter});
+    }
+    out.steps.insert(out.steps.end(), inner.begin(), inner.end());
+  }
+  return out;
+}
+
 SchemeInfo doublering_scheme() {
   SchemeInfo s = make_info<DoubleRing>(
       "doublering", "LoongTrain double ring: pass-KV inner ring inside a node, outer ring across nodes, zigzag layout");
@@ -225,6 +259,7 @@ SchemeInfo doublering_scheme() {
     }
     return most;
   };
+  s.schedule = doublering_schedule;
   return s;
 }
 

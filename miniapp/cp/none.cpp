@@ -43,6 +43,13 @@ SchemeInfo none_scheme() {
     const auto t = layout::contiguous(c.seq_len, 1, r);
     return Shard{c.problem == Problem::Decode ? decode_positions(c) : t, t};
   };
+  s.schedule = [](const Config& c, const perf::Topo&, int, bool, size_t) {
+    const perf::Spans all = layout::contiguous_spans(c.seq_len, 1, 0);
+    const perf::Spans q = c.problem == Problem::Decode ? perf::Spans{{c.seq_len, c.decode_tokens, 1}} : all;
+    perf::Step st;
+    st.attn.push_back({q, all, c.heads, c.kv_heads});
+    return perf::Schedule{{st}};
+  };
   return s;
 }
 

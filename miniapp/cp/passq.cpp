@@ -143,6 +143,30 @@ class PassQ final : public Scheme<T> {
 
 }  // namespace
 
+// The model's view: step s computes Q block (r - s) mod P against the own K, V while the next
+// block travels (forward: Q; backward: Q, dOut, O, LSE); one all-to-all then returns the
+// partials (forward: O, LSE; backward: dQ) to their owners, which merge them.
+static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+  const int P = c.ranks;
+  const double n = double(c.seq_len) / P * c.heads * c.head_dim, lse = double(c.seq_len) / P * c.heads;
+  const bool inter = !t.same_node(r, (r + 1) % P) || !t.same_node(r, (r - 1 + P) % P);
+  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t((backward ? 3 * n + lse : n) * elem), P, inter};
+  const perf::Spans kv = layout::zigzag_spans(c.seq_len, P, r);
+  perf::Schedule out;
+  for (int s = 0; s < P; ++s) {
+    perf::Step st;
+    st.attn.push_back({layout::zigzag_spans(c.seq_len, P, (r - s + P) % P), kv, c.heads, c.kv_heads});
+    if (s < P - 1) st.overlapped.push_back(pass);
+    out.steps.push_back(st);
+  }
+  perf::Step home;
+  if (P > 1)
+    home.exposed.push_back({comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * elem), P, t.spans_nodes(0, P, 1)});
+  home.aux_values = P * (backward ? n : n + lse);
+  out.steps.push_back(home);
+  return out;
+}
+
 SchemeInfo passq_scheme() {
   SchemeInfo s = make_info<PassQ>(
       "passq",
@@ -159,6 +183,7 @@ SchemeInfo passq_scheme() {
     const double n = double(c.seq_len) / c.ranks, P = c.ranks, nq = n * c.heads * c.head_dim, nh = n * c.heads;
     return Workspace{2 * nq + 2 * P * (nq + nh) + 2 * (3 * nq + nh) + 2 * P * nq, 0};
   };
+  s.schedule = passq_schedule;
   return s;
 }
 

@@ -9,10 +9,12 @@
 // backward moves P-2 K/V blocks and P-1 accumulators instead of P-1 and P. Blocks whose
 // positions are fully masked are skipped (positions are all-gathered once, not sent).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "kernels/attention.hpp"
 #include "miniapp/cp/common.hpp"
+#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
 
@@ -219,6 +221,41 @@ inline Workspace ring_workspace(double sq, double skv, int H, int Hkv, int D, in
   return {(5 + (fetched && ring ? 2 : 0)) * block + (ring ? sq * H * (D + 1.0) : 0), ring ? block : 0};
 }
 
+// ring_forward / ring_backward on group rank r of a ring of P members as the performance model
+// sees them: member i is world rank world(i) and holds rows(i) as queries and keys (equal
+// counts on every member). fetched: the backward fetches its first block (no kept block).
+// own_q: the queries when they are not rows(r) (doublering's inner ring on another node's block).
+inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, int P, int r,
+                                          const std::function<int(int)>& world,
+                                          const std::function<perf::Spans(int)>& rows, int heads, int kv_heads,
+                                          bool backward, size_t elem, bool fetched = false,
+                                          const perf::Spans* own_q = nullptr) {
+  const perf::Spans q = own_q ? *own_q : rows(r);
+  const double nq = double(layout::count(q)), kv_values = 2 * nq * kv_heads * c.head_dim;
+  const bool inter = !t.same_node(world(r), world((r + 1) % P)) || !t.same_node(world(r), world((r - 1 + P) % P));
+  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(kv_values * elem), P, inter};
+  std::vector<perf::Step> steps(static_cast<size_t>(P));
+  for (int s = 0; s < P; ++s) {
+    perf::Step& st = steps[size_t(s)];
+    const int b = backward ? (r + 1 + s) % P : (r - s + P) % P;
+    st.attn.push_back({q, rows(b), heads, kv_heads});
+    if (!backward) {
+      if (s < P - 1) st.overlapped.push_back(pass);
+      st.aux_values = s == 0 ? kv_values : nq * heads * (c.head_dim + 1.0);  // pack, then merges
+      continue;
+    }
+    if (P == 1) break;
+    if (s + 1 < P - 1) st.overlapped.push_back(pass);                      // the next K/V block
+    if (s >= 1) st.overlapped.push_back(pass);                             // this block's dK/dV
+    st.aux_values = (s >= 1 ? 2 : 1) * kv_values + (s == 0 ? nq * heads * c.head_dim : 0);
+  }
+  bool group_inter = false;
+  for (int i = 1; i < P; ++i) group_inter = group_inter || !t.same_node(world(0), world(i));
+  if (backward && P > 1)  // the agreement on the kept block, or the fetch of the first one
+    steps[0].exposed.push_back(fetched ? pass : perf::CommCall{comm::EventKind::AllReduce, 4, P, group_inter});
+  return steps;
+}
+
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
   SchemeInfo s = make_info<RingScheme>(name, summary, kind);
   s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks");
@@ -230,6 +267,11 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks;
     return ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim, c.ranks);
+  };
+  s.schedule = [kind](const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+    return perf::Schedule{ring_steps(
+        c, t, c.ranks, r, [](int i) { return i; }, [&](int i) { return layout::spans_of(kind, c.seq_len, c.ranks, i); },
+        c.heads, c.kv_heads, backward, elem)};
   };
   return s;
 }

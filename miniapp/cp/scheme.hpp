@@ -11,6 +11,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
+#include "miniapp/perf/schedule.hpp"
 
 namespace minicp::cp {
 
@@ -140,6 +141,9 @@ struct SchemeInfo {
   // Values of the scheme's own buffers on the rank that needs most, forward and backward;
   // the tensors it is handed are not counted.
   std::function<Workspace(const Config&)> workspace;
+  // The scheme's steps on world rank r of a job laid out as topo, forward or backward, as the
+  // performance model sees them (miniapp/perf/schedule.hpp); elem: bytes per value.
+  std::function<perf::Schedule(const Config&, const perf::Topo&, int r, bool backward, size_t elem)> schedule;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
 

@@ -105,6 +105,20 @@ SchemeInfo tree_scheme() {
   s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
   s.shard = [](const Config& c, int r) { return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
+  // One local call on the cache shard, then the two all-reduces (MAX of the LSE, SUM of [w*O | w]).
+  s.schedule = [](const Config& c, const perf::Topo& t, int r, bool, size_t elem) {
+    perf::Step local, combine;
+    const double rows = double(c.decode_tokens) * c.heads;
+    local.attn.push_back({{{c.seq_len, c.decode_tokens, 1}}, layout::contiguous_spans(c.seq_len, c.ranks, r), c.heads,
+                          c.kv_heads});
+    if (c.ranks > 1) {
+      const bool inter = t.spans_nodes(0, c.ranks, 1);
+      combine.exposed = {{comm::EventKind::AllReduce, int64_t(rows * elem), c.ranks, inter},
+                         {comm::EventKind::AllReduce, int64_t(rows * (c.head_dim + 1.0) * elem), c.ranks, inter}};
+    }
+    combine.aux_values = 2 * rows * (c.head_dim + 1.0);
+    return perf::Schedule{{local, combine}};
+  };
   s.workspace = [](const Config& c) {  // the max LSE and the packed [w*O | w], per call
     return Workspace{double(c.decode_tokens) * c.heads * (c.head_dim + 2.0), 0};
   };

@@ -65,6 +65,37 @@ inline Workspace ulysses_workspace(const Config& c, int U, double n) {
   return {0, 4 * qh + N * (c.heads / U) + 4 * kh + (U > 1 ? std::max(qh, kh) : 0)};
 }
 
+// The Ulysses engine as the performance model sees it, on member u of a group of U ranks
+// (world rank base + i for member i) holding n sequence rows each: the all-to-alls into head
+// shards, `middle` (the attention: one local call, or the ring steps across groups), the
+// all-to-alls back. Forward: q, k, v in, o and lse out; backward: dout in, dq, dk, dv out.
+inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& t, int U, int base, double n,
+                                             std::vector<perf::Step> middle, bool backward, size_t elem) {
+  const HeadSplit qs = HeadSplit::query(c.heads, U), ks = HeadSplit::kv(c.heads, c.kv_heads, U);
+  const bool inter = t.spans_nodes(base, U, 1);
+  // One tensor's exchange: per destination, n rows of `per` heads of `width` values.
+  auto a2a = [&](int per, int width) {
+    return perf::CommCall{comm::EventKind::AllToAll, int64_t(n * per * width * elem), U, inter};
+  };
+  perf::Step in, out;
+  if (U > 1) {
+    if (backward) {
+      in.exposed = {perf::CommCall{comm::EventKind::AllReduce, 4, U, inter}, a2a(qs.per, c.head_dim)};
+      out.exposed = {a2a(qs.per, c.head_dim), a2a(ks.per, c.head_dim), a2a(ks.per, c.head_dim)};
+    } else {
+      in.exposed = {a2a(qs.per, c.head_dim), a2a(ks.per, c.head_dim), a2a(ks.per, c.head_dim)};
+      out.exposed = {a2a(qs.per, c.head_dim), a2a(qs.per, 1)};
+    }
+  }
+  const double qv = U * n * qs.per * c.head_dim, kv = U * n * ks.per * c.head_dim;
+  in.aux_values = backward ? qv : qv + 2 * kv;  // packing
+  out.aux_values = backward ? qv + 2 * kv : qv;
+  std::vector<perf::Step> steps{in};
+  steps.insert(steps.end(), middle.begin(), middle.end());
+  steps.push_back(out);
+  return steps;
+}
+
 // send[w][t][j][:] = x[t, head(w, j), :] for w < U, t < n, j < per (one block per destination).
 template <class T>
 void ulysses_pack(CView3<T> x, const HeadSplit& s, View1<T> send) {

@@ -33,6 +33,7 @@ struct Deck {
   // run.stall_timeout_s: the stall watchdog's limit (0: off). Not in `resolved`: it changes
   // nothing measured, and a run may be resumed with another limit.
   int64_t stall_timeout_s = 0;
+  std::string calibration;  // run.calibration: a table file, "measure", or "" (no prediction)
   std::string fabric;                // run.fabric: a profile name or file ("" : MPI's own defaults)
   std::vector<std::string> schemes;  // names, "all" expanded (each runs the passes it solves)
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped

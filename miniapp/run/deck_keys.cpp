@@ -201,6 +201,13 @@ std::vector<Row> run_rows() {
           .def("\"\"", "no profile: MPI's own defaults")
           .in_resolved(InResolved::WhenSet)
           .to(&Deck::fabric),
+      text("run", "calibration",
+           "the performance model's table for the predicted_* figures of each case: a file written by minicp "
+           "--calibrate, \"measure\" (measured at start-up on this job: the deck's shapes, every rank at once), or "
+           "\"\" (no prediction: NaN) (--calibration FILE overrides)")
+          .def("\"\"", "no prediction")
+          .in_resolved(InResolved::Never)
+          .to(&Deck::calibration),
   };
 }
 

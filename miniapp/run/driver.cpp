@@ -9,7 +9,9 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <unistd.h>
 
 #include "comm/comm.hpp"
 #include "harness/blas.hpp"
@@ -62,6 +64,12 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
 
 }  // namespace
 
+bool predict_only(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--predict" || std::string(argv[i]) == "--advise") return true;
+  return false;
+}
+
 hn::FabricRequest requested_fabric(int argc, char** argv) {
   if (std::string f = hn::flag_value(argc, argv, "--fabric"); !f.empty()) return {f, "--fabric"};
   std::string from_set, deck = hn::flag_value(argc, argv, "--deck");
@@ -110,6 +118,46 @@ std::string scheme_list() {
   return s;
 }
 
+namespace {
+
+// The flags that only go with one command, and the commands that exclude each other.
+void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
+  if (int(pf.calibrate) + int(pf.predict) + int(pf.advise) + int(o.dry_run) > 1)
+    throw UsageError("--calibrate, --predict, --advise and --dry-run: one at a time");
+  if (!pf.against.empty() && !pf.predict) throw UsageError("--against " + pf.against + ": only with --predict");
+  for (const char* f : {"--ranks-per-node", "--threads"}) {
+    if (app.count(f) == 0) continue;
+    if (!pf.predict && !pf.advise) throw UsageError(std::string(f) + ": only with --predict or --advise");
+    const int v = std::string(f) == "--threads" ? pf.threads : pf.ranks_per_node;
+    if (v < 1) throw UsageError(std::string(f) + " " + std::to_string(v) + ": must be at least 1");
+  }
+  if (!pf.against.empty()) {
+    const std::string why = output::not_a_results_file(pf.against);
+    if (!why.empty()) throw UsageError("--against " + pf.against + ": " + why);
+    // The layout the file was measured with, unless given.
+    if (pf.ranks_per_node == 0) {
+      const double rpn = output::read_number_attr(pf.against, "/", "ranks_per_node");
+      const double world = output::read_number_attr(pf.against, "/", "world_ranks");
+      pf.ranks_per_node = std::isfinite(rpn) && rpn >= 1 ? int(rpn) : std::isfinite(world) ? int(world) : 0;
+    }
+    if (pf.threads == 0) {
+      const double t = output::read_number_attr(pf.against, "/", "kokkos_concurrency");
+      pf.threads = std::isfinite(t) && t >= 1 ? int(t) : 0;
+    }
+  }
+}
+
+// The resolved deck of a results file, as a file (for --against without --deck).
+std::string deck_of_results(const std::string& file) {
+  const std::string text = output::read_string_attr(file, "/", "deck");
+  if (text.empty()) throw UsageError("--against " + file + ": holds no deck (root attribute 'deck')");
+  const std::string path = "/tmp/minicp_against_deck." + std::to_string(::getpid()) + ".toml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
 Plan parse(const hn::Args& a) {
   Plan p;
   Options& o = p.o;
@@ -149,6 +197,31 @@ Plan parse(const hn::Args& a) {
                  "with --dry-run: plan against this much memory per rank (e.g. 80GiB for a GPU node) instead of "
                  "this node's available memory (default: this node's)")
       ->type_name("SIZE");
+  PerfOptions& pf = p.perf;
+  app.add_flag("--calibrate", pf.calibrate,
+               "measure the performance model's kernel rates (the deck's GEMM shapes, attention tiles, element-wise "
+               "kernels) and links under this launch, write them to --calibration, run nothing else (default: off)");
+  app.add_option("--calibration", pf.calibration,
+                 "calibration table: written by --calibrate (default results/calibration.txt), read by --predict, "
+                 "--advise and a run (default for a run: measured at start-up and kept in the results file)")
+      ->type_name("FILE");
+  app.add_flag("--predict", pf.predict,
+               "print the model's step time per case of the deck, at any rank count, in this one process; run "
+               "nothing (default: off)");
+  app.add_flag("--advise", pf.advise,
+               "rank the deck's schemes per pass, seq_len and ranks by predicted step time, with why; run nothing "
+               "(default: off)");
+  app.add_option("--against", pf.against,
+                 "with --predict: a results file whose measured step times the predictions are compared with (its "
+                 "deck, ranks per node and threads unless given) (default: none)")
+      ->type_name("FILE.h5");
+  app.add_option("--ranks-per-node", pf.ranks_per_node,
+                 "with --predict / --advise: ranks per node (default: all on one node for a local fabric or none, "
+                 "the profile's nodes for an emulated one, 8 for a cluster profile)")
+      ->type_name("N");
+  app.add_option("--threads", pf.threads,
+                 "with --predict / --advise: threads per rank whose rates the table holds (default: the table's)")
+      ->type_name("N");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
@@ -166,13 +239,28 @@ Plan parse(const hn::Args& a) {
       throw UsageError("--rank-memory " + rank_memory + ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
     if (!o.dry_run) throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
+  check_perf_flags(app, pf, o);
+  if (!pf.against.empty() && o.deck.empty()) o.deck = deck_of_results(pf.against);
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
-  p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
+  const bool predicting = pf.predict || pf.advise;
+  if (!predicting) p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   // A dry run plans for any job size (a cluster deck can be checked on a laptop).
   // --fabric is the deck's run.fabric, so the resolved deck (and a resume's check) records it.
   std::vector<std::string> sets = o.sets;
   if (!o.fabric.empty()) sets.push_back("run.fabric=\"" + o.fabric + "\"");
-  p.deck = load_deck(o.deck, sets, a.size(), o.dry_run);
+  p.deck = load_deck(o.deck, sets, a.size(), o.dry_run || predicting);
+  if (o.deck.rfind("/tmp/minicp_against_deck.", 0) == 0) std::remove(o.deck.c_str()), o.deck = pf.against;
+  if (const std::string from = !pf.calibration.empty() ? pf.calibration : p.deck.calibration;
+      !pf.calibrate && !from.empty() && from != "measure") {
+    const std::string key = !pf.calibration.empty() ? "--calibration " : "run.calibration ";
+    try {
+      machine_for(p.deck, perf::read_calibration(from), 0, 1);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw UsageError(key + e.what());
+    }
+  }
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
   p.cases = make_cases(p.deck);
   const size_t elem = p.deck.dtype == "f64" ? sizeof(double) : sizeof(float);
@@ -185,6 +273,7 @@ Plan parse(const hn::Args& a) {
   }
   const comm::Topology topo = comm::Communicator::node_topology();
   p.local_ranks = topo.local_size, p.nodes = topo.nodes;
+  if (pf.any()) return p;  // the model's commands (execute) write no results file
   if (o.dry_run) {
     const int64_t node = hn::node_available_bytes();
     const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.local_ranks;
@@ -277,6 +366,7 @@ struct RunState {
   CeilingCache ceiling;
   NoneTimes none;
   output::Results* results = nullptr;
+  perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
   double write_s = 0;
   std::string summary;  // the tokens of the closing MINICP line
 };
@@ -311,6 +401,9 @@ void run_one(RunState& rs, const Case& c) {
     data.summary.real["clock_uncertainty_s"] = clock_err, data.summary.real["clock_drift"] = drift;
     data.attrs.text["start_time"] = run.m.start_utc, data.attrs.text["end_time"] = run.m.end_utc;
     if (c.scheme == std::string("none")) rs.none[none_key(c)] = data.summary.real["measured_time_s"];
+    model::PhaseTimes phases = run.m.fwd_phases;
+    phases += run.m.bwd_phases;
+    prediction_figures(data.summary, c, rs.model, rs.p.deck, phases.s, data.summary.real["sgemm_flops_per_s"]);
   }
   if (rs.results) rs.write_s += rs.results->add_case(data);
   if (world_rank != 0) return;
@@ -320,7 +413,45 @@ void run_one(RunState& rs, const Case& c) {
 
 }  // namespace
 
+namespace {
+
+// The performance model of this run: the --calibration table, else one measured now on this
+// job (the deck's shapes, every rank at once, this fabric's links); the job's layout.
+perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& world) {
+  perf::Calibration cal;
+  const std::string from = !p.perf.calibration.empty() ? p.perf.calibration : p.deck.calibration;
+  if (from.empty()) {
+    cal.source = "none";
+    return perf::Machine{cal, {}, {}, 1, 1, {}};
+  }
+  if (from != "measure") {
+    cal = perf::read_calibration(from);
+  } else {
+    if (a.rank() == 0 && !p.o.quiet) std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
+    std::fflush(stdout);
+    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases), world, false);
+    cal.source = "measured at start-up";
+  }
+  try {
+    return machine_for(p.deck, cal, int(kernels::Exec().concurrency()), p.local_ranks);
+  } catch (const std::exception& e) {  // e.g. a table of other thread counts: no prediction, said once
+    if (a.rank() == 0) std::fprintf(stderr, "minicp: WARNING: no predictions: %s\n", e.what());
+    perf::Calibration none;
+    none.source = from + " (unusable: " + e.what() + ")";
+    return perf::Machine{none, {}, {}, 1, 1, {}};
+  }
+}
+
+}  // namespace
+
 int execute(const hn::Args& a, const Plan& p) {
+  if (p.perf.any()) {
+    if (a.rank() == 0 && p.perf.predict) run_predict(p);
+    if (a.rank() == 0 && p.perf.advise) run_advise(p);
+    if (p.perf.calibrate) run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
+    std::fflush(stdout);
+    return 0;
+  }
   const bool say = a.rank() == 0 && !p.o.quiet;
   hn::MemTracker::instance().start();
   if (p.o.resume.empty()) hn::remove_old_outputs(a, {{"--out", p.o.out}, {"--dump", p.o.dump}});
@@ -338,6 +469,9 @@ int execute(const hn::Args& a, const Plan& p) {
   sgemm /= a.size();
   output::Attrs root = platform_attrs(a, p, *world, blas, rs.prog);
   root.real["sgemm_flops_per_s_per_rank"] = sgemm;
+  rs.model = start_model(a, p, *world);
+  root.text["calibration"] = rs.model.cal.text();
+  root.text["calibration_source"] = rs.model.cal.source;
   std::unique_ptr<output::Results> results;
   if (!p.o.out.empty())
     results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);

@@ -11,6 +11,7 @@
 #include "harness/lock.hpp"
 #include "harness/main.hpp"
 #include "miniapp/run/deck.hpp"
+#include "miniapp/run/perf_cmds.hpp"
 
 namespace minicp::run {
 
@@ -36,6 +37,7 @@ struct Plan {
   std::vector<std::shared_ptr<harness::OutputLock>> locks;
   // Rank 0, --resume: measured_time_s of the file's complete `none` cases by "<pass>_<S>".
   std::map<std::string, double> resumed_none_time;
+  PerfOptions perf;  // --calibrate, --predict, --advise and their settings
 };
 
 // Throws harness::UsageError on bad input; prints and throws harness::HelpShown for --help,
@@ -47,6 +49,10 @@ Plan parse(const harness::Args& a);
 // file that is not a results file of this deck; then holds the outputs' locks in p.locks.
 void claim_outputs(const harness::Args& a, Plan& p);
 int execute(const harness::Args& a, const Plan& p);
+
+// Whether the command line asks for a prediction only (--predict, --advise): no fabric is
+// applied and nothing runs.
+bool predict_only(int argc, char** argv);
 
 // Before MPI_Init: the fabric profile the command line asks for: --fabric, else
 // --set run.fabric=NAME, else the deck's run.fabric (a deck that cannot be read asks for none:

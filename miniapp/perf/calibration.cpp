@@ -1,0 +1,411 @@
+// The calibration table: its text form, lookups and the measurement (see calibration.hpp).
+#include "miniapp/perf/calibration.hpp"
+
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "comm/comm.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/ceiling.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
+#include "miniapp/cp/scheme.hpp"
+#include "miniapp/perf/predict.hpp"
+
+namespace minicp::perf {
+
+namespace {
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+double log_distance(int64_t a, int64_t b) { return std::abs(std::log(double(std::max<int64_t>(a, 1)) / double(std::max<int64_t>(b, 1)))); }
+
+}  // namespace
+
+std::string Calibration::text() const {
+  std::ostringstream o;
+  o << "# minicp calibration table (docs/DESIGN.md, \"The performance model\"); rows:\n"
+       "#   sgemm THREADS FLOP/S | gemm DTYPE THREADS OPS M N K FLOP/S |\n"
+       "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL (per tile and head) |\n"
+       "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S | info KEY VALUE\n";
+  for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
+  for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
+  for (const GemmRate& g : gemm)
+    o << "gemm " << g.dtype << " " << g.threads << " " << g.ops << " " << g.m << " " << g.n << " " << g.k << " "
+      << num(g.flops_per_s) << "\n";
+  for (const AttnRate& a : attn)
+    o << "attn " << a.dtype << " " << a.threads << " " << (a.backward ? "bwd" : "fwd") << " " << a.head_dim << " "
+      << a.tile_q << " " << a.tile_k << " " << num(a.full_s) << " " << num(a.partial_s) << " " << num(a.call_s) << "\n";
+  for (const ElemRate& e : elem) o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
+  for (const LinkRate& l : links)
+    o << "link " << l.fabric << " " << l.scope << " " << num(l.alpha_s) << " " << num(l.beta_Bps) << " "
+      << num(l.cpu_Bps) << "\n";
+  return o.str();
+}
+
+void Calibration::merge(const Calibration& o) {
+  for (const auto& [t, r] : o.sgemm) sgemm[t] = r;
+  gemm.insert(gemm.end(), o.gemm.begin(), o.gemm.end());
+  attn.insert(attn.end(), o.attn.begin(), o.attn.end());
+  elem.insert(elem.end(), o.elem.begin(), o.elem.end());
+  links.insert(links.end(), o.links.begin(), o.links.end());
+  info.insert(info.end(), o.info.begin(), o.info.end());
+}
+
+const GemmRate* Calibration::find_gemm(const std::string& dtype, int threads, const std::string& ops, int64_t m,
+                                       int64_t n, int64_t k) const {
+  const GemmRate* best = nullptr;
+  double best_d = 1e300;
+  for (const GemmRate& g : gemm) {
+    if (g.dtype != dtype || g.threads != threads) continue;
+    const double d = log_distance(g.m, m) + log_distance(g.n, n) + log_distance(g.k, k) + (g.ops == ops ? 0 : 100);
+    if (d < best_d) best_d = d, best = &g;
+  }
+  return best;
+}
+
+const AttnRate* Calibration::find_attn(const std::string& dtype, int threads, bool backward, int head_dim) const {
+  const AttnRate* best = nullptr;
+  for (const AttnRate& a : attn)
+    if (a.dtype == dtype && a.threads == threads && a.backward == backward &&
+        (!best || std::abs(a.head_dim - head_dim) < std::abs(best->head_dim - head_dim)))
+      best = &a;
+  return best;
+}
+
+const ElemRate* Calibration::find_elem(const std::string& dtype, int threads, const std::string& op) const {
+  for (const ElemRate& e : elem)
+    if (e.dtype == dtype && e.threads == threads && e.op == op) return &e;
+  return nullptr;
+}
+
+const LinkRate* Calibration::find_link(const std::string& fabric, const std::string& scope) const {
+  const LinkRate* found = nullptr;
+  for (const LinkRate& l : links)
+    if (l.fabric == fabric && l.scope == scope) found = &l;  // the last row wins (a later measurement)
+  return found;
+}
+
+std::vector<int> Calibration::threads() const {
+  std::set<int> t;
+  for (const GemmRate& g : gemm) t.insert(g.threads);
+  return {t.begin(), t.end()};
+}
+
+Calibration parse_calibration(const std::string& text, const std::string& source) {
+  Calibration c;
+  c.source = source;
+  std::istringstream in(text);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    if (const size_t h = line.find('#'); h != std::string::npos) line.erase(h);
+    std::istringstream ls(line);
+    std::string kind;
+    if (!(ls >> kind)) continue;
+    auto bad = [&](const std::string& why) {
+      return std::runtime_error(source + ":" + std::to_string(no) + ": " + why + " (row '" + kind + "'; see the header of miniapp/perf/calibration.hpp)");
+    };
+    bool ok = true;
+    if (kind == "info") {
+      std::string k, v;
+      ls >> k;
+      std::getline(ls, v);
+      c.info.emplace_back(k, v.empty() ? v : v.substr(1));
+      continue;
+    } else if (kind == "sgemm") {
+      int t = 0;
+      double r = 0;
+      ok = bool(ls >> t >> r) && t > 0 && r > 0;
+      if (ok) c.sgemm[t] = r;
+    } else if (kind == "gemm") {
+      GemmRate g;
+      ok = bool(ls >> g.dtype >> g.threads >> g.ops >> g.m >> g.n >> g.k >> g.flops_per_s) && g.flops_per_s > 0 &&
+           g.m > 0 && g.n > 0 && g.k > 0;
+      if (ok) c.gemm.push_back(g);
+    } else if (kind == "attn") {
+      AttnRate a;
+      std::string pass;
+      ok = bool(ls >> a.dtype >> a.threads >> pass >> a.head_dim >> a.tile_q >> a.tile_k >> a.full_s >> a.partial_s >>
+                a.call_s) &&
+           (pass == "fwd" || pass == "bwd") && a.head_dim > 0 && a.tile_q > 0 && a.tile_k > 0 && a.full_s > 0 &&
+           a.partial_s >= 0 && a.call_s >= 0;
+      a.backward = pass == "bwd";
+      if (ok) c.attn.push_back(a);
+    } else if (kind == "elem") {
+      ElemRate e;
+      ok = bool(ls >> e.dtype >> e.threads >> e.op >> e.s_per_value) && e.s_per_value >= 0;
+      if (ok) c.elem.push_back(e);
+    } else if (kind == "link") {
+      LinkRate l;
+      ok = bool(ls >> l.fabric >> l.scope >> l.alpha_s >> l.beta_Bps >> l.cpu_Bps) &&
+           (l.scope == "intra" || l.scope == "inter") && l.alpha_s >= 0 && l.beta_Bps > 0 && l.cpu_Bps >= 0;
+      if (ok) c.links.push_back(l);
+    } else {
+      throw bad("unknown row kind");
+    }
+    if (!ok) throw bad("malformed or out-of-range values");
+  }
+  return c;
+}
+
+Calibration read_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path + ": cannot be read");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return parse_calibration(s.str(), path);
+}
+
+namespace {
+
+using kernels::Trans;
+
+// Best of `reps` timed runs after one untimed one (seconds), all ranks starting together.
+template <class Fn>
+double best_time(MPI_Comm comm, int reps, Fn&& fn) {
+  fn();
+  Kokkos::fence();
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    fn();
+    Kokkos::fence();
+    best = std::min(best, MPI_Wtime() - t0);
+  }
+  return best;
+}
+
+template <class T>
+struct Measure {
+  const CalibrationPlan& plan;
+  MPI_Comm world;
+  int threads;
+  std::string dtype;
+  bool verbose;
+  int rank;
+
+  void gemms(Calibration& out) {
+    std::set<std::tuple<std::string, int64_t, int64_t, int64_t>> seen;
+    for (const model::Shape& s : plan.shapes)
+      for (int64_t N : plan.rows)
+        for (bool bwd : {false, true})
+          for (const LayerOp& op : layer_ops(s, N, bwd))
+            if (!op.ops.empty()) seen.insert({op.ops, op.m, op.n, op.k});
+    for (const auto& [ops, m, n, k] : seen) {
+      const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
+      kernels::View2<T> A("cal_a", ta == Trans::N ? m : k, ta == Trans::N ? k : m),
+          B("cal_b", tb == Trans::N ? k : n, tb == Trans::N ? n : k), C("cal_c", m, n);
+      Kokkos::deep_copy(A, T(0.5));
+      Kokkos::deep_copy(B, T(0.25));
+      const double flops = 2.0 * double(m) * double(n) * double(k);
+      const int inner = int(std::clamp(2e8 / flops, 1.0, 200.0));  // short calls repeated
+      const double t = best_time(world, 3, [&] {
+        for (int i = 0; i < inner; ++i) kernels::gemm<T>(ta, tb, T(1), A, B, T(0), C);
+      });
+      out.gemm.push_back({dtype, ops, threads, m, n, k, flops * inner / t});
+    }
+    if (verbose && rank == 0) std::printf("minicp --calibrate: %zu GEMM shapes (%s)\n", seen.size(), dtype.c_str());
+  }
+
+  void elementwise(Calibration& out) {
+    const model::Shape& s = plan.shapes.front();
+    const int64_t N = std::max<int64_t>(256, std::min<int64_t>(4096, *std::max_element(plan.rows.begin(), plan.rows.end())));
+    const int64_t C = s.hidden, F = s.ffn, H = s.heads, D = s.head_dim;
+    kernels::View2<T> x("cal_x", N, C), y("cal_y", N, C), dy("cal_dy", N, C), a("cal_a", N, F), b("cal_b", N, F),
+        g("cal_g", N, F), da("cal_da", N, F), db("cal_db", N, F);
+    kernels::View1<T> w("cal_w", C), dw("cal_dw", C), rstd("cal_rstd", N);
+    kernels::View3<T> q("cal_q", N, H, D);
+    Kokkos::View<int64_t*, kernels::Mem> pos("cal_pos", N);
+    Kokkos::deep_copy(x, T(0.5));
+    Kokkos::deep_copy(w, T(1));
+    Kokkos::deep_copy(a, T(0.1));
+    Kokkos::deep_copy(b, T(0.2));
+    Kokkos::deep_copy(dy, T(0.3));
+    auto put = [&](const char* op, double values, double t) { out.elem.push_back({dtype, op, threads, t / values}); };
+    const double nc = double(N) * C, nf = double(N) * F;
+    put("rmsnorm_fwd", nc, best_time(world, 3, [&] { kernels::rmsnorm_fwd<T>(x, w, T(1e-5), y, rstd); }));
+    put("rmsnorm_bwd", nc, best_time(world, 3, [&] { kernels::rmsnorm_bwd<T>(x, w, rstd, dy, y, dw); }));
+    put("rope", double(N) * H * D, best_time(world, 3, [&] { kernels::rope_apply<T>(q, pos, 10000.0); }));
+    put("swiglu_fwd", nf, best_time(world, 3, [&] { kernels::swiglu_fwd<T>(a, b, g); }));
+    put("swiglu_bwd", nf, best_time(world, 3, [&] { kernels::swiglu_bwd<T>(a, b, g, da, db); }));
+    put("copy", nc, best_time(world, 3, [&] { Kokkos::deep_copy(y, x); }));
+  }
+
+  // Whole calls at a few sizes, fully visible and causal-diagonal, fitted to
+  // call + tiles_full x full + tiles_partial x partial (per head), relative least squares.
+  void attention(Calibration& out) {
+    std::set<int> dims;
+    for (const model::Shape& s : plan.shapes) {
+      if (!dims.insert(s.head_dim).second) continue;
+      for (bool bwd : {false, true}) out.attn.push_back(attention_rate(s, bwd));
+    }
+    if (verbose && rank == 0) std::printf("minicp --calibrate: attention tiles (%s)\n", dtype.c_str());
+  }
+
+  AttnRate attention_rate(const model::Shape& s, bool bwd) {
+    const int H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
+    const kernels::AttnTiles tiles = kernels::attention_default_tiles(bwd);
+    std::vector<std::array<double, 4>> rows;  // call, full, partial, seconds
+    for (int64_t m : {256, 512, 1024}) {
+      kernels::View3<T> q("cal_q", m, H, D), k("cal_k", m, Hkv, D), v("cal_v", m, Hkv, D), o("cal_o", m, H, D),
+          dq("cal_dq", m, H, D), dk("cal_dk", m, Hkv, D), dv("cal_dv", m, Hkv, D);
+      kernels::View2<T> lse("cal_lse", m, H);
+      Kokkos::deep_copy(q, T(0.1));
+      Kokkos::deep_copy(k, T(0.2));
+      Kokkos::deep_copy(v, T(0.3));
+      for (bool diag : {false, true}) {
+        cp::Config c;
+        c.seq_len = 2 * m, c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
+        const Spans qs{{diag ? 0 : m, m, 1}}, ks{{0, m, 1}};
+        const auto qp = cp::to_device(layout::expand(qs), "cal_qpos"), kp = cp::to_device(layout::expand(ks), "cal_kpos");
+        kernels::AttnMask mask;
+        mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
+        kernels::attention_fwd<T>(q, k, v, mask, o, lse);
+        const double t = best_time(world, 2, [&] {
+          if (bwd)
+            kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
+          else
+            kernels::attention_fwd<T>(q, k, v, mask, o, lse);
+        });
+        const TileCount n = count_tiles(c, qs, ks, tiles);
+        rows.push_back({1.0, n.full * H, n.partial * H, t});
+      }
+    }
+    const auto x = fit(rows);
+    return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0]};
+  }
+
+  // Least squares of t ~ a0 + a1 n_full + a2 n_partial, each row weighted by 1/t (relative
+  // errors); a negative coefficient is dropped and the rest fitted again.
+  static std::array<double, 3> fit(const std::vector<std::array<double, 4>>& rows) {
+    std::array<bool, 3> use{true, true, true};
+    for (int pass = 0; pass < 3; ++pass) {
+      double A[3][3] = {}, b[3] = {};
+      for (const auto& r : rows) {
+        const double w = 1.0 / (r[3] * r[3]);
+        for (int i = 0; i < 3; ++i) {
+          if (!use[i]) continue;
+          b[i] += w * r[i] * r[3];
+          for (int j = 0; j < 3; ++j)
+            if (use[j]) A[i][j] += w * r[i] * r[j];
+        }
+      }
+      for (int i = 0; i < 3; ++i)
+        if (!use[i]) A[i][i] = 1, b[i] = 0;
+      // Gaussian elimination on the 3x3 system.
+      for (int i = 0; i < 3; ++i) {
+        for (int j = i + 1; j < 3; ++j) {
+          const double f = A[j][i] / A[i][i];
+          for (int k = i; k < 3; ++k) A[j][k] -= f * A[i][k];
+          b[j] -= f * b[i];
+        }
+      }
+      std::array<double, 3> x{};
+      for (int i = 2; i >= 0; --i) {
+        double s = b[i];
+        for (int k = i + 1; k < 3; ++k) s -= A[i][k] * x[size_t(k)];
+        x[size_t(i)] = s / A[i][i];
+      }
+      bool negative = false;
+      for (int i = 0; i < 3; ++i)
+        if (use[i] && x[size_t(i)] < 0) use[i] = false, negative = true;
+      if (!negative) return x;
+    }
+    return {0, 0, 0};
+  }
+};
+
+// Half round trips between rank 0 and peer: the smallest of 8 bytes (alpha) and the best of
+// 4 MiB (beta from the rest). Every rank calls it; only 0 and peer exchange.
+std::pair<double, double> pingpong(MPI_Comm world, int rank, int peer) {
+  const int big = 4 << 20;
+  std::vector<char> buf(size_t(big), 1);
+  auto half_rtt = [&](int bytes, int reps) {
+    double best = 1e300;
+    for (int i = 0; i < reps + 3; ++i) {
+      const double t0 = MPI_Wtime();
+      if (rank == 0) {
+        MPI_Send(buf.data(), bytes, MPI_CHAR, peer, 7, world);
+        MPI_Recv(buf.data(), bytes, MPI_CHAR, peer, 7, world, MPI_STATUS_IGNORE);
+      } else if (rank == peer) {
+        MPI_Recv(buf.data(), bytes, MPI_CHAR, 0, 7, world, MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), bytes, MPI_CHAR, 0, 7, world);
+      }
+      if (i >= 3) best = std::min(best, (MPI_Wtime() - t0) / 2);
+    }
+    return best;
+  };
+  const double alpha = half_rtt(8, 50), t = half_rtt(big, 8);
+  return {alpha, double(big) / std::max(1e-9, t - alpha)};
+}
+
+}  // namespace
+
+Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
+  Calibration out;
+  out.source = "measured";
+  const comm::Topology topo = comm.topology();
+  out.info.push_back({"host", topo.hosts.empty() ? "" : topo.hosts[0]});
+  out.info.push_back({"ranks_measuring", std::to_string(comm.world().size)});
+  auto sync = [&] { MPI_Barrier(world); };
+  out.sgemm[threads] = kernels::blas_gemm_rate({2048, 2048, 2048}, sync);
+  for (const std::string& dt : plan.dtypes) {
+    if (dt == "f64") {
+      Measure<double> m{plan, world, threads, dt, verbose, rank};
+      m.gemms(out), m.elementwise(out), m.attention(out);
+    } else {
+      Measure<float> m{plan, world, threads, dt, verbose, rank};
+      m.gemms(out), m.elementwise(out), m.attention(out);
+    }
+  }
+  // Links: rank 0 to the next rank on its node, and to the first rank on another node.
+  int intra_peer = -1, inter_peer = -1;
+  for (int r = 1; r < int(topo.node_of_rank.size()); ++r) {
+    if (topo.node_of_rank[size_t(r)] == topo.node_of_rank[0] && intra_peer < 0) intra_peer = r;
+    if (topo.node_of_rank[size_t(r)] != topo.node_of_rank[0] && inter_peer < 0) inter_peer = r;
+  }
+  double intra_beta = 0;
+  for (auto [peer, scope] : {std::pair{intra_peer, "intra"}, std::pair{inter_peer, "inter"}}) {
+    if (peer < 0) continue;
+    MPI_Barrier(world);
+    const auto [alpha, beta] = pingpong(world, rank, peer);
+    if (std::string(scope) == "intra") intra_beta = beta;
+    // A CPU copies what moves within a node; across nodes only on a non-RDMA fabric, at the
+    // node's copy rate (the intra-node figure) or, without one, the link's own.
+    const double cpu = std::string(scope) == "intra" ? beta : plan.cpu_copy_inter ? (intra_beta > 0 ? intra_beta : beta) : 0;
+    out.links.push_back({plan.fabric, scope, alpha, beta, cpu});
+  }
+  if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
+  // Rank 0's values stand for all: send them round so every rank predicts the same.
+  const std::string text = out.text();
+  int n = int(text.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, world);
+  std::string all(size_t(n), '\0');
+  if (rank == 0) all = text;
+  MPI_Bcast(all.data(), n, MPI_CHAR, 0, world);
+  Calibration c = parse_calibration(all, "measured");
+  return c;
+}
+
+}  // namespace minicp::perf

@@ -1,0 +1,101 @@
+// The calibration table: the kernel rates and link figures the performance model turns
+// schedules into time with, measured on one machine by `minicp --calibrate` (or at the start
+// of a run) or written by hand for a machine this build cannot run on (a GPU node). A table is
+// a text file, one row per line, so tables measured with other thread counts or under other
+// fabrics are combined with `cat`:
+//
+//   sgemm   THREADS FLOP/S                          BLAS SGEMM 2048^3 per rank: the drift reference
+//   gemm    DTYPE THREADS OPS M N K FLOP/S          one GEMM shape (OPS: NN, NT, TN)
+//   attn    DTYPE THREADS PASS D TQ TK FULL PARTIAL CALL
+//                                                   seconds per (tile, head) of a fully visible tile
+//                                                   and of a partly masked one, and per call;
+//                                                   PASS fwd | bwd, tiles TQ x TK tokens
+//   elem    DTYPE THREADS OP SECONDS                seconds per value of an element-wise kernel
+//                                                   (rmsnorm_fwd, rmsnorm_bwd, rope, swiglu_fwd,
+//                                                   swiglu_bwd, copy)
+//   link    FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S   a link (SCOPE intra | inter node): latency,
+//                                                   bandwidth, and the rate at which a CPU copies
+//                                                   what it carries (0: no CPU copy, RDMA)
+//   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
+//
+// Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
+// measuring at once (as the ranks of a run compute at once). '#' starts a comment.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "miniapp/model/model.hpp"
+
+namespace minicp::comm {
+class Communicator;
+}
+
+namespace minicp::perf {
+
+struct GemmRate {
+  std::string dtype, ops;  // "f32", "NN"
+  int threads = 1;
+  int64_t m = 0, n = 0, k = 0;
+  double flops_per_s = 0;
+};
+struct AttnRate {
+  std::string dtype;
+  int threads = 1;
+  bool backward = false;
+  int head_dim = 0, tile_q = 0, tile_k = 0;
+  double full_s = 0, partial_s = 0, call_s = 0;
+};
+struct ElemRate {
+  std::string dtype, op;
+  int threads = 1;
+  double s_per_value = 0;
+};
+struct LinkRate {
+  std::string fabric, scope;  // scope: intra | inter
+  double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;
+};
+
+struct Calibration {
+  std::string source;  // the file, or "measured at start-up"
+  std::map<int, double> sgemm;  // threads -> SGEMM 2048^3 FLOP/s per rank
+  std::vector<GemmRate> gemm;
+  std::vector<AttnRate> attn;
+  std::vector<ElemRate> elem;
+  std::vector<LinkRate> links;
+  std::vector<std::pair<std::string, std::string>> info;
+
+  std::string text() const;  // the file format above
+  void merge(const Calibration& o);
+  // Lookups; nullptr when the table has nothing that fits. gemm: the exact shape, else the
+  // nearest shape (log distance) of the same ops, else of any ops. attn: the nearest head_dim.
+  const GemmRate* find_gemm(const std::string& dtype, int threads, const std::string& ops, int64_t m, int64_t n,
+                            int64_t k) const;
+  const AttnRate* find_attn(const std::string& dtype, int threads, bool backward, int head_dim) const;
+  const ElemRate* find_elem(const std::string& dtype, int threads, const std::string& op) const;
+  const LinkRate* find_link(const std::string& fabric, const std::string& scope) const;
+  // The thread counts the table has rates for.
+  std::vector<int> threads() const;
+};
+
+// Throws std::runtime_error naming the file, the line and what is wrong.
+Calibration parse_calibration(const std::string& text, const std::string& source);
+Calibration read_calibration(const std::string& path);
+
+// What to measure: the layer shapes and rows per rank of a deck, in the precisions it runs.
+struct CalibrationPlan {
+  std::vector<model::Shape> shapes;
+  std::vector<int64_t> rows;  // N, tokens per rank
+  std::vector<std::string> dtypes;
+  std::string fabric;  // the name the link rows get ("default": MPI's own choice)
+  bool cpu_copy_inter = true;  // whether a CPU copies what crosses nodes (false for RDMA fabrics)
+};
+
+// Measures the plan on every rank of comm's world at once (collective): GEMMs at the layer's
+// shapes, the element-wise kernels, attention tiles (fitted from whole calls), the links from
+// rank 0 to its nearest peer and to one on another node. Rank 0's table is returned on rank 0
+// (the ranks' rates agree within the machine's noise; rank 0 stands for all).
+Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose);
+
+}  // namespace minicp::perf

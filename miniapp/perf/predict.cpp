@@ -1,0 +1,284 @@
+// The performance model (see predict.hpp).
+#include "miniapp/perf/predict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace minicp::perf {
+
+using model::Phase;
+
+std::vector<LayerOp> layer_ops(const model::Shape& s, int64_t N, bool backward) {
+  const int64_t C = s.hidden, HD = int64_t(s.heads) * s.head_dim, KD = int64_t(s.kv_heads) * s.head_dim, F = s.ffn;
+  const double nc = double(N) * C;
+  auto g = [](Phase p, const char* ops, int64_t m, int64_t n, int64_t k) { return LayerOp{p, ops, m, n, k, "", 0}; };
+  auto e = [](Phase p, const char* op, double values) { return LayerOp{p, "", 0, 0, 0, op, values}; };
+  if (!backward)
+    return {e(Phase::Norm, "rmsnorm_fwd", nc),
+            g(Phase::Qkv, "NN", N, HD, C), g(Phase::Qkv, "NN", N, KD, C), g(Phase::Qkv, "NN", N, KD, C),
+            e(Phase::Rope, "rope", double(N) * HD), e(Phase::Rope, "rope", double(N) * KD),
+            e(Phase::OutProj, "copy", nc), g(Phase::OutProj, "NN", N, C, HD),
+            e(Phase::Norm, "rmsnorm_fwd", nc),
+            g(Phase::Mlp, "NN", N, F, C), g(Phase::Mlp, "NN", N, F, C), e(Phase::Mlp, "swiglu_fwd", double(N) * F),
+            e(Phase::Mlp, "copy", nc), g(Phase::Mlp, "NN", N, C, F)};
+  return {e(Phase::Mlp, "swiglu_fwd", double(N) * F),
+          g(Phase::Mlp, "NT", N, F, C), g(Phase::Mlp, "TN", F, C, N), e(Phase::Mlp, "swiglu_bwd", double(N) * F),
+          g(Phase::Mlp, "NT", N, C, F), g(Phase::Mlp, "NT", N, C, F), g(Phase::Mlp, "TN", C, F, N),
+          g(Phase::Mlp, "TN", C, F, N),
+          e(Phase::Norm, "rmsnorm_bwd", nc), e(Phase::Norm, "copy", nc),
+          g(Phase::OutProj, "NT", N, HD, C), g(Phase::OutProj, "TN", HD, C, N),
+          e(Phase::Rope, "rope", double(N) * HD), e(Phase::Rope, "rope", double(N) * KD),
+          g(Phase::Qkv, "NT", N, C, HD), g(Phase::Qkv, "NT", N, C, KD), g(Phase::Qkv, "NT", N, C, KD),
+          g(Phase::Qkv, "TN", C, HD, N), g(Phase::Qkv, "TN", C, KD, N), g(Phase::Qkv, "TN", C, KD, N),
+          e(Phase::Norm, "rmsnorm_bwd", nc), e(Phase::Norm, "copy", nc)};
+}
+
+namespace {
+
+struct Bounds {
+  int64_t pmin, pmax, dmin, dmax;
+};
+
+// Min / max position (and document) of each tile of b consecutive local rows.
+std::vector<Bounds> tile_bounds(const Spans& rows, int b, int64_t doc_len) {
+  std::vector<Bounds> out;
+  Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+  int64_t in_tile = 0;
+  auto doc = [&](int64_t p) { return doc_len > 0 ? p / doc_len : 0; };
+  for (const Span& sp : rows) {
+    int64_t i = 0;
+    while (i < sp.count) {
+      const int64_t take = std::min<int64_t>(b - in_tile, sp.count - i);
+      const int64_t a = sp.at(i), z = sp.at(i + take - 1);  // monotonic within a span
+      cur.pmin = std::min({cur.pmin, a, z});
+      cur.pmax = std::max({cur.pmax, a, z});
+      cur.dmin = std::min({cur.dmin, doc(a), doc(z)});
+      cur.dmax = std::max({cur.dmax, doc(a), doc(z)});
+      in_tile += take;
+      i += take;
+      if (in_tile == b) {
+        out.push_back(cur);
+        cur = {INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+        in_tile = 0;
+      }
+    }
+  }
+  if (in_tile > 0) out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+// The kernel's classify() (kernels/attention_tiled.cpp) on tile bounds.
+TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles) {
+  const auto qt = tile_bounds(q, tiles.q, c.doc_len), kt = tile_bounds(kv, tiles.k, c.doc_len);
+  const bool causal = c.causal || c.window > 0;
+  const int64_t W = c.window;
+  TileCount n;
+  if (!causal && c.doc_len == 0) {
+    n.full = double(qt.size()) * double(kt.size());
+    return n;
+  }
+  for (const Bounds& a : qt)
+    for (const Bounds& k : kt) {
+      if (causal && k.pmin > a.pmax) continue;
+      if (W > 0 && k.pmax <= a.pmin - W) continue;
+      if (k.dmax < a.dmin || k.dmin > a.dmax) continue;
+      const bool full = (!causal || k.pmax <= a.pmin) && (W == 0 || k.pmin > a.pmax - W) &&
+                        (a.dmin == a.dmax && k.dmin == k.dmax && a.dmin == k.dmin);
+      (full ? n.full : n.partial) += 1;
+    }
+  return n;
+}
+
+double comm_seconds(const CommCall& c, const Link& l) {
+  const int n = c.group;
+  if (n <= 1 && c.op != comm::EventKind::SendRecv) return 0;
+  const double bytes = double(comm::bytes_leaving(c.op, c.payload, n));
+  double hops = 1;
+  switch (c.op) {
+    case comm::EventKind::SendRecv: hops = 1; break;
+    case comm::EventKind::AllReduce:  // recursive doubling for small buffers, a ring for large ones
+      hops = c.payload < (64 << 10) ? 2 * std::ceil(std::log2(double(n))) : 2.0 * (n - 1);
+      break;
+    default: hops = n - 1; break;
+  }
+  return hops * l.alpha_s + (l.beta_Bps > 0 ? bytes / l.beta_Bps : 0);
+}
+
+namespace {
+
+double cpu_seconds(const CommCall& c, const Link& l) {
+  return l.cpu_Bps > 0 ? double(comm::bytes_leaving(c.op, c.payload, c.group)) / l.cpu_Bps : 0;
+}
+
+std::string dtype_of(size_t elem) { return elem == sizeof(double) ? "f64" : "f32"; }
+
+struct Rates {
+  const Machine& m;
+  std::string dtype;
+  std::vector<std::string>& notes;
+
+  double gemm(const LayerOp& op) const {
+    const GemmRate* r = m.cal.find_gemm(dtype, m.threads, op.ops, op.m, op.n, op.k);
+    if (!r)
+      throw std::runtime_error("the calibration table (" + m.cal.source + ") has no GEMM rate for " + dtype + " at " +
+                               std::to_string(m.threads) + " threads per rank");
+    if (r->m != op.m || r->n != op.n || r->k != op.k || r->ops != op.ops) {
+      const std::string note = "GEMM " + op.ops + " " + std::to_string(op.m) + "x" + std::to_string(op.n) + "x" +
+                               std::to_string(op.k) + " not in the table: the rate of " + r->ops + " " +
+                               std::to_string(r->m) + "x" + std::to_string(r->n) + "x" + std::to_string(r->k);
+      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+    }
+    return op.flops() / (r->flops_per_s * m.rate_scale);
+  }
+  double elem(const std::string& op, double values) const {
+    const ElemRate* r = m.cal.find_elem(dtype, m.threads, op);
+    if (!r) {
+      const std::string note = "no rate for " + op + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s";
+      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+      return 0;
+    }
+    return values * r->s_per_value / m.rate_scale;
+  }
+  double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
+    const AttnRate* r = m.cal.find_attn(dtype, m.threads, backward, c.head_dim);
+    if (!r)
+      throw std::runtime_error("the calibration table (" + m.cal.source + ") has no attention " +
+                               (backward ? "backward" : "forward") + " rate for " + dtype + " at " +
+                               std::to_string(m.threads) + " threads per rank");
+    const TileCount t = count_tiles(c, a.q, a.kv, {r->tile_q, r->tile_k});
+    if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
+    // The table's rates are per tile and head at its head_dim; another head_dim scales with D.
+    const double d = double(c.head_dim) / r->head_dim;
+    return (r->call_s + a.heads * d * (t.full * r->full_s + t.partial * r->partial_s)) / m.rate_scale;
+  }
+};
+
+struct PassTime {
+  double total = 0, compute = 0, comm = 0, exposed = 0, ratio = 0, imbalance = 1;
+};
+
+// The scheme's attention over one pass: steps synchronous over the ranks.
+PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
+                        bool backward, size_t elem) {
+  const int P = c.ranks;
+  std::vector<double> step_time, compute(size_t(P), 0.0);
+  double ratio = 0, exposed = 0;
+  const double aux_s = rates.elem("copy", 1.0);
+  for (int r = 0; r < P; ++r) {
+    const Schedule sch = s.schedule(c, m.topo, r, backward, elem);
+    if (step_time.size() < sch.steps.size()) step_time.resize(sch.steps.size(), 0.0);
+    for (size_t i = 0; i < sch.steps.size(); ++i) {
+      const Step& st = sch.steps[i];
+      double comp = st.aux_values * aux_s, wire = 0, cpu = 0, exp = 0;
+      for (const AttnCall& a : st.attn) comp += rates.attn(c, a, backward);
+      for (const CommCall& cc : st.overlapped) {
+        const Link& l = cc.inter ? m.inter : m.intra;
+        wire += comm_seconds(cc, l);
+        cpu += cpu_seconds(cc, l);
+      }
+      for (const CommCall& cc : st.exposed) exp += comm_seconds(cc, cc.inter ? m.inter : m.intra);
+      const double t = exp + std::max(comp + cpu, wire);
+      step_time[i] = std::max(step_time[i], t);
+      compute[size_t(r)] += comp + cpu;
+      if (comp > 0 && wire > 0) ratio = std::max(ratio, wire / comp);
+      if (r == 0) exposed += exp + std::max(0.0, wire - comp - cpu);
+    }
+  }
+  PassTime out;
+  for (double t : step_time) out.total += t;
+  double sum = 0, most = 0;
+  for (double v : compute) sum += v, most = std::max(most, v);
+  out.compute = most;
+  out.comm = std::max(0.0, out.total - most);
+  out.ratio = ratio;
+  out.exposed = exposed;
+  out.imbalance = sum > 0 ? most / (sum / P) : 1;
+  return out;
+}
+
+}  // namespace
+
+Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& m, size_t elem) {
+  if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
+  Prediction out;
+  const cp::Config c = model::attention_config(cfg);
+  const Rates rates{m, dtype_of(elem), out.notes};
+  const bool train = cfg.pass == model::Pass::Train;
+  const int64_t N = cfg.pass == model::Pass::Decode ? c.decode_tokens : c.seq_len / c.ranks;
+  const int L = cfg.shape.layers;
+  double pass_s[2] = {0, 0};
+  for (int b = 0; b < (train ? 2 : 1); ++b) {
+    double layer = 0;
+    for (const LayerOp& op : layer_ops(cfg.shape, N, b == 1)) {
+      const double t = op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op);
+      out.phase_s[int(op.phase)] += L * t;
+      layer += t;
+    }
+    const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
+    out.phase_s[int(Phase::AttnCompute)] += L * a.compute;
+    out.phase_s[int(Phase::AttnComm)] += L * a.comm;
+    out.attn_compute_s += L * a.compute;
+    out.attn_comm_s += L * a.comm;
+    out.comm_per_compute = std::max(out.comm_per_compute, a.ratio);
+    out.exposed_attn_comm_s += L * a.exposed;
+    out.imbalance = std::max(out.imbalance, a.imbalance);
+    pass_s[b] = L * (layer + a.total);
+  }
+  if (train && c.ranks > 1) {  // the weight-gradient all-reduces, queued behind the backward
+    const bool inter = m.topo.spans_nodes(0, c.ranks, 1);
+    const Link& l = inter ? m.inter : m.intra;
+    const double params = double(model::layer_param_count(cfg.shape)) * elem;
+    const double bucket = double(model::kGradBucketBytes);
+    double wire = 0, cpu = 0;
+    for (double at = 0; at < params; at += bucket) {
+      const CommCall call{comm::EventKind::AllReduce, int64_t(std::min(bucket, params - at)), c.ranks, inter};
+      wire += comm_seconds(call, l);
+      cpu += cpu_seconds(call, l);
+    }
+    const double per_layer = pass_s[1] / L;
+    double t = 0, queue = 0;
+    for (int layer = 0; layer < L; ++layer) {
+      t += per_layer + (layer > 0 ? std::min(cpu, per_layer) : 0);  // the previous one's copies
+      queue = std::max(queue, t) + wire;
+    }
+    out.grad_allreduce_exposed_s = std::max(0.0, queue - t);
+    out.phase_s[int(Phase::GradAllreduce)] = out.grad_allreduce_exposed_s;
+    pass_s[1] = t + out.grad_allreduce_exposed_s;
+  }
+  out.forward_s = pass_s[0];
+  out.backward_s = pass_s[1];
+  out.step_s = pass_s[0] + pass_s[1];
+  return out;
+}
+
+std::string explain(const Prediction& p) {
+  char buf[256];
+  const double attn = p.attn_compute_s + p.attn_comm_s;
+  std::string s;
+  if (p.comm_per_compute > 0) {
+    std::snprintf(buf, sizeof buf, "comm %.2gx compute per step, %s", p.comm_per_compute,
+                  p.comm_per_compute > 1 ? "exposed" : "hidden");
+    s = buf;
+  } else if (p.attn_comm_s > 0) {
+    std::snprintf(buf, sizeof buf, "comm not overlapped: %.0f%% of attention", 100 * p.attn_comm_s / attn);
+    s = buf;
+  } else {
+    s = "no attention comm";
+  }
+  if (p.imbalance > 1.05) {
+    std::snprintf(buf, sizeof buf, "; attention compute imbalanced %.2fx", p.imbalance);
+    s += buf;
+  }
+  if (p.grad_allreduce_exposed_s > 0.01 * p.step_s) {
+    std::snprintf(buf, sizeof buf, "; gradient all-reduce exposed %.0f%% of the step",
+                  100 * p.grad_allreduce_exposed_s / p.step_s);
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace minicp::perf

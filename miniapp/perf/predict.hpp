@@ -1,0 +1,81 @@
+// The performance model: an alpha-beta-gamma estimate of a case's step, per phase, from the
+// scheme's own schedule (SchemeInfo::schedule), the layer's kernels (layer_ops) and a
+// calibration table (calibration.hpp). Nothing is run: `minicp --predict` evaluates any deck,
+// at any rank count, in one process. How each part is modelled is written out in
+// docs/DESIGN.md ("The performance model"); the rules in short:
+//   compute   GEMM FLOPs / the table's rate at that shape; element-wise values x seconds per
+//             value; attention: tiles counted as the tiled kernel classifies them (skipped,
+//             fully visible, partly masked) x seconds per tile and head, plus a per-call cost.
+//   comm      alpha-beta per call: latency terms of the op's algorithm x alpha + the bytes of
+//             comm::bytes_leaving / beta, with the intra- or inter-node link.
+//   overlap   per step of the schedule: exposed calls + max(compute + the CPU's copy of the
+//             overlapped traffic where a CPU copies it, the overlapped traffic's wire time);
+//             steps are synchronous across ranks (a ring step waits for its slowest member).
+//   gradients each layer's weight-gradient all-reduce is queued when its backward ends and
+//             runs beside the backward of the layers below; what is left at the end is exposed.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/attention.hpp"
+#include "miniapp/cp/scheme.hpp"
+#include "miniapp/model/layer.hpp"
+#include "miniapp/perf/calibration.hpp"
+#include "miniapp/perf/schedule.hpp"
+
+namespace minicp::perf {
+
+// One kernel of a layer: a GEMM (ops "NN", "NT", "TN"; C[m,n] += op(A)[m,k] op(B)[k,n]) or
+// an element-wise kernel over `values` values. Listed in the order model::Stack runs them.
+struct LayerOp {
+  model::Phase phase;
+  std::string ops;  // "" for an element-wise kernel
+  int64_t m = 0, n = 0, k = 0;
+  std::string elem;  // element-wise kernel (Calibration's elem names)
+  double values = 0;
+  double flops() const { return ops.empty() ? 0 : 2.0 * double(m) * double(n) * double(k); }
+};
+// The kernels of one layer on N rows, outside the attention call, forward or backward.
+std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward);
+
+// Tiles of one attention call per head, as the tiled kernel classifies them under cfg's mask.
+struct TileCount {
+  double full = 0, partial = 0;
+};
+TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, kernels::AttnTiles tiles);
+
+// The links of a job: within a node and across nodes.
+struct Link {
+  double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;  // cpu_Bps 0: no CPU copy
+  std::string source;
+};
+struct Machine {
+  Calibration cal;
+  Link intra, inter;
+  int threads = 1;          // threads per rank the rates are taken at
+  double rate_scale = 1;    // compute rates x this (a run's SGEMM now over the table's)
+  Topo topo;
+};
+// Seconds of one communicator call on a link (alpha-beta: see the top of this file).
+double comm_seconds(const CommCall& c, const Link& l);
+
+struct Prediction {
+  double step_s = 0, forward_s = 0, backward_s = 0;  // backward_s 0 without a backward
+  double phase_s[model::kPhases] = {};                // summed over layers and passes
+  double attn_compute_s = 0, attn_comm_s = 0;         // of the rank that computes most
+  double grad_allreduce_exposed_s = 0;
+  double comm_per_compute = 0;  // the ring steps' overlapped wire time / their compute, largest
+  double exposed_attn_comm_s = 0;  // attention comm not hidden behind compute, per step
+  double imbalance = 1;            // attention compute: max / mean over ranks
+  std::vector<std::string> notes;  // what was approximated (a GEMM shape not in the table ...)
+};
+
+// Throws std::runtime_error when the table lacks what the case needs (no GEMM rate at all for
+// its dtype and threads, no attention rate), naming it.
+Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& scheme, const Machine& m, size_t elem);
+
+// One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
+std::string explain(const Prediction& p);
+
+}  // namespace minicp::perf

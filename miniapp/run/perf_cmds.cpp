@@ -1,0 +1,347 @@
+// The performance model's commands (see perf_cmds.hpp).
+#include "miniapp/run/perf_cmds.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <unistd.h>
+
+#include "comm/comm.hpp"
+#include "harness/cli.hpp"
+#include "harness/fabric.hpp"
+#include "harness/memory.hpp"
+#include "miniapp/output/h5.hpp"
+#include "miniapp/run/driver.hpp"
+
+namespace minicp::run {
+
+namespace hn = minicp::harness;
+using hn::UsageError;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+size_t elem_of(const Deck& d) { return d.dtype == "f64" ? sizeof(double) : sizeof(float); }
+
+int64_t rows_of(const Case& c) {
+  const cp::Config& a = c.stack.attn;
+  return c.stack.pass == model::Pass::Decode ? a.decode_tokens : a.seq_len / a.ranks;
+}
+
+// The deck's fabric profile (nullptr: none named).
+std::unique_ptr<hn::FabricProfile> profile_of(const Deck& d) {
+  if (d.fabric.empty()) return nullptr;
+  return std::make_unique<hn::FabricProfile>(hn::load_fabric(d.fabric, "run.fabric"));
+}
+
+std::string fabric_name(const Deck& d) {
+  if (d.fabric.empty()) return "default";
+  return hn::load_fabric(d.fabric, "run.fabric").name;
+}
+
+// Ranks per node of a P-rank case: the flag; else one node for a local fabric (or none), the
+// profile's nodes for an emulated one, 8 (one GPU node) for a cluster profile.
+int ranks_per_node(const Deck& d, int P, int flag) {
+  if (flag > 0) return flag;
+  const auto prof = profile_of(d);
+  if (!prof || prof->kind == "local") return P;
+  if (prof->kind == "emulated") return std::max(1, (P + std::max(1, prof->emulated_nodes) - 1) / std::max(1, prof->emulated_nodes));
+  return std::min(P, 8);
+}
+
+std::string us(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g us", s * 1e6);
+  return b;
+}
+std::string gbs(double Bps) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g GB/s", Bps / 1e9);
+  return b;
+}
+
+perf::Calibration table_of(const PerfOptions& o) {
+  if (o.calibration.empty())
+    throw UsageError("--calibration: required by --predict and --advise (a table written by minicp --calibrate, "
+                     "e.g. --calibration results/calibration.txt)");
+  try {
+    return perf::read_calibration(o.calibration);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--calibration ") + e.what());
+  }
+}
+
+}  // namespace
+
+perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases) {
+  perf::CalibrationPlan plan;
+  plan.shapes = {d.shape};
+  std::set<int64_t> rows;
+  for (const Case& c : cases)
+    if (c.refused.empty()) rows.insert(rows_of(c));
+  plan.rows.assign(rows.begin(), rows.end());
+  plan.dtypes = {d.dtype};
+  plan.fabric = fabric_name(d);
+  const auto prof = profile_of(d);
+  plan.cpu_copy_inter = !prof || prof->kind != "cluster";
+  return plan;
+}
+
+perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threads, int rpn) {
+  perf::Machine m;
+  m.cal = cal;
+  const std::vector<int> have = cal.threads();
+  if (have.empty()) throw UsageError("--calibration " + cal.source + ": the table has no GEMM rates");
+  if (threads <= 0) threads = have.size() == 1 ? have[0] : std::find(have.begin(), have.end(), 1) != have.end() ? 1 : have[0];
+  if (std::find(have.begin(), have.end(), threads) == have.end()) {
+    std::string list;
+    for (int t : have) list += (list.empty() ? "" : ", ") + std::to_string(t);
+    throw UsageError("--threads " + std::to_string(threads) + ": the table (" + cal.source + ") has rates at " + list +
+                     " threads per rank only");
+  }
+  m.threads = threads;
+  m.topo.ranks_per_node = rpn;
+  const std::string name = fabric_name(d);
+  const auto prof = profile_of(d);
+  bool have_intra = false, have_inter = false;
+  if (const perf::LinkRate* l = cal.find_link(name, "intra"))
+    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured"}, have_intra = true;
+  if (const perf::LinkRate* l = cal.find_link(name, "inter"))
+    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured"}, have_inter = true;
+  if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
+    const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
+    const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
+    m.inter = {alpha, beta, prof->kind == "cluster" ? 0.0 : (have_intra ? m.intra.beta_Bps : beta),
+               "profile " + prof->name + " [link]"};
+    have_inter = alpha > 0;
+  }
+  if (!have_intra && have_inter) m.intra = m.inter, have_intra = true;
+  if (!have_inter && have_intra) m.inter = m.intra;
+  if (!have_intra)
+    throw UsageError("fabric " + name + ": no link figures: the table (" + cal.source + ") has no 'link " + name +
+                     "' rows and the profile states no [link] latency and bandwidth; measure them with minicp "
+                     "--calibrate under that fabric");
+  return m;
+}
+
+namespace {
+
+perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int rpn_flag) {
+  m.topo.ranks = c.stack.attn.ranks;
+  m.topo.ranks_per_node = m.topo.ranks_per_node > 0 ? m.topo.ranks_per_node : ranks_per_node(d, m.topo.ranks, rpn_flag);
+  return perf::predict(c.stack, cp::find(c.scheme), m, elem_of(d));
+}
+
+void print_header(const Plan& p, const perf::Machine& m, const char* what) {
+  std::printf("minicp %s: %s, %zu cases, table %s (%d threads per rank), fabric %s\n", what, p.o.deck.c_str(),
+              p.cases.size(), m.cal.source.c_str(), m.threads, fabric_name(p.deck).c_str());
+  std::printf("  links: intra-node alpha %s, beta %s (%s); inter-node alpha %s, beta %s (%s)\n",
+              us(m.intra.alpha_s).c_str(), gbs(m.intra.beta_Bps).c_str(), m.intra.source.c_str(),
+              us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
+}
+
+// Measured step times and per-rank SGEMM of an existing results file, by case id.
+struct Measured {
+  double time_s = kNaN, sgemm_per_rank = kNaN;
+};
+std::map<std::string, Measured> measured_of(const std::string& file, const std::vector<Case>& cases) {
+  std::map<std::string, Measured> out;
+  for (const Case& c : cases) {
+    const std::string g = "/cases/" + c.id + "/summary";
+    Measured m;
+    m.time_s = output::read_number_attr(file, g, "measured_time_s");
+    m.sgemm_per_rank = output::read_number_attr(file, g, "sgemm_flops_per_s") / c.stack.attn.ranks;
+    out[c.id] = m;
+  }
+  return out;
+}
+
+}  // namespace
+
+void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) {
+  const PerfOptions& o = p.perf;
+  const std::string path = o.calibration.empty() ? "results/calibration.txt" : o.calibration;
+  const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases);
+  if (a.rank() == 0)
+    std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n", p.o.deck.c_str(),
+                plan.rows.size(), a.size(), int(Kokkos::DefaultHostExecutionSpace().concurrency()), plan.fabric.c_str());
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
+  if (a.rank() != 0) return;
+  // Rows of an existing table for other thread counts, precisions or fabrics are kept.
+  perf::Calibration out;
+  if (std::filesystem::exists(path)) {
+    try {
+      const perf::Calibration old = perf::read_calibration(path);
+      const int t = fresh.sgemm.begin()->first;
+      for (const auto& [th, r] : old.sgemm)
+        if (th != t) out.sgemm[th] = r;
+      for (const auto& g : old.gemm)
+        if (g.threads != t || g.dtype != plan.dtypes[0]) out.gemm.push_back(g);
+      for (const auto& x : old.attn)
+        if (x.threads != t || x.dtype != plan.dtypes[0]) out.attn.push_back(x);
+      for (const auto& e : old.elem)
+        if (e.threads != t || e.dtype != plan.dtypes[0]) out.elem.push_back(e);
+      for (const auto& l : old.links)
+        if (l.fabric != plan.fabric) out.links.push_back(l);
+    } catch (const std::exception& e) {
+      throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
+    }
+  }
+  fresh.info.push_back({"measured_with", p.o.deck});
+  out.merge(fresh);
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp);
+    f << out.text();
+    if (!f) throw UsageError("--calibration " + path + ": cannot be written");
+  }
+  std::filesystem::rename(tmp, path);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links in %.1f s; table in %s\n",
+              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), s, path.c_str());
+}
+
+void run_predict(const Plan& p) {
+  const PerfOptions& o = p.perf;
+  const perf::Calibration cal = table_of(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  base.topo.ranks_per_node = o.ranks_per_node;
+  std::map<std::string, Measured> meas;
+  if (!o.against.empty()) meas = measured_of(o.against, p.cases);
+  print_header(p, base, "--predict");
+  std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s", "bwd s",
+              "attn cmp s", "attn com s", "grad exp s", "tokens/s", "memory/rank",
+              o.against.empty() ? "" : "  measured s  pred/meas");
+  double worst = 1;
+  std::string worst_id;
+  int within = 0, compared = 0;
+  std::map<std::string, std::vector<std::tuple<double, double, std::string>>> groups;  // key -> (pred, meas, scheme)
+  for (size_t i = 0; i < p.cases.size(); ++i) {
+    const Case& c = p.cases[i];
+    if (!c.refused.empty()) {
+      std::printf("%-40s %-10s refused: %s\n", c.id.c_str(), c.scheme.c_str(), c.refused.c_str());
+      continue;
+    }
+    perf::Machine m = base;
+    const auto it = meas.find(c.id);
+    const auto sg = m.cal.sgemm.find(m.threads);
+    if (it != meas.end() && std::isfinite(it->second.sgemm_per_rank) && sg != m.cal.sgemm.end())
+      m.rate_scale = it->second.sgemm_per_rank / sg->second;
+    const perf::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
+    const double tokens = c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens : c.stack.attn.seq_len;
+    std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
+                r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s, r.grad_allreduce_exposed_s,
+                tokens / r.step_s, hn::human_bytes(double(p.predicted_bytes[i])).c_str());
+    if (it != meas.end() && std::isfinite(it->second.time_s)) {
+      const double ratio = r.step_s / it->second.time_s;
+      std::printf("  %10.4g  %9.3f", it->second.time_s, ratio);
+      ++compared;
+      within += std::abs(ratio - 1) <= 0.15 ? 1 : 0;
+      if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio, worst_id = c.id;
+      if (c.scheme != "none")
+        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) + " P=" +
+               std::to_string(c.stack.attn.ranks)]
+            .push_back({r.step_s, it->second.time_s, c.scheme});
+    }
+    std::printf("\n");
+    for (const std::string& n : r.notes) std::printf("    note: %s\n", n.c_str());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("minicp --predict: %zu cases predicted in %.3f s\n", p.cases.size(), s);
+  if (compared > 0) {
+    int hits = 0, n = 0;
+    for (const auto& [key, v] : groups) {
+      if (v.size() < 2) continue;
+      const auto best_pred = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<0>(x) < std::get<0>(y); });
+      const auto best_meas = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<1>(x) < std::get<1>(y); });
+      const bool hit = std::get<1>(*best_pred) <= 1.05 * std::get<1>(*best_meas);
+      hits += hit ? 1 : 0;
+      ++n;
+      std::printf("  advise %-22s predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
+                  std::get<2>(*best_pred).c_str(), std::get<2>(*best_meas).c_str(),
+                  100 * (std::get<1>(*best_pred) / std::get<1>(*best_meas) - 1), hit ? "hit" : "miss");
+    }
+    std::printf("MINICP_MODEL against=%s cases=%d within_15pct=%d worst_ratio=%.3f worst_case=%s advise_hits=%d/%d\n",
+                o.against.c_str(), compared, within, worst, worst_id.c_str(), hits, n);
+  }
+}
+
+void run_advise(const Plan& p) {
+  const PerfOptions& o = p.perf;
+  const perf::Calibration cal = table_of(o);
+  perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  base.topo.ranks_per_node = o.ranks_per_node;
+  print_header(p, base, "--advise");
+  std::map<std::string, std::vector<const Case*>> groups;
+  std::vector<std::string> order;
+  for (const Case& c : p.cases) {
+    if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
+    const std::string key = std::string(model::to_string(c.stack.pass)) + ", S = " + std::to_string(c.stack.attn.seq_len) +
+                            ", " + std::to_string(c.stack.attn.ranks) + " ranks";
+    if (!groups.count(key)) order.push_back(key);
+    groups[key].push_back(&c);
+  }
+  for (const std::string& key : order) {
+    std::printf("%s:\n", key.c_str());
+    std::vector<std::pair<perf::Prediction, const Case*>> ok;
+    std::vector<const Case*> refused;
+    for (const Case* c : groups[key]) {
+      if (!c->refused.empty()) {
+        refused.push_back(c);
+        continue;
+      }
+      ok.push_back({predict_case(*c, base, p.deck, o.ranks_per_node), c});
+    }
+    std::sort(ok.begin(), ok.end(), [](auto& x, auto& y) { return x.first.step_s < y.first.step_s; });
+    for (size_t i = 0; i < ok.size(); ++i)
+      std::printf("  %zu. %-10s %10.4g s/step  %+6.1f%%  %s\n", i + 1, ok[i].second->scheme.c_str(), ok[i].first.step_s,
+                  100 * (ok[i].first.step_s / ok[0].first.step_s - 1), perf::explain(ok[i].first).c_str());
+    for (const Case* c : refused) std::printf("     %-10s refused: %s\n", c->scheme.c_str(), c->refused.c_str());
+  }
+}
+
+void prediction_figures(output::Attrs& s, const Case& c, const perf::Machine& base, const Deck& d,
+                        const double measured_phase_s[], double group_sgemm) {
+  perf::Machine m = base;
+  const auto sg = m.cal.sgemm.find(m.threads);
+  if (std::isfinite(group_sgemm) && group_sgemm > 0 && sg != m.cal.sgemm.end())
+    m.rate_scale = group_sgemm / c.stack.attn.ranks / sg->second;
+  s.real["prediction_rate_scale"] = m.rate_scale;
+  std::string note;
+  perf::Prediction r;
+  bool ok = !m.cal.gemm.empty();
+  if (!ok) note = "no calibration table (run.calibration or --calibration)";
+  if (ok) try {
+    r = predict_case(c, m, d, 0);
+    for (const std::string& n : r.notes) note += (note.empty() ? "" : "; ") + n;
+  } catch (const std::exception& e) {
+    ok = false;
+    note = e.what();
+  }
+  s.real["predicted_time_s"] = ok ? r.step_s : kNaN;
+  s.real["predicted_forward_time_s"] = ok ? r.forward_s : kNaN;
+  s.real["predicted_backward_time_s"] = ok && c.stack.pass == model::Pass::Train ? r.backward_s : kNaN;
+  for (int i = 0; i < model::kPhases; ++i) {
+    const std::string name = model::to_string(model::Phase(i));
+    s.real["predicted_" + name + "_s"] = ok ? r.phase_s[i] : kNaN;
+    s.real["measured_" + name + "_s"] = measured_phase_s[i];
+  }
+  s.real["prediction_ratio"] = ok ? r.step_s / s.real["measured_time_s"] : kNaN;
+  s.text["prediction_note"] = note;
+}
+
+}  // namespace minicp::run
