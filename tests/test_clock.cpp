@@ -34,7 +34,7 @@ namespace mh = minicp::harness;
 using minicp::test::world_rank;
 using minicp::test::world_size;
 
-constexpr double kBound = 50e-6;  // the bound on one host
+constexpr double kBound = 50e-6;  // the bound on one host
 constexpr double kSlack = 5e-6;   // reading of the truth, rounding
 
 // The kernel's monotonic clock, shared by every process on the host.

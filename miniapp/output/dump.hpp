@@ -1,6 +1,6 @@
 // The --dump file: one case of a run written whole, in global token order, so that anyone
-// can recompute it independently (tests/check_dump.py does, in numpy). Layout (README,
-// "--dump FILE.h5"):
+// can recompute it independently (tests/check_dump.py does, in numpy). Layout
+// (docs/results-file.md, "--dump FILE.h5"):
 //   /tensors/x, /tensors/y                   [S, hidden] input, output of the last layer
 //   /tensors/dy, /tensors/dx                 [S, hidden] train: upstream gradient, input gradient
 //   /tensors/layers/<l>/<param>              each parameter of layer l (model::layer_params,
