@@ -205,7 +205,7 @@ static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, 
     if (O > 1) {
       if (backward ? s + 1 < O - 1 : s < O - 1) inner.back().overlapped.push_back(outer);
       if (backward && s < O - 1) inner.back().overlapped.push_back(outer);  // the partial going home
-      if (backward && s == 0) inner.front().exposed.push_back({comm::EventKind::AllReduce, 4, O, inter});
+      if (backward && s == 0) inner.front().exposed.push_back({comm::EventKind::AllReduce, 8, O, inter});
     }
     out.steps.insert(out.steps.end(), inner.begin(), inner.end());
   }

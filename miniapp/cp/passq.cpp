@@ -155,6 +155,9 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
   perf::Schedule out;
   for (int s = 0; s < P; ++s) {
     perf::Step st;
+    if (s == 0)  // the positions of every Q block
+      st.exposed.push_back({comm::EventKind::AllGather, int64_t(layout::count(kv) * sizeof(int64_t)), P,
+                            t.spans_nodes(0, P, 1)});
     st.attn.push_back({layout::zigzag_spans(c.seq_len, P, (r - s + P) % P), kv, c.heads, c.kv_heads});
     if (s < P - 1) st.overlapped.push_back(pass);
     out.steps.push_back(st);

@@ -251,8 +251,11 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
   }
   bool group_inter = false;
   for (int i = 1; i < P; ++i) group_inter = group_inter || !t.same_node(world(0), world(i));
-  if (backward && P > 1)  // the agreement on the kept block, or the fetch of the first one
-    steps[0].exposed.push_back(fetched ? pass : perf::CommCall{comm::EventKind::AllReduce, 4, P, group_inter});
+  if (backward && P > 1)  // the agreement on the kept block (one int64), or the fetch of the first one
+    steps[0].exposed.push_back(fetched ? pass : perf::CommCall{comm::EventKind::AllReduce, 8, P, group_inter});
+  // Every call gathers the members' key positions first (allgather_positions).
+  steps[0].exposed.insert(steps[0].exposed.begin(),
+                          perf::CommCall{comm::EventKind::AllGather, int64_t(nq * sizeof(int64_t)), P, group_inter});
   return steps;
 }
 

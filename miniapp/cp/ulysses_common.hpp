@@ -80,7 +80,7 @@ inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& 
   perf::Step in, out;
   if (U > 1) {
     if (backward) {
-      in.exposed = {perf::CommCall{comm::EventKind::AllReduce, 4, U, inter}, a2a(qs.per, c.head_dim)};
+      in.exposed = {perf::CommCall{comm::EventKind::AllReduce, 8, U, inter}, a2a(qs.per, c.head_dim)};
       out.exposed = {a2a(qs.per, c.head_dim), a2a(ks.per, c.head_dim), a2a(ks.per, c.head_dim)};
     } else {
       in.exposed = {a2a(qs.per, c.head_dim), a2a(ks.per, c.head_dim), a2a(ks.per, c.head_dim)};

@@ -41,9 +41,9 @@ struct Bounds {
   int64_t pmin, pmax, dmin, dmax;
 };
 
-// Min / max position (and document) of each tile of b consecutive local rows.
-std::vector<Bounds> tile_bounds(const Spans& rows, int b, int64_t doc_len) {
-  std::vector<Bounds> out;
+// Min / max position (and document) of each tile of b consecutive local rows, into out.
+void tile_bounds(const Spans& rows, int b, int64_t doc_len, std::vector<Bounds>& out) {
+  out.clear();
   Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
   int64_t in_tile = 0;
   auto doc = [&](int64_t p) { return doc_len > 0 ? p / doc_len : 0; };
@@ -66,14 +66,16 @@ std::vector<Bounds> tile_bounds(const Spans& rows, int b, int64_t doc_len) {
     }
   }
   if (in_tile > 0) out.push_back(cur);
-  return out;
 }
 
 }  // namespace
 
 // The kernel's classify() (kernels/attention_tiled.cpp) on tile bounds.
 TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles) {
-  const auto qt = tile_bounds(q, tiles.q, c.doc_len), kt = tile_bounds(kv, tiles.k, c.doc_len);
+  // Reused buffers: a 1024-rank prediction counts tiles a million times.
+  thread_local std::vector<Bounds> qt, kt;
+  tile_bounds(q, tiles.q, c.doc_len, qt);
+  tile_bounds(kv, tiles.k, c.doc_len, kt);
   const bool causal = c.causal || c.window > 0;
   const int64_t W = c.window;
   TileCount n;
@@ -240,13 +242,15 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
       cpu += cpu_seconds(call, l);
     }
     const double per_layer = pass_s[1] / L;
-    double t = 0, queue = 0;
+    double t = 0, queue = 0, copies = 0;
     for (int layer = 0; layer < L; ++layer) {
-      t += per_layer + (layer > 0 ? std::min(cpu, per_layer) : 0);  // the previous one's copies
+      const double copy = layer > 0 ? std::min(cpu, per_layer) : 0;  // the previous one's, on the compute path
+      t += per_layer + copy;
+      copies += copy;
       queue = std::max(queue, t) + wire;
     }
     out.grad_allreduce_exposed_s = std::max(0.0, queue - t);
-    out.phase_s[int(Phase::GradAllreduce)] = out.grad_allreduce_exposed_s;
+    out.phase_s[int(Phase::GradAllreduce)] = out.grad_allreduce_exposed_s + copies;
     pass_s[1] = t + out.grad_allreduce_exposed_s;
   }
   out.forward_s = pass_s[0];

@@ -262,6 +262,7 @@ Plan parse(const hn::Args& a) {
     }
   }
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
+  if (predicting) p.deck.all_schemes = true;  // a prediction lists what a scheme refuses instead of stopping
   p.cases = make_cases(p.deck);
   const size_t elem = p.deck.dtype == "f64" ? sizeof(double) : sizeof(float);
   int64_t most = 0;

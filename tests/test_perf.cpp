@@ -1,0 +1,167 @@
+// The performance model against the code it describes: the layer's kernel list against the
+// FLOP definition, the tile counts against what the attention kernel computes, every scheme's
+// schedule against the bytes the scheme really sends (run on this job's ranks), the table's
+// text form, and the overlap rule on made-up links.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+
+#include "comm/comm.hpp"
+#include "kernels/attention.hpp"
+#include "miniapp/layout.hpp"
+#include "miniapp/perf/predict.hpp"
+#include "tests/mpi_util.hpp"
+
+namespace {
+using namespace minicp;
+
+TEST(PerfModel, LayerOpsMatchLayerFlops) {
+  for (const model::Preset& p : model::presets()) {
+    for (int64_t N : {1, 64, 1000}) {
+      double fwd = 0, bwd = 0;
+      for (const perf::LayerOp& op : perf::layer_ops(p.shape, N, false)) fwd += op.flops();
+      for (const perf::LayerOp& op : perf::layer_ops(p.shape, N, true)) bwd += op.flops();
+      const double want_fwd = model::layer_flops(p.shape, double(N), double(N), true, false, false).gemm;
+      const double want_train = model::layer_flops(p.shape, double(N), double(N), true, true, false).gemm;
+      EXPECT_DOUBLE_EQ(fwd, want_fwd) << p.name << " N=" << N;
+      EXPECT_DOUBLE_EQ(fwd + bwd, want_train) << p.name << " N=" << N;
+    }
+  }
+}
+
+// The model's tile classification must be the kernel's: blocks computed = (full + partial) x H.
+TEST(PerfModel, TileCountsMatchTheKernel) {
+  struct Case {
+    const char* name;
+    perf::Spans q, kv;
+    bool causal;
+    int64_t window, doc_len;
+  };
+  const int64_t S = 768;
+  const Case cases[] = {
+      {"zigzag r0 vs r2 (P=3)", layout::zigzag_spans(S, 3, 0), layout::zigzag_spans(S, 3, 2), true, 0, 0},
+      {"zigzag r2 vs r0 (P=3)", layout::zigzag_spans(S, 3, 2), layout::zigzag_spans(S, 3, 0), true, 0, 0},
+      {"contiguous diagonal", layout::contiguous_spans(S, 2, 1), layout::contiguous_spans(S, 2, 1), true, 0, 0},
+      {"striped r1 vs r0", layout::striped_spans(S, 4, 1), layout::striped_spans(S, 4, 0), true, 0, 0},
+      {"full mask", layout::contiguous_spans(S, 2, 0), layout::contiguous_spans(S, 2, 1), false, 0, 0},
+      {"window 200", layout::contiguous_spans(S, 1, 0), layout::contiguous_spans(S, 1, 0), true, 200, 0},
+      {"documents of 300", layout::zigzag_spans(S, 2, 1), layout::zigzag_spans(S, 2, 0), true, 0, 300},
+      {"decode", {{S, 5, 1}}, layout::contiguous_spans(S, 3, 2), true, 0, 0},
+  };
+  const int H = 2, D = 16;
+  for (const Case& c : cases) {
+    cp::Config cfg;
+    cfg.seq_len = S, cfg.heads = H, cfg.kv_heads = 1, cfg.head_dim = D, cfg.causal = c.causal;
+    cfg.window = c.window, cfg.doc_len = c.doc_len;
+    const auto qp = layout::expand(c.q), kp = layout::expand(c.kv);
+    const int64_t nq = int64_t(qp.size()), nk = int64_t(kp.size());
+    kernels::View3<double> q("q", nq, H, D), k("k", nk, 1, D), v("v", nk, 1, D), o("o", nq, H, D), dq("dq", nq, H, D),
+        dk("dk", nk, 1, D), dv("dv", nk, 1, D);
+    kernels::View2<double> lse("lse", nq, H);
+    const kernels::AttnMask mask = cp::make_mask(cfg, qp, kp);
+    const kernels::AttnStats f = kernels::attention_fwd<double>(q, k, v, mask, o, lse);
+    const kernels::AttnStats b = kernels::attention_bwd<double>(q, k, v, o, lse, o, mask, dq, dk, dv);
+    const perf::TileCount tf = perf::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(false));
+    const perf::TileCount tb = perf::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(true));
+    EXPECT_EQ(double(f.blocks_computed), (tf.full + tf.partial) * H) << c.name << " forward";
+    EXPECT_EQ(double(b.blocks_computed), (tb.full + tb.partial) * H) << c.name << " backward";
+  }
+}
+
+// Bytes of every call a schedule lists, by the one definition.
+int64_t schedule_bytes(const perf::Schedule& s) {
+  int64_t b = 0;
+  for (const perf::Step& st : s.steps)
+    for (const auto* calls : {&st.overlapped, &st.exposed})
+      for (const perf::CommCall& c : *calls) b += comm::bytes_leaving(c.op, c.payload, c.group);
+  return b;
+}
+
+// Each scheme's schedule must account for exactly the bytes the scheme sends on this rank,
+// forward and backward, run here on the job's ranks (one node).
+TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
+  const int P = test::world_size(), r = test::world_rank();
+  auto comm = comm::make_mpi_comm(comm::Progress::None);
+  int checked = 0;
+  for (const cp::SchemeInfo& info : cp::registry()) {
+    cp::Config cfg;
+    cfg.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
+    cfg.seq_len = 32 * P, cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.ranks = P, cfg.decode_tokens = 3;
+    if (!cp::check(info, cfg).empty()) continue;  // e.g. none at P > 1
+    const cp::Shard sh = info.shard(cfg, r);
+    const int64_t sq = int64_t(sh.q.size()), skv = int64_t(sh.kv.size());
+    kernels::View3<double> q("q", sq, 4, 8), k("k", skv, 2, 8), v("v", skv, 2, 8), o("o", sq, 4, 8),
+        dq("dq", sq, 4, 8), dk("dk", skv, 2, 8), dv("dv", skv, 2, 8);
+    kernels::View2<double> lse("lse", sq, 4);
+    Kokkos::deep_copy(q, 0.1), Kokkos::deep_copy(k, 0.2), Kokkos::deep_copy(v, 0.3);
+    cp::Context ctx{*comm, cfg};
+    auto scheme = info.make_f64();
+    const perf::Topo topo{P, P};
+    scheme->forward(ctx, q, k, v, o, lse);
+    EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(double))))
+        << info.name << " forward, rank " << r;
+    if (cfg.problem == cp::Problem::Train) {
+      ctx.reset();
+      scheme->backward(ctx, q, k, v, o, lse, o, dq, dk, dv);
+      EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, true, sizeof(double))))
+          << info.name << " backward, rank " << r;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, P == 1 ? 0 : 5);
+}
+
+TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
+  const std::string text =
+      "# a comment\n"
+      "sgemm 1 1e11\n"
+      "gemm f32 1 NN 512 1024 2816 9e10\n"
+      "attn f32 1 fwd 128 256 128 2e-6 3e-6 1e-5\n"
+      "elem f32 1 copy 1e-10\n"
+      "link default intra 4e-6 1.8e10 1.8e10\n"
+      "info host vm\n";
+  const perf::Calibration c = perf::parse_calibration(text, "t.txt");
+  const perf::Calibration back = perf::parse_calibration(c.text(), "again");
+  EXPECT_EQ(back.text(), c.text());
+  ASSERT_NE(back.find_gemm("f32", 1, "NT", 600, 1000, 3000), nullptr);  // nearest shape
+  EXPECT_EQ(back.find_gemm("f64", 1, "NN", 512, 1024, 2816), nullptr);
+  EXPECT_EQ(back.sgemm.at(1), 1e11);
+  try {
+    perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
+    FAIL() << "a negative size was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.txt:2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(perf::parse_calibration("gemmm f32\n", "x"), std::runtime_error);
+}
+
+// The overlap rule: with an instant link the step is the compute alone, a slower link never
+// makes a step faster, and a link whose CPU copies the traffic costs at least that copy.
+TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
+  perf::Calibration cal = perf::parse_calibration(
+      "sgemm 1 1e11\ngemm f32 1 NN 64 64 64 1e10\nattn f32 1 fwd 16 256 128 1e-6 2e-6 1e-6\n"
+      "attn f32 1 bwd 16 128 128 2e-6 3e-6 1e-6\nelem f32 1 copy 1e-9\n",
+      "t");
+  model::StackConfig sc;
+  sc.shape = *model::find_preset("tiny");
+  sc.pass = model::Pass::Train;
+  sc.attn.seq_len = 4096, sc.attn.ranks = 4;
+  perf::Machine m;
+  m.cal = cal, m.threads = 1, m.topo = {4, 4};
+  auto step = [&](double alpha, double beta, double cpu) {
+    m.intra = m.inter = {alpha, beta, cpu, "t"};
+    return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
+  };
+  const double instant = step(0, 1e30, 0), fast = step(1e-6, 1e10, 0), slow = step(1e-5, 1e8, 0);
+  EXPECT_LE(instant, fast);
+  EXPECT_LT(fast, slow);
+  EXPECT_GT(step(1e-6, 1e10, 1e9), fast);  // the CPU's copy comes out of compute
+  const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  double phases = 0;
+  for (double s : p.phase_s) phases += s;
+  EXPECT_NEAR(phases, p.step_s, 1e-9 * p.step_s);  // the phases account for the step
+}
+
+}  // namespace
