@@ -270,14 +270,19 @@ def ok_cases(df):
     return df[df["status"] == "ok"].copy()
 
 
+def listing(ids, most=40):
+    """`a, b, c` or `a, b, ... (12 more)`: the allowed values in a message."""
+    ids = list(ids)
+    return ", ".join(ids[:most]) + (f", ... ({len(ids) - most} more)" if len(ids) > most else "")
+
+
 def open_case(path, case, flag="--case"):
     """The case group's file handle and group; refuses an unknown or refused case (exit 2)."""
     f = h5py.File(path, "r")
     if case not in f["cases"]:
-        known = list(f["cases"])
+        ran = [c for c, g in f["cases"].items() if text(g.attrs.get("status", "")) == "ok"]
         f.close()
-        raise UsageError(f"{flag} {case}: no such case in {path} (cases: {', '.join(known[:8])}"
-                         f"{', ...' if len(known) > 8 else ''})")
+        raise UsageError(f"{flag} {case}: no such case in {path} (cases that ran: {listing(ran)})")
     g = f["cases"][case]
     if text(g.attrs.get("status", "")) != "ok" or "events" not in g:
         status = text(g.attrs.get("status", ""))

@@ -17,7 +17,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import UsageError  # noqa: E402
 from .data import (RING_FAMILY, case_table, default_timeline_case, load_inputs, median_rep,  # noqa: E402
-                   TRACKS, lanes, mode_code, names, ok_cases, open_case, read_events)
+                   TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events)
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
@@ -334,8 +334,9 @@ def overlap_figure(df, title):
     labels = series_labels(df)
     keys = sorted(labels, key=lambda k: (SCHEME_ORDER.index(k[0]) if k[0] in SCHEME_ORDER else 99, k))
     notes = _nan_notes(df, keys, labels, lens)
-    half = (len(notes) + 1) // 2
-    note_h = 0.14 * half + 0.3 if notes else 0
+    columns = 1 if len(notes) <= 6 else 2
+    per_column = -(-len(notes) // columns)
+    note_h = 0.14 * per_column + 0.3 if notes else 0
     fig = Figure(figsize=(15, 7.5 + note_h), layout="constrained")
     grid = fig.add_gridspec(3 if notes else 2, 3, height_ratios=[3.6, 3.6] + ([note_h] if notes else []))
     axes = [fig.add_subplot(grid[i // 3, i % 3]) for i in range(6)]
@@ -352,7 +353,8 @@ def overlap_figure(df, title):
                 ok = ~(np.isnan(q1) | np.isnan(q3))
                 ax.vlines(x[ok], q1[ok], q3[ok], color=color(key[0]), lw=1.2, alpha=0.7)
             missing = np.isnan(y) & ~np.isnan(d["measured_time_s"].to_numpy(dtype=float))
-            ax.plot(x[missing], np.full(missing.sum(), 0.97), "x", color="0.45", transform=trans, label="_nan")
+            ax.plot(x[missing], np.full(missing.sum(), 0.97), "x", color="black", ms=7, transform=trans,
+                    label="_nan")
         if quartiles:
             ax.axhspan(0, 1, color="0.93", zorder=0)
         ax.set_xticks(range(len(lens)), [str(s) for s in lens])
@@ -362,14 +364,15 @@ def overlap_figure(df, title):
     handles = [Line2D([], [], color=color(k[0]), marker="o", label=labels[k]) for k in keys]
     handles.append(Line2D([], [], color="0.3", lw=1.2, label="Q1-Q3 over the reps"))
     handles.append(Patch(color="0.93", label="the range [0, 1]"))
-    handles.append(Line2D([], [], color="0.45", marker="x", ls="", label="NaN: not measured\n(why: below)"))
+    handles.append(Line2D([], [], color="black", marker="x", ls="", label="NaN: not measured\n(why: below)"))
     axes[2].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
     if notes:
         ax = fig.add_subplot(grid[2, :])
         ax.axis("off")
-        for j, part in enumerate((notes[:half], notes[half:])):
-            ax.text(0.5 * j, 1.0, "\n".join(textwrap.shorten(n, 125) for n in part), transform=ax.transAxes,
-                    fontsize=7, va="top", family="monospace")
+        for j in range(columns):
+            part = notes[j * per_column:(j + 1) * per_column]
+            ax.text(0.5 * j, 1.0, "\n".join(textwrap.shorten(n, 220 // columns) for n in part),
+                    transform=ax.transAxes, fontsize=7, va="top", family="monospace")
     fig.suptitle(f"{title}: overlap, exposed communication and load imbalance (median rep, slowest rank)")
     return fig
 
@@ -615,9 +618,8 @@ def _timeline_case(df, case):
     if case is not None:
         hit = df[df["case"] == case]
         if hit.empty:
-            ids = list(ok["case"].drop_duplicates())
-            raise UsageError(f"--case {case}: no such case in the inputs (cases: {', '.join(ids[:8])}"
-                             f"{', ...' if len(ids) > 8 else ''})")
+            raise UsageError(f"--case {case}: no such case in the inputs (cases that ran: "
+                             f"{listing(ok['case'].drop_duplicates())})")
         return hit.iloc[0]
     row = default_timeline_case(df)
     if row is None:

@@ -143,10 +143,17 @@ def render(table):
     if table.empty:
         return "(no case matches)"
     shown = table.copy()
+    headers = []
     for c in shown.columns:
         if shown[c].dtype.kind == "f":
             # whole values (byte counts; counts made floats by a NaN) print whole
             shown[c] = [_fmt(v) for v in shown[c]]
+        elif shown[c].dtype.kind == "O":  # text left-aligned: padded to the column's width
+            width = max([len(c)] + [len(str(v)) for v in shown[c]])
+            shown[c] = [str(v).ljust(width) for v in shown[c]]
+            c = c.ljust(width)
+        headers.append(c)
+    shown.columns = headers
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 10000,
                            "display.max_colwidth", 80):
         return shown.to_string(index=False)

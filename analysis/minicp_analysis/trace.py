@@ -10,6 +10,8 @@ from .data import TRACKS, check_results_file, lanes, mode_code, median_rep, open
 
 def event_name(row):
     kind = row.kind_name
+    if row.track == "grad all-reduce":  # its step is only the one in force when it was posted
+        return f"grad all-reduce layer {row.layer}"
     if kind == "kernel":
         return row.label_name or "kernel"
     if kind == "compute":
