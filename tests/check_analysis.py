@@ -177,6 +177,11 @@ def labelled(ax):
     return sorted({i.get_label() for i in items if not i.get_label().startswith("_")})
 
 
+def title(fig):
+    """A figure's title, its wrapping undone."""
+    return fig._suptitle.get_text().replace("\n", " ")
+
+
 def check_units(fig, name):
     for ax in fig.axes:
         if not ax.axison:
@@ -237,8 +242,8 @@ def check_plots(a):
         n = int(((ev["mode"] == 0) & (ev["rep"] == rep)).sum())
         if len(bars) != n:
             fail(f"timeline: {len(bars)} bars in the whole-step panel, the median rep {rep} has {n} events")
-        if f"rep {rep} (the median)" not in fig._suptitle.get_text():
-            fail(f"timeline: title {fig._suptitle.get_text()!r} does not name the median rep {rep}")
+        if f"rep {rep} (the median)" not in title(fig):
+            fail(f"timeline: title {title(fig)!r} does not name the median rep {rep}")
     # overlap: one line per scheme on more than one rank in every panel; NaN drawn as NaN
     fig = plots.overlap_figure(df, "t")
     check_units(fig, "overlap")
@@ -304,8 +309,8 @@ def check_plots(a):
     n_pred = int(mdf["predicted_time_s"].notna().sum())
     if sum(len(c.get_offsets()) for c in fig.axes[0].collections if not c.get_label().startswith("_")) != n_pred:
         fail(f"model: not one point per case with predicted_time_s ({n_pred})")
-    if not has_pred and f"{n_pred} of {n_pred} cases within ±15%" not in fig._suptitle.get_text():
-        fail(f"model: title {fig._suptitle.get_text()!r}")
+    if not has_pred and f"{n_pred} of {n_pred} cases within ±15%" not in title(fig):
+        fail(f"model: title {title(fig)!r}")
     # fabric: two profiles (copies of the file with another fabric) and a fabric table
     tab = os.path.join(a.work, "fabric_study.csv")
     with open(tab, "w") as t:

@@ -17,7 +17,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import UsageError  # noqa: E402
 from .data import (RING_FAMILY, case_table, default_timeline_case, load_inputs, median_rep,  # noqa: E402
-                   TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events)
+                   TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events, text)
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
@@ -62,6 +62,11 @@ def describe(df, paths=None):
         return f"{name if label == os.path.splitext(name)[0] else f'{label} ({name})'}{deck}"
     tables = [os.path.basename(p) for p in paths or [] if p.lower().endswith(".csv")]
     return f"{' + '.join(tables) + ': ' if tables else ''}{len(srcs)} results files{deck}"
+
+
+def _title(fig, text):
+    """The figure's title, wrapped to the figure's width."""
+    fig.suptitle(textwrap.fill(text, int(fig.get_figwidth() * 9)))
 
 
 def _new(rows, cols, width, height):
@@ -114,7 +119,7 @@ def scaling_seq_len_figure(df, title):
             ax.grid(alpha=0.3)
             if ax.lines:
                 ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"{title}: scaling with sequence length")
+    _title(fig, f"{title}: scaling with sequence length")
     return fig
 
 
@@ -188,7 +193,7 @@ def scaling_count_figure(df, xcol, title):
             if a.lines:
                 a.legend(fontsize=7)
     note = "" if cp_col else " (no CP efficiency: no `none` case in the inputs)"
-    fig.suptitle(f"{title}: scaling with the number of {xcol}{note}")
+    _title(fig, f"{title}: scaling with the number of {xcol}{note}")
     return fig
 
 
@@ -228,6 +233,7 @@ def _draw_tracks(ax, ev, rows, step_color, window):
     ax.set_xlabel("time from the rep's first event [ms] (rank 0's aligned clock)")
     ax.set_ylabel("rank and track")
     ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
 
 
 def _zoom_window(ev):
@@ -253,13 +259,14 @@ def timeline_figure(path, case, title, mode="full"):
         code = mode_code(g, mode)
         rep = median_rep(g, code)
         ev = read_events(g)
+        word = "ring step" if text(g.attrs.get("scheme", "")) in RING_FAMILY else "step"
     ev = ev[(ev["mode"] == code) & (ev["rep"] == rep)]
     t0 = ev["t_begin"].min()
     ev = ev.assign(b=(ev["t_begin"] - t0) * 1e3, e=(ev["t_end"] - t0) * 1e3)
     ranks = sorted(ev["rank"].unique())
     present = [t for t in TRACKS if t in set(ev["track"])]
     rows = {r: present for r in ranks}
-    steps = sorted(s for s in ev["step"].unique() if s >= 0)
+    steps = sorted(s for s in ev.loc[ev["kind_name"] == "compute", "step"].unique() if s >= 0)
     step_color = {s: matplotlib.colormaps["viridis"](0.1 + 0.75 * i / max(len(steps) - 1, 1))
                   for i, s in enumerate(steps)}
     zoom, zoom_name = _zoom_window(ev)
@@ -277,17 +284,17 @@ def timeline_figure(path, case, title, mode="full"):
                      transform=trans, fontsize=7, va="top", color="0.25")
     if zoom:
         _draw_tracks(axes[1], ev, rows, step_color, zoom)
-        axes[1].set_title(f"zoom: the attention of {zoom_name} (numbers: ring step)", fontsize=9)
+        axes[1].set_title(f"zoom: the attention of {zoom_name} (numbers: {word})", fontsize=9)
         axes[0].axvspan(*zoom, color="gold", alpha=0.25, zorder=0)
     kinds_present = [k for k in COMM_COLORS if k in set(ev["kind_name"])]
-    handles = [Patch(color=step_color[s], label=f"attention, ring step {s}") for s in steps] + \
+    handles = [Patch(color=step_color[s], label=f"attention, {word} {s}") for s in steps] + \
               [Patch(color="0.75", label="other kernels (norm, qkv, mlp...)")] + \
               [Patch(color=COMM_COLORS[k], label=f"{k}, posted to complete") for k in kinds_present] + \
-              [Patch(color="tab:red", label="blocked in wait (exposed)")]
+              [Patch(color="tab:red", label="blocked in wait (exposed)") for _ in ["wait"] if "wait" in present]
     if zoom:
         handles.append(Patch(color="gold", alpha=0.25, label="zoomed below"))
     axes[0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
-    fig.suptitle(f"{title}: {case}, rep {rep} (the median), {mode} mode")
+    _title(fig, f"{title}: {case}, rep {rep} (the median), {mode} mode")
     return fig
 
 
@@ -373,7 +380,7 @@ def overlap_figure(df, title):
             part = notes[j * per_column:(j + 1) * per_column]
             ax.text(0.5 * j, 1.0, "\n".join(textwrap.shorten(n, 220 // columns) for n in part),
                     transform=ax.transAxes, fontsize=7, va="top", family="monospace")
-    fig.suptitle(f"{title}: overlap, exposed communication and load imbalance (median rep, slowest rank)")
+    _title(fig, f"{title}: overlap, exposed communication and load imbalance (median rep, slowest rank)")
     return fig
 
 
@@ -401,9 +408,9 @@ def memory_figure(mem, title, several_sources=False):
     mem = mem[(mem["predicted"] > 0) & (mem["measured"] > 0)] if not mem.empty else mem
     if mem.empty:
         raise Skip("no memory table with a prediction in the inputs")
-    fig = Figure(figsize=(15, 6), layout="constrained")
-    a, b = fig.subplots(1, 2, width_ratios=(1, 2))
     cases = list(dict.fromkeys(zip(mem["source"], mem["case"])))
+    fig = Figure(figsize=(min(15 + 0.1 * max(len(cases) - 40, 0), 30), 6.5), layout="constrained")
+    a, b = fig.subplots(1, 2, width_ratios=(1, 2))
     pos = {k: i for i, k in enumerate(cases)}
     for scheme in scheme_sorted(mem["scheme"]):
         d = mem[mem["scheme"] == scheme]
@@ -431,8 +438,8 @@ def memory_figure(mem, title, several_sources=False):
     for y in (-15, 15):
         if abs(y) < lim:
             b.axhline(y, color="tab:red", lw=0.8, ls="--")
-    ticks = [f"{c}" if not several_sources else f"{s}: {c}" for s, c in cases]
-    step = max(1, len(ticks) // 60)
+    ticks = [c if not several_sources else f"{s}: {c.split('_', 1)[-1]}" for s, c in cases]
+    step = -(-len(ticks) // 120)
     b.set_xticks(range(0, len(ticks), step), ticks[::step], rotation=90, fontsize=6)
     b.set_xlabel("case")
     b.set_ylabel("(measured - predicted) / predicted [%]")
@@ -446,7 +453,7 @@ def memory_figure(mem, title, several_sources=False):
     handles += [Line2D([], [], color="0.3", marker=RANK_MARKERS[r % len(RANK_MARKERS)], ls="", label=f"rank {r}")
                 for r in ranks[:len(RANK_MARKERS)]]
     b.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.suptitle(f"{title}: memory, measured against the model")
+    _title(fig, f"{title}: memory, measured against the model")
     return fig
 
 
@@ -521,7 +528,7 @@ def fabric_figure(table, title):
             ax.grid(axis="y", alpha=0.3)
     axes[-1].set_xticks(x, configs, rotation=30, ha="right")
     axes[-1].set_xlabel("fabric profile and layout (nodes x ranks per node)")
-    fig.suptitle(f"{title}: fabric comparison")
+    _title(fig, f"{title}: fabric comparison")
     return fig
 
 
@@ -593,7 +600,7 @@ def model_figure(df, title):
         ax.grid(alpha=0.3)
     a.legend(fontsize=8)
     inside = int(((d["predicted_ratio"] - 1).abs() <= MODEL_BAND).sum())
-    fig.suptitle(f"{title}: model against measurement, {inside} of {len(d)} cases within ±15%")
+    _title(fig, f"{title}: model against measurement, {inside} of {len(d)} cases within ±15%")
     return fig
 
 

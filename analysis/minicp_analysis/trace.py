@@ -6,7 +6,7 @@ import os
 import sys
 
 from . import UsageError
-from .data import TRACKS, check_results_file, lanes, mode_code, median_rep, open_case, read_events
+from .data import MODES, TRACKS, check_results_file, lanes, mode_code, median_rep, open_case, read_events
 
 def event_name(row):
     kind = row.kind_name
@@ -35,7 +35,9 @@ def build(path, case, rep=None, mode="full"):
                              f"{', '.join(map(str, reps)) or 'none'}; warm-ups are not recorded)")
     sel = ev[(ev["rep"] == rep) & (ev["mode"] == code)].sort_values(["rank", "t_begin"], kind="stable")
     if sel.empty:
-        raise UsageError(f"--rep {rep}: the events table has no row of {case} in mode {mode}")
+        with_events = [MODES[m] for m in sorted(set(int(m) for m in ev["mode"])) if m < len(MODES)]
+        raise UsageError(f"--mode {mode}: the events table of {case} has no row in this mode"
+                         f"{f' and rep {rep}' if reps else ''} (modes with events: {', '.join(with_events)})")
     t0 = float(sel["t_begin"].min())
     out = []
     for rank in sorted(set(int(r) for r in sel["rank"])):
