@@ -26,6 +26,7 @@ SCHEME_ORDER = ("none", "ring", "zigzag", "stripe", "ulysses", "usp", "allgather
 PALETTE = matplotlib.colormaps["tab10"].colors
 RANK_MARKERS = "os^vD<>ph*"
 STYLES = ("-", "--", ":", "-.")
+PASS_MARKERS = {"train": "o", "prefill": "s", "decode": "^"}
 MODEL_BAND = 0.15  # the model's agreement goal: predicted within ±15% of measured
 MIB = 2.0 ** 20
 
@@ -69,6 +70,12 @@ def _title(fig, text):
     fig.suptitle(textwrap.fill(text, int(fig.get_figwidth() * 9)))
 
 
+def source_title(inputs, i, d):
+    """The title of one source's plots: its file and deck, or its path when it holds no case."""
+    s = inputs.sources[i]
+    return describe(d) if not d.empty else f"{s.label} ({s.shown})" if s.label not in s.shown else s.shown
+
+
 def _new(rows, cols, width, height):
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
@@ -93,6 +100,8 @@ def cp_column(df):
 def scaling_seq_len_figure(df, title):
     """Step time and CP efficiency against seq_len, one line per scheme, a row per pass."""
     df = ok_cases(df).dropna(subset=["measured_time_s"])
+    if df.empty:
+        raise Skip(f"no case that ran in {title}")
     if df["seq_len"].nunique() < 2:
         raise Skip(f"one seq_len ({', '.join(map(str, sorted(df['seq_len'].unique())))}) in {title}")
     passes = [p for p in ("train", "prefill", "decode") if p in set(df["pass"])]
@@ -334,6 +343,8 @@ def overlap_figure(df, title):
     and imbalance per scheme against seq_len. A NaN figure is a grey x at the top of its
     panel, with its note below the plot; never a 0."""
     df = ok_cases(df)
+    if df.empty:
+        raise Skip(f"no case that ran in {title}")
     df = df[df["ranks"] > 1]
     if df.empty:
         raise Skip(f"no case on more than one rank (no communication) in {title}")
@@ -560,8 +571,9 @@ def model_figure(df, title):
     keys = sorted(labels, key=lambda k: (SCHEME_ORDER.index(k[0]) if k[0] in SCHEME_ORDER else 99, k))
     for key in keys:
         s = d[(d["scheme"] == key[0]) & (d["pass"] == key[1])].sort_values("seq_len")
-        a.scatter(s["measured_time_s"], s["predicted_time_s"], color=color(key[0]), label=labels[key], s=22)
-        b.plot(s["seq_len"], s["predicted_ratio"], "o-", color=color(key[0]), label=labels[key])
+        m = PASS_MARKERS.get(key[1], "o")
+        a.scatter(s["measured_time_s"], s["predicted_time_s"], color=color(key[0]), marker=m, label=labels[key], s=24)
+        b.plot(s["seq_len"], s["predicted_ratio"], marker=m, color=color(key[0]), label=labels[key])
     lo = min(d["measured_time_s"].min(), d["predicted_time_s"].min()) * 0.7
     hi = max(d["measured_time_s"].max(), d["predicted_time_s"].max()) * 1.4
     xs = np.geomspace(lo, hi, 50)
@@ -575,6 +587,7 @@ def model_figure(df, title):
     b.axhspan(1 - MODEL_BAND, 1 + MODEL_BAND, color="0.9", zorder=0)
     b.axhline(1, color="0.3", lw=0.8)
     b.set_xlabel("seq_len [tokens]")
+    b.set_xticks(sorted(d["seq_len"].unique()))
     b.set_ylabel("predicted / measured [-]")
     b.set_title("ratio per scheme (band: ±15%)", fontsize=10)
     if phases:
@@ -660,7 +673,7 @@ def run(args):
             d = df[df["src"] == i]
             suffix = f"_{inputs.sources[i].label}" if several else ""
             jobs.append(("scaling", f"scaling_seq_len{suffix}.png",
-                         lambda d=d: scaling_seq_len_figure(d, describe(d))))
+                         lambda d=d, i=i: scaling_seq_len_figure(d, source_title(inputs, i, d))))
         for xcol in ("ranks", "nodes"):
             jobs.append(("scaling", f"scaling_{xcol}.png", lambda x=xcol: scaling_count_figure(df, x, title_all)))
     if "timeline" in want:
@@ -677,7 +690,8 @@ def run(args):
         for i in readable:
             d = df[df["src"] == i]
             suffix = f"_{inputs.sources[i].label}" if several else ""
-            jobs.append(("overlap", f"overlap{suffix}.png", lambda d=d: overlap_figure(d, describe(d))))
+            jobs.append(("overlap", f"overlap{suffix}.png",
+                         lambda d=d, i=i: overlap_figure(d, source_title(inputs, i, d))))
     if "memory" in want:
         jobs.append(("memory", "memory.png",
                      lambda: memory_figure(memory_rows(inputs, df), title_all, several)))

@@ -138,10 +138,10 @@ def _fmt(v):
     return str(v)
 
 
-def render(table):
+def render(table, filtered=False):
     """The table as aligned text (NaN shown as NaN; 4 significant digits)."""
     if table.empty:
-        return "(no case matches)"
+        return "(no case matches the filters)" if filtered else "(no case in the inputs)"
     shown = table.copy()
     headers = []
     for c in shown.columns:
@@ -164,7 +164,7 @@ def run(args):
     if args.csv == "-":
         table.to_csv(sys.stdout, index=False, na_rep="NaN")
         return 0
-    print(render(table))
+    print(render(table, filtered=bool(args.scheme or args.pass_ or args.seq_len)))
     if args.csv:
         try:
             table.to_csv(args.csv, index=False, na_rep="NaN")
