@@ -105,8 +105,8 @@ def scaling_seq_len_figure(df, title):
     if df["seq_len"].nunique() < 2:
         raise Skip(f"one seq_len ({', '.join(map(str, sorted(df['seq_len'].unique())))}) in {title}")
     passes = [p for p in ("train", "prefill", "decode") if p in set(df["pass"])]
-    fig, axes = _new(len(passes), 2, 12, 3.6 * len(passes) + 0.6)
     cp_col, cp_label = cp_column(df)
+    fig, axes = _new(len(passes), 2 if cp_col else 1, 12 if cp_col else 7, 3.6 * len(passes) + 0.6)
     for row, p in zip(axes, passes):
         d = df[df["pass"] == p]
         for scheme in scheme_sorted(d["scheme"]):
@@ -117,18 +117,21 @@ def scaling_seq_len_figure(df, title):
                 row[1].plot(s["seq_len"], s[cp_col], "o-", color=color(scheme), label=f"{scheme} (P={ranks})")
         row[0].set_ylabel("step time [s]")
         row[0].set_title(f"{p}: step time (median rep, slowest rank)", fontsize=10)
-        row[1].set_ylabel(cp_label)
-        row[1].set_title(f"{p}: CP efficiency" + (" (`none` on 1 rank with the same cores against the scheme)"
-                                                  if cp_col == "cp_efficiency_core_scaled" else ""), fontsize=10)
-        if not row[1].lines:
-            _empty(row[1], "no CP efficiency: no `none` case of this pass to compare with")
+        if cp_col:
+            row[1].set_ylabel(cp_label)
+            row[1].set_title(f"{p}: CP efficiency" + (" (`none` on 1 rank with the same cores against the scheme)"
+                                                      if cp_col == "cp_efficiency_core_scaled" else ""), fontsize=10)
+            if not row[1].lines:
+                _empty(row[1], "no CP efficiency: no `none` case of this pass to compare with")
         for ax in row:
             ax.set_xlabel("seq_len [tokens]")
             ax.set_xticks(sorted(d["seq_len"].unique()))
+            ax.set_xlim(row[0].get_xlim())
             ax.grid(alpha=0.3)
             if ax.lines:
                 ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    _title(fig, f"{title}: scaling with sequence length")
+    note = "" if cp_col else " (no CP efficiency: no `none` case in the file)"
+    _title(fig, f"{title}: scaling with sequence length{note}")
     return fig
 
 
@@ -375,6 +378,7 @@ def overlap_figure(df, title):
                     label="_nan")
         if quartiles:
             ax.axhspan(0, 1, color="0.93", zorder=0)
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xticks(range(len(lens)), [str(s) for s in lens])
         ax.set_xlabel("seq_len [tokens]")
         ax.set_ylabel(ylabel)
