@@ -54,9 +54,6 @@ class Inputs:
     indexes: list = field(default_factory=list)  # study index paths given
     first_stem: str = ""             # the stem of the first input path (the default plot folder)
 
-    def readable(self):
-        return [s for s in self.sources if s.missing is None]
-
 
 def _csv_rows(path, flag):
     try:
