@@ -10,6 +10,8 @@
 #                      (emulated nodes: slurm/vcluster, as root; about 20 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
+#   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
+#   make plots RUN=file.h5 [OUT=dir]  PNG plots of a run into OUT (default results/plots/<stem of RUN>/)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
 #   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
 #   make clean  removes build/ and build-sanitize/
@@ -29,7 +31,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study scaling-study format sanitize clean
+.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study scaling-study report plots format sanitize clean
 
 all: build
 
@@ -76,6 +78,16 @@ scaling-study: build
 
 fabric-study: build
 	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)
+
+# The results analysis (analysis/README.md): Python only, nothing to build.
+ANALYSIS = PYTHONPATH=analysis $(PY) -m minicp_analysis
+report:
+	@test -n "$(RUN)" || { echo "make report: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
+	$(ANALYSIS) report $(RUN) $(REPORT_ARGS)
+
+plots:
+	@test -n "$(RUN)" || { echo "make plots: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
+	$(ANALYSIS) plots $(RUN) $(if $(OUT),--out $(OUT)) $(PLOTS_ARGS)
 
 # Formats the tracked C++ sources in place. miniapp/cp/registry.cpp is left out: its table
 # is read line by line ("  <name>_scheme(),") by tests/CMakeLists.txt, and clang-format
