@@ -21,6 +21,7 @@ PASSES = ("train", "prefill", "decode")
 # compute and one transfer per ring step (minicp --list-schemes).
 RING_FAMILY = ("ring", "zigzag", "stripe", "doublering", "passq", "usp")
 # Summary attributes the C++ may not write yet: NaN when absent.
+PHASES = ("norm", "qkv", "rope", "attn_compute", "attn_comm", "out_proj", "mlp", "grad_allreduce", "other")
 OPTIONAL_SUMMARY = ("predicted_time_s", "predicted_forward_time_s", "predicted_backward_time_s")
 
 
@@ -217,6 +218,13 @@ def _summary(g):
             out[k] = float(np.asarray(v).reshape(-1)[0])
     for k in OPTIONAL_SUMMARY:
         out.setdefault(k, math.nan)
+    # minicp writes one attribute per phase (predicted_<phase>_s, measured_<phase>_s, the
+    # phases of the timing table's phase_names): gathered here into the arrays the model plot reads.
+    names = [p for p in PHASES if f"predicted_{p}_s" in out]
+    if names and "predicted_phase_s" not in out:
+        out["predicted_phase_names"] = ",".join(names)
+        out["predicted_phase_s"] = np.array([out[f"predicted_{p}_s"] for p in names], dtype=float)
+        out["measured_phase_s"] = np.array([out.get(f"measured_{p}_s", math.nan) for p in names], dtype=float)
     return out
 
 
