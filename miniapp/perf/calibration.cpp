@@ -40,7 +40,7 @@ std::string Calibration::text() const {
   std::ostringstream o;
   o << "# minicp calibration table (docs/DESIGN.md, \"The performance model\"); rows:\n"
        "#   sgemm THREADS FLOP/S | gemm DTYPE THREADS OPS M N K FLOP/S |\n"
-       "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL (per tile and head) |\n"
+       "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
        "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S | info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
@@ -49,7 +49,8 @@ std::string Calibration::text() const {
       << num(g.flops_per_s) << "\n";
   for (const AttnRate& a : attn)
     o << "attn " << a.dtype << " " << a.threads << " " << (a.backward ? "bwd" : "fwd") << " " << a.head_dim << " "
-      << a.tile_q << " " << a.tile_k << " " << num(a.full_s) << " " << num(a.partial_s) << " " << num(a.call_s) << "\n";
+      << a.tile_q << " " << a.tile_k << " " << num(a.full_s) << " " << num(a.partial_s) << " " << num(a.call_s) << " "
+      << num(a.tile_s) << "\n";
   for (const ElemRate& e : elem) o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
   for (const LinkRate& l : links)
     o << "link " << l.fabric << " " << l.scope << " " << num(l.alpha_s) << " " << num(l.beta_Bps) << " "
@@ -145,6 +146,8 @@ Calibration parse_calibration(const std::string& text, const std::string& source
                 a.call_s) &&
            (pass == "fwd" || pass == "bwd") && a.head_dim > 0 && a.tile_q > 0 && a.tile_k > 0 && a.full_s > 0 &&
            a.partial_s >= 0 && a.call_s >= 0;
+      if (ok && !(ls >> a.tile_s)) a.tile_s = 0;  // optional column
+      ok = ok && a.tile_s >= 0;
       a.backward = pass == "bwd";
       if (ok) c.attn.push_back(a);
     } else if (kind == "elem") {
@@ -210,14 +213,23 @@ struct Measure {
             if (!op.ops.empty()) seen.insert({op.ops, op.m, op.n, op.k});
     for (const auto& [ops, m, n, k] : seen) {
       const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
-      kernels::View2<T> A("cal_a", ta == Trans::N ? m : k, ta == Trans::N ? k : m),
-          B("cal_b", tb == Trans::N ? k : n, tb == Trans::N ? n : k), C("cal_c", m, n);
-      Kokkos::deep_copy(A, T(0.5));
-      Kokkos::deep_copy(B, T(0.25));
       const double flops = 2.0 * double(m) * double(n) * double(k);
-      const int inner = int(std::clamp(2e8 / flops, 1.0, 200.0));  // short calls repeated
+      // Short calls are repeated, cycling through operands that fill 256 MiB: a layer's calls
+      // read their weights from memory, not from a cache the previous call warmed (decode's
+      // GEMMs are bound by that read).
+      const double bytes = double(m * k + k * n) * sizeof(T);
+      const int copies = int(std::clamp(std::min(double(256 << 20) / bytes, 2e9 / flops), 1.0, 32.0));
+      const int inner = std::max(copies, int(std::clamp(2e8 / flops, 1.0, 200.0)));
+      std::vector<kernels::View2<T>> A, B;
+      for (int i = 0; i < copies; ++i) {
+        A.emplace_back("cal_a", ta == Trans::N ? m : k, ta == Trans::N ? k : m);
+        B.emplace_back("cal_b", tb == Trans::N ? k : n, tb == Trans::N ? n : k);
+        Kokkos::deep_copy(A.back(), T(0.5));
+        Kokkos::deep_copy(B.back(), T(0.25));
+      }
+      kernels::View2<T> C("cal_c", m, n);
       const double t = best_time(world, 3, [&] {
-        for (int i = 0; i < inner; ++i) kernels::gemm<T>(ta, tb, T(1), A, B, T(0), C);
+        for (int i = 0; i < inner; ++i) kernels::gemm<T>(ta, tb, T(1), A[size_t(i % copies)], B[size_t(i % copies)], T(0), C);
       });
       out.gemm.push_back({dtype, ops, threads, m, n, k, flops * inner / t});
     }
@@ -262,7 +274,29 @@ struct Measure {
   AttnRate attention_rate(const model::Shape& s, bool bwd) {
     const int H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
     const kernels::AttnTiles tiles = kernels::attention_default_tiles(bwd);
-    std::vector<std::array<double, 4>> rows;  // call, full, partial, seconds
+    std::vector<std::array<double, 5>> rows;  // call, full area, partial area, tiles, seconds
+    // Decode-sized calls (a few queries against a cache) weigh the per-call cost.
+    for (int64_t m : {1024, 4096}) {
+      const int64_t nq = 4;
+      kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", m, Hkv, D), v("cal_v", m, Hkv, D), o("cal_o", nq, H, D),
+          dq("cal_dq", nq, H, D), dk("cal_dk", m, Hkv, D), dv("cal_dv", m, Hkv, D);
+      kernels::View2<T> lse("cal_lse", nq, H);
+      cp::Config c;
+      c.seq_len = m + nq, c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
+      const Spans qs{{m, nq, 1}}, ks{{0, m, 1}};
+      const auto qp = cp::to_device(layout::expand(qs), "cal_qpos"), kp = cp::to_device(layout::expand(ks), "cal_kpos");
+      kernels::AttnMask mask;
+      mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
+      kernels::attention_fwd<T>(q, k, v, mask, o, lse);
+      const double t = best_time(world, 5, [&] {
+        if (bwd)
+          kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
+        else
+          kernels::attention_fwd<T>(q, k, v, mask, o, lse);
+      });
+      const TileCount n = count_tiles(c, qs, ks, tiles);
+      rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
+    }
     for (int64_t m : {256, 512, 1024}) {
       kernels::View3<T> q("cal_q", m, H, D), k("cal_k", m, Hkv, D), v("cal_v", m, Hkv, D), o("cal_o", m, H, D),
           dq("cal_dq", m, H, D), dk("cal_dk", m, Hkv, D), dv("cal_dv", m, Hkv, D);
@@ -285,50 +319,50 @@ struct Measure {
             kernels::attention_fwd<T>(q, k, v, mask, o, lse);
         });
         const TileCount n = count_tiles(c, qs, ks, tiles);
-        rows.push_back({1.0, n.full * H, n.partial * H, t});
+        rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
       }
     }
     const auto x = fit(rows);
-    return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0]};
+    return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
   }
 
-  // Least squares of t ~ a0 + a1 n_full + a2 n_partial, each row weighted by 1/t (relative
-  // errors); a negative coefficient is dropped and the rest fitted again.
-  static std::array<double, 3> fit(const std::vector<std::array<double, 4>>& rows) {
-    std::array<bool, 3> use{true, true, true};
-    for (int pass = 0; pass < 3; ++pass) {
-      double A[3][3] = {}, b[3] = {};
+  // Least squares of t ~ a0 + a1 area_full + a2 area_partial + a3 tiles (per call, per whole
+  // tile's area, per tile touched whatever its area: the K/V loads of a decode call), each row
+  // weighted by 1/t (relative errors); a negative coefficient is dropped and the rest fitted again.
+  static std::array<double, 4> fit(const std::vector<std::array<double, 5>>& rows) {
+    constexpr int K = 4;
+    std::array<bool, K> use{true, true, true, true};
+    for (int pass = 0; pass < K; ++pass) {
+      double A[K][K] = {}, b[K] = {};
       for (const auto& r : rows) {
-        const double w = 1.0 / (r[3] * r[3]);
-        for (int i = 0; i < 3; ++i) {
-          if (!use[i]) continue;
-          b[i] += w * r[i] * r[3];
-          for (int j = 0; j < 3; ++j)
-            if (use[j]) A[i][j] += w * r[i] * r[j];
+        const double w = 1.0 / (r[K] * r[K]);
+        for (int i = 0; i < K; ++i) {
+          if (!use[size_t(i)]) continue;
+          b[i] += w * r[size_t(i)] * r[K];
+          for (int j = 0; j < K; ++j)
+            if (use[size_t(j)]) A[i][j] += w * r[size_t(i)] * r[size_t(j)];
         }
       }
-      for (int i = 0; i < 3; ++i)
-        if (!use[i]) A[i][i] = 1, b[i] = 0;
-      // Gaussian elimination on the 3x3 system.
-      for (int i = 0; i < 3; ++i) {
-        for (int j = i + 1; j < 3; ++j) {
+      for (int i = 0; i < K; ++i)
+        if (!use[size_t(i)]) A[i][i] = 1, b[i] = 0;
+      for (int i = 0; i < K; ++i)  // Gaussian elimination (the system is small and positive definite)
+        for (int j = i + 1; j < K; ++j) {
           const double f = A[j][i] / A[i][i];
-          for (int k = i; k < 3; ++k) A[j][k] -= f * A[i][k];
+          for (int k = i; k < K; ++k) A[j][k] -= f * A[i][k];
           b[j] -= f * b[i];
         }
-      }
-      std::array<double, 3> x{};
-      for (int i = 2; i >= 0; --i) {
-        double s = b[i];
-        for (int k = i + 1; k < 3; ++k) s -= A[i][k] * x[size_t(k)];
-        x[size_t(i)] = s / A[i][i];
+      std::array<double, K> x{};
+      for (int i = K - 1; i >= 0; --i) {
+        double sum = b[i];
+        for (int k = i + 1; k < K; ++k) sum -= A[i][k] * x[size_t(k)];
+        x[size_t(i)] = sum / A[i][i];
       }
       bool negative = false;
-      for (int i = 0; i < 3; ++i)
-        if (use[i] && x[size_t(i)] < 0) use[i] = false, negative = true;
+      for (int i = 0; i < K; ++i)
+        if (use[size_t(i)] && x[size_t(i)] < 0) use[size_t(i)] = false, negative = true;
       if (!negative) return x;
     }
-    return {0, 0, 0};
+    return {};
   }
 };
 

@@ -6,9 +6,11 @@
 //
 //   sgemm   THREADS FLOP/S                          BLAS SGEMM 2048^3 per rank: the drift reference
 //   gemm    DTYPE THREADS OPS M N K FLOP/S          one GEMM shape (OPS: NN, NT, TN)
-//   attn    DTYPE THREADS PASS D TQ TK FULL PARTIAL CALL
+//   attn    DTYPE THREADS PASS D TQ TK FULL PARTIAL CALL [TOUCHED]
 //                                                   seconds per (tile, head) of a fully visible tile
-//                                                   and of a partly masked one, and per call;
+//                                                   and of a partly masked one (scaled by the part
+//                                                   of a whole tile's area it has), per call, and
+//                                                   per (tile, head) touched whatever its area;
 //                                                   PASS fwd | bwd, tiles TQ x TK tokens
 //   elem    DTYPE THREADS OP SECONDS                seconds per value of an element-wise kernel
 //                                                   (rmsnorm_fwd, rmsnorm_bwd, rope, swiglu_fwd,
@@ -46,6 +48,7 @@ struct AttnRate {
   bool backward = false;
   int head_dim = 0, tile_q = 0, tile_k = 0;
   double full_s = 0, partial_s = 0, call_s = 0;
+  double tile_s = 0;  // per tile touched, whatever its area (K/V loads); optional column
 };
 struct ElemRate {
   std::string dtype, op;

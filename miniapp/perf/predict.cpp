@@ -38,13 +38,13 @@ std::vector<LayerOp> layer_ops(const model::Shape& s, int64_t N, bool backward) 
 namespace {
 
 struct Bounds {
-  int64_t pmin, pmax, dmin, dmax;
+  int64_t pmin, pmax, dmin, dmax, rows;
 };
 
 // Min / max position (and document) of each tile of b consecutive local rows, into out.
 void tile_bounds(const Spans& rows, int b, int64_t doc_len, std::vector<Bounds>& out) {
   out.clear();
-  Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+  Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0};
   int64_t in_tile = 0;
   auto doc = [&](int64_t p) { return doc_len > 0 ? p / doc_len : 0; };
   for (const Span& sp : rows) {
@@ -57,10 +57,11 @@ void tile_bounds(const Spans& rows, int b, int64_t doc_len, std::vector<Bounds>&
       cur.dmin = std::min({cur.dmin, doc(a), doc(z)});
       cur.dmax = std::max({cur.dmax, doc(a), doc(z)});
       in_tile += take;
+      cur.rows += take;
       i += take;
       if (in_tile == b) {
         out.push_back(cur);
-        cur = {INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+        cur = {INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0};
         in_tile = 0;
       }
     }
@@ -79,8 +80,13 @@ TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kern
   const bool causal = c.causal || c.window > 0;
   const int64_t W = c.window;
   TileCount n;
+  const double whole = double(tiles.q) * tiles.k;
   if (!causal && c.doc_len == 0) {
+    double qr = 0, kr = 0;
+    for (const Bounds& a : qt) qr += double(a.rows);
+    for (const Bounds& k : kt) kr += double(k.rows);
     n.full = double(qt.size()) * double(kt.size());
+    n.full_area = qr * kr / whole;
     return n;
   }
   for (const Bounds& a : qt)
@@ -91,6 +97,7 @@ TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kern
       const bool full = (!causal || k.pmax <= a.pmin) && (W == 0 || k.pmin > a.pmax - W) &&
                         (a.dmin == a.dmax && k.dmin == k.dmax && a.dmin == k.dmin);
       (full ? n.full : n.partial) += 1;
+      (full ? n.full_area : n.partial_area) += double(a.rows) * double(k.rows) / whole;
     }
   return n;
 }
@@ -153,9 +160,12 @@ struct Rates {
                                std::to_string(m.threads) + " threads per rank");
     const TileCount t = count_tiles(c, a.q, a.kv, {r->tile_q, r->tile_k});
     if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
-    // The table's rates are per tile and head at its head_dim; another head_dim scales with D.
+    // The table's rates are per whole tile and head at its head_dim; another head_dim scales
+    // with D, a smaller tile with its area.
     const double d = double(c.head_dim) / r->head_dim;
-    return (r->call_s + a.heads * d * (t.full * r->full_s + t.partial * r->partial_s)) / m.rate_scale;
+    return (r->call_s + a.heads * d *
+                            (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s)) /
+           m.rate_scale;
   }
 };
 

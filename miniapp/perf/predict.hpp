@@ -40,8 +40,10 @@ struct LayerOp {
 std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward);
 
 // Tiles of one attention call per head, as the tiled kernel classifies them under cfg's mask.
+// full, partial: tiles; the *_area ones weigh each by its rows x keys over a whole tile's
+// (an edge tile, or a decode step's few queries, costs its part of a tile).
 struct TileCount {
-  double full = 0, partial = 0;
+  double full = 0, partial = 0, full_area = 0, partial_area = 0;
 };
 TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, kernels::AttnTiles tiles);
 
