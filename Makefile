@@ -9,6 +9,9 @@
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 20 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
+#   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
+#   make model-check  the model's predictions against results/default.h5 and the fabric study's files
+#                     (each with the table its run measured; not the 2x2 layouts: 4 ranks on 2 cores)
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
 #   make plots RUN=file.h5 [OUT=dir]  PNG plots of a run into OUT (default results/plots/<stem of RUN>/)
@@ -31,7 +34,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run kernel-study bench cp-study fabric-study scaling-study report plots format sanitize clean
+.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fabric-study scaling-study report plots format sanitize clean
 
 all: build
 
@@ -75,6 +78,14 @@ cp-study: build
 
 scaling-study: build
 	$(PY) slurm/scaling-study $(SCALING_ARGS)
+
+calibrate: build
+	mkdir -p results
+	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) --calibrate --calibration results/calibration.txt
+
+model-check: build
+	$(PY) miniapp/bench/model_check.py --minicp $(BUILD)/bin/minicp results/default.h5 \
+	  $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5)) $(MODEL_ARGS)
 
 fabric-study: build
 	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)

@@ -54,7 +54,7 @@ std::string Calibration::text() const {
   for (const ElemRate& e : elem) o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
   for (const LinkRate& l : links)
     o << "link " << l.fabric << " " << l.scope << " " << num(l.alpha_s) << " " << num(l.beta_Bps) << " "
-      << num(l.cpu_Bps) << "\n";
+      << num(l.cpu_Bps) << (l.allreduce_Bps > 0 ? " " + num(l.allreduce_Bps) : "") << "\n";
   return o.str();
 }
 
@@ -158,6 +158,8 @@ Calibration parse_calibration(const std::string& text, const std::string& source
       LinkRate l;
       ok = bool(ls >> l.fabric >> l.scope >> l.alpha_s >> l.beta_Bps >> l.cpu_Bps) &&
            (l.scope == "intra" || l.scope == "inter") && l.alpha_s >= 0 && l.beta_Bps > 0 && l.cpu_Bps >= 0;
+      if (ok && !(ls >> l.allreduce_Bps)) l.allreduce_Bps = 0;  // optional column
+      ok = ok && l.allreduce_Bps >= 0;
       if (ok) c.links.push_back(l);
     } else {
       throw bad("unknown row kind");
@@ -179,20 +181,23 @@ namespace {
 
 using kernels::Trans;
 
-// Best of `reps` timed runs after one untimed one (seconds), all ranks starting together.
+// The median of `reps` timed runs after one untimed one (seconds), all ranks starting
+// together: the median, as a run reports the median rep (a best-of would read a few percent
+// faster than the steps it predicts).
 template <class Fn>
-double best_time(MPI_Comm comm, int reps, Fn&& fn) {
+double median_time(MPI_Comm comm, int reps, Fn&& fn) {
   fn();
   Kokkos::fence();
-  double best = 1e300;
+  std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     MPI_Barrier(comm);
     const double t0 = MPI_Wtime();
     fn();
     Kokkos::fence();
-    best = std::min(best, MPI_Wtime() - t0);
+    t.push_back(MPI_Wtime() - t0);
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 template <class T>
@@ -228,7 +233,7 @@ struct Measure {
         Kokkos::deep_copy(B.back(), T(0.25));
       }
       kernels::View2<T> C("cal_c", m, n);
-      const double t = best_time(world, 3, [&] {
+      const double t = median_time(world, 3, [&] {
         for (int i = 0; i < inner; ++i) kernels::gemm<T>(ta, tb, T(1), A[size_t(i % copies)], B[size_t(i % copies)], T(0), C);
       });
       out.gemm.push_back({dtype, ops, threads, m, n, k, flops * inner / t});
@@ -252,12 +257,12 @@ struct Measure {
     Kokkos::deep_copy(dy, T(0.3));
     auto put = [&](const char* op, double values, double t) { out.elem.push_back({dtype, op, threads, t / values}); };
     const double nc = double(N) * C, nf = double(N) * F;
-    put("rmsnorm_fwd", nc, best_time(world, 3, [&] { kernels::rmsnorm_fwd<T>(x, w, T(1e-5), y, rstd); }));
-    put("rmsnorm_bwd", nc, best_time(world, 3, [&] { kernels::rmsnorm_bwd<T>(x, w, rstd, dy, y, dw); }));
-    put("rope", double(N) * H * D, best_time(world, 3, [&] { kernels::rope_apply<T>(q, pos, 10000.0); }));
-    put("swiglu_fwd", nf, best_time(world, 3, [&] { kernels::swiglu_fwd<T>(a, b, g); }));
-    put("swiglu_bwd", nf, best_time(world, 3, [&] { kernels::swiglu_bwd<T>(a, b, g, da, db); }));
-    put("copy", nc, best_time(world, 3, [&] { Kokkos::deep_copy(y, x); }));
+    put("rmsnorm_fwd", nc, median_time(world, 3, [&] { kernels::rmsnorm_fwd<T>(x, w, T(1e-5), y, rstd); }));
+    put("rmsnorm_bwd", nc, median_time(world, 3, [&] { kernels::rmsnorm_bwd<T>(x, w, rstd, dy, y, dw); }));
+    put("rope", double(N) * H * D, median_time(world, 3, [&] { kernels::rope_apply<T>(q, pos, 10000.0); }));
+    put("swiglu_fwd", nf, median_time(world, 3, [&] { kernels::swiglu_fwd<T>(a, b, g); }));
+    put("swiglu_bwd", nf, median_time(world, 3, [&] { kernels::swiglu_bwd<T>(a, b, g, da, db); }));
+    put("copy", nc, median_time(world, 3, [&] { Kokkos::deep_copy(y, x); }));
   }
 
   // Whole calls at a few sizes, fully visible and causal-diagonal, fitted to
@@ -288,7 +293,7 @@ struct Measure {
       kernels::AttnMask mask;
       mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
       kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-      const double t = best_time(world, 5, [&] {
+      const double t = median_time(world, 5, [&] {
         if (bwd)
           kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
         else
@@ -312,7 +317,7 @@ struct Measure {
         kernels::AttnMask mask;
         mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
         kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-        const double t = best_time(world, 2, [&] {
+        const double t = median_time(world, 3, [&] {
           if (bwd)
             kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
           else
@@ -429,6 +434,21 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     // node's copy rate (the intra-node figure) or, without one, the link's own.
     const double cpu = std::string(scope) == "intra" ? beta : plan.cpu_copy_inter ? (intra_beta > 0 ? intra_beta : beta) : 0;
     out.links.push_back({plan.fabric, scope, alpha, beta, cpu});
+  }
+  // The weight-gradient all-reduce's own rate: one 8 MiB bucket over the whole job, as a
+  // layer posts them (its algorithm and, on a CPU-copy fabric, its reduction and copies).
+  if (comm.world().size > 1 && !out.links.empty()) {
+    const size_t n = size_t(8) << 20;
+    std::vector<float> buf(n / sizeof(float), 1.0f);
+    MPI_Barrier(world);
+    const double t = median_time(world, 5, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, world);
+    });
+    const bool inter = std::any_of(topo.node_of_rank.begin(), topo.node_of_rank.end(),
+                                   [&](int nd) { return nd != topo.node_of_rank[0]; });
+    for (LinkRate& l : out.links)
+      if (l.scope == std::string(inter ? "inter" : "intra"))
+        l.allreduce_Bps = double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(n), comm.world().size)) / t;
   }
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
   // Rank 0's values stand for all: send them round so every rank predicts the same.

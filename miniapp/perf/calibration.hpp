@@ -15,9 +15,12 @@
 //   elem    DTYPE THREADS OP SECONDS                seconds per value of an element-wise kernel
 //                                                   (rmsnorm_fwd, rmsnorm_bwd, rope, swiglu_fwd,
 //                                                   swiglu_bwd, copy)
-//   link    FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S   a link (SCOPE intra | inter node): latency,
-//                                                   bandwidth, and the rate at which a CPU copies
-//                                                   what it carries (0: no CPU copy, RDMA)
+//   link    FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S]
+//                                                   a link (SCOPE intra | inter node): latency,
+//                                                   bandwidth, the rate at which a CPU copies
+//                                                   what it carries (0: no CPU copy, RDMA), and
+//                                                   the bytes per second of a measured 8 MiB
+//                                                   all-reduce (bytes_leaving; optional)
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
@@ -58,6 +61,7 @@ struct ElemRate {
 struct LinkRate {
   std::string fabric, scope;  // scope: intra | inter
   double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;
+  double allreduce_Bps = 0;  // an 8 MiB all-reduce's bytes_leaving per second (0: not measured)
 };
 
 struct Calibration {

@@ -110,6 +110,7 @@ double comm_seconds(const CommCall& c, const Link& l) {
   switch (c.op) {
     case comm::EventKind::SendRecv: hops = 1; break;
     case comm::EventKind::AllReduce:  // recursive doubling for small buffers, a ring for large ones
+      if (c.payload >= (64 << 10) && l.allreduce_Bps > 0) return bytes / l.allreduce_Bps;  // measured
       hops = c.payload < (64 << 10) ? 2 * std::ceil(std::log2(double(n))) : 2.0 * (n - 1);
       break;
     default: hops = n - 1; break;
@@ -119,8 +120,12 @@ double comm_seconds(const CommCall& c, const Link& l) {
 
 namespace {
 
+// The CPU time a call takes from compute on a link whose CPU moves the data: its copy, and
+// for a large all-reduce with a measured rate, all of it (reductions and copies).
 double cpu_seconds(const CommCall& c, const Link& l) {
-  return l.cpu_Bps > 0 ? double(comm::bytes_leaving(c.op, c.payload, c.group)) / l.cpu_Bps : 0;
+  if (l.cpu_Bps <= 0) return 0;
+  if (c.op == comm::EventKind::AllReduce && c.payload >= (64 << 10) && l.allreduce_Bps > 0) return comm_seconds(c, l);
+  return double(comm::bytes_leaving(c.op, c.payload, c.group)) / l.cpu_Bps;
 }
 
 std::string dtype_of(size_t elem) { return elem == sizeof(double) ? "f64" : "f32"; }
@@ -177,12 +182,16 @@ struct PassTime {
 PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
                         bool backward, size_t elem) {
   const int P = c.ranks;
-  std::vector<double> step_time, compute(size_t(P), 0.0);
+  std::vector<double> step_time, step_comp, step_wire, compute(size_t(P), 0.0);
   double ratio = 0, exposed = 0;
   const double aux_s = rates.elem("copy", 1.0);
   for (int r = 0; r < P; ++r) {
     const Schedule sch = s.schedule(c, m.topo, r, backward, elem);
-    if (step_time.size() < sch.steps.size()) step_time.resize(sch.steps.size(), 0.0);
+    if (step_time.size() < sch.steps.size()) {
+      step_time.resize(sch.steps.size(), 0.0);
+      step_comp.resize(sch.steps.size(), 0.0);
+      step_wire.resize(sch.steps.size(), 0.0);
+    }
     for (size_t i = 0; i < sch.steps.size(); ++i) {
       const Step& st = sch.steps[i];
       double comp = st.aux_values * aux_s, wire = 0, cpu = 0, exp = 0;
@@ -196,10 +205,14 @@ PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Mach
       const double t = exp + std::max(comp + cpu, wire);
       step_time[i] = std::max(step_time[i], t);
       compute[size_t(r)] += comp + cpu;
-      if (comp > 0 && wire > 0) ratio = std::max(ratio, wire / comp);
+      step_comp[i] = std::max(step_comp[i], comp);
+      step_wire[i] = std::max(step_wire[i], wire);
       if (r == 0) exposed += exp + std::max(0.0, wire - comp - cpu);
     }
   }
+  // Wire time over compute of the steps that overlap the two (the slowest rank's of each).
+  for (size_t i = 0; i < step_time.size(); ++i)
+    if (step_comp[i] > 0 && step_wire[i] > 0) ratio = std::max(ratio, step_wire[i] / step_comp[i]);
   PassTime out;
   for (double t : step_time) out.total += t;
   double sum = 0, most = 0;

@@ -51,6 +51,7 @@ TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, ke
 struct Link {
   double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;  // cpu_Bps 0: no CPU copy
   std::string source;
+  double allreduce_Bps = 0;  // a measured large all-reduce's rate (0: alpha-beta instead)
 };
 struct Machine {
   Calibration cal;

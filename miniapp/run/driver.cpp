@@ -213,7 +213,7 @@ Plan parse(const hn::Args& a) {
                "(default: off)");
   app.add_option("--against", pf.against,
                  "with --predict: a results file whose measured step times the predictions are compared with (its "
-                 "deck, ranks per node and threads unless given) (default: none)")
+                 "deck, ranks per node, threads and calibration table unless given) (default: none)")
       ->type_name("FILE.h5");
   app.add_option("--ranks-per-node", pf.ranks_per_node,
                  "with --predict / --advise: ranks per node (default: all on one node for a local fabric or none, "

@@ -12,6 +12,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
+#include <type_traits>
 #include <unistd.h>
 
 #include "comm/comm.hpp"
@@ -70,9 +72,20 @@ std::string gbs(double Bps) {
 }
 
 perf::Calibration table_of(const PerfOptions& o) {
+  if (o.calibration.empty() && !o.against.empty()) {  // the table the run itself used
+    const std::string text = output::read_string_attr(o.against, "/", "calibration");
+    if (text.empty())
+      throw UsageError("--against " + o.against + ": the file holds no calibration table (run.calibration was unset); "
+                       "give one with --calibration");
+    try {
+      return perf::parse_calibration(text, o.against + " (its calibration attribute)");
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--against ") + e.what());
+    }
+  }
   if (o.calibration.empty())
     throw UsageError("--calibration: required by --predict and --advise (a table written by minicp --calibrate, "
-                     "e.g. --calibration results/calibration.txt)");
+                     "e.g. --calibration results/calibration.txt; with --against, default: the file's own)");
   try {
     return perf::read_calibration(o.calibration);
   } catch (const std::exception& e) {
@@ -114,9 +127,9 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   const auto prof = profile_of(d);
   bool have_intra = false, have_inter = false;
   if (const perf::LinkRate* l = cal.find_link(name, "intra"))
-    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured"}, have_intra = true;
+    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured", l->allreduce_Bps}, have_intra = true;
   if (const perf::LinkRate* l = cal.find_link(name, "inter"))
-    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured"}, have_inter = true;
+    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured", l->allreduce_Bps}, have_inter = true;
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
     const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
@@ -178,22 +191,34 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   const auto t0 = std::chrono::steady_clock::now();
   perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
   if (a.rank() != 0) return;
-  // Rows of an existing table for other thread counts, precisions or fabrics are kept.
+  // Rows of an existing table that this measurement does not replace (other shapes, thread
+  // counts, precisions, head dims, fabrics) are kept: decks calibrated in turn add up.
   perf::Calibration out;
   if (std::filesystem::exists(path)) {
     try {
       const perf::Calibration old = perf::read_calibration(path);
-      const int t = fresh.sgemm.begin()->first;
-      for (const auto& [th, r] : old.sgemm)
-        if (th != t) out.sgemm[th] = r;
-      for (const auto& g : old.gemm)
-        if (g.threads != t || g.dtype != plan.dtypes[0]) out.gemm.push_back(g);
-      for (const auto& x : old.attn)
-        if (x.threads != t || x.dtype != plan.dtypes[0]) out.attn.push_back(x);
-      for (const auto& e : old.elem)
-        if (e.threads != t || e.dtype != plan.dtypes[0]) out.elem.push_back(e);
-      for (const auto& l : old.links)
-        if (l.fabric != plan.fabric) out.links.push_back(l);
+      auto kept = [](const auto& rows, const auto& fresh_rows, auto key) {
+        std::set<decltype(key(rows.front()))> taken;
+        for (const auto& r : fresh_rows) taken.insert(key(r));
+        std::vector<std::decay_t<decltype(rows.front())>> out;
+        for (const auto& r : rows)
+          if (!taken.count(key(r))) out.push_back(r);
+        return out;
+      };
+      out.sgemm = old.sgemm;
+      if (!old.gemm.empty())
+        out.gemm = kept(old.gemm, fresh.gemm, [](const perf::GemmRate& g) {
+          return std::make_tuple(g.dtype, g.threads, g.ops, g.m, g.n, g.k);
+        });
+      if (!old.attn.empty())
+        out.attn = kept(old.attn, fresh.attn, [](const perf::AttnRate& a) {
+          return std::make_tuple(a.dtype, a.threads, a.backward, a.head_dim);
+        });
+      if (!old.elem.empty())
+        out.elem = kept(old.elem, fresh.elem, [](const perf::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
+      if (!old.links.empty())
+        out.links = kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
+      out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
     }
