@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <future>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace minicp::perf {
 
@@ -89,6 +92,30 @@ TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kern
     n.full_area = qr * kr / whole;
     return n;
   }
+  if (W == 0 && c.doc_len == 0) {
+    // Causal only: a key tile is skipped when kmin > qmax and fully visible when kmax <= qmin;
+    // counted by binary search over the key tiles sorted by kmin and by kmax (with their rows
+    // summed), so a million-token call costs n log n, not n^2.
+    thread_local std::vector<std::pair<int64_t, double>> by_min, by_max;
+    by_min.clear(), by_max.clear();
+    for (const Bounds& k : kt) by_min.push_back({k.pmin, double(k.rows)}), by_max.push_back({k.pmax, double(k.rows)});
+    std::sort(by_min.begin(), by_min.end());
+    std::sort(by_max.begin(), by_max.end());
+    thread_local std::vector<double> rows_min, rows_max;  // prefix sums of rows
+    rows_min.assign(1, 0.0), rows_max.assign(1, 0.0);
+    for (const auto& e : by_min) rows_min.push_back(rows_min.back() + e.second);
+    for (const auto& e : by_max) rows_max.push_back(rows_max.back() + e.second);
+    for (const Bounds& a : qt) {
+      // key tiles with kmin <= qmax (not skipped), and with kmax <= qmin (fully visible)
+      const size_t seen = size_t(std::upper_bound(by_min.begin(), by_min.end(), std::make_pair(a.pmax, 1e300)) - by_min.begin());
+      const size_t full = size_t(std::upper_bound(by_max.begin(), by_max.end(), std::make_pair(a.pmin, 1e300)) - by_max.begin());
+      n.full += double(full);
+      n.partial += double(seen) - double(full);
+      n.full_area += double(a.rows) * rows_max[full] / whole;
+      n.partial_area += double(a.rows) * (rows_min[seen] - rows_max[full]) / whole;
+    }
+    return n;
+  }
   for (const Bounds& a : qt)
     for (const Bounds& k : kt) {
       if (causal && k.pmin > a.pmax) continue;
@@ -134,6 +161,7 @@ struct Rates {
   const Machine& m;
   std::string dtype;
   std::vector<std::string>& notes;
+  std::mutex* notes_lock;
 
   double gemm(const LayerOp& op) const {
     const GemmRate* r = m.cal.find_gemm(dtype, m.threads, op.ops, op.m, op.n, op.k);
@@ -152,17 +180,22 @@ struct Rates {
     const ElemRate* r = m.cal.find_elem(dtype, m.threads, op);
     if (!r) {
       const std::string note = "no rate for " + op + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s";
+      const std::lock_guard<std::mutex> lock(*notes_lock);  // workers of attention_pass call this too
       if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
       return 0;
     }
     return values * r->s_per_value / m.rate_scale;
   }
-  double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
+  const AttnRate* attn_rate(const cp::Config& c, bool backward) const {
     const AttnRate* r = m.cal.find_attn(dtype, m.threads, backward, c.head_dim);
     if (!r)
       throw std::runtime_error("the calibration table (" + m.cal.source + ") has no attention " +
                                (backward ? "backward" : "forward") + " rate for " + dtype + " at " +
                                std::to_string(m.threads) + " threads per rank");
+    return r;
+  }
+  double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
+    const AttnRate* r = attn_rate(c, backward);
     const TileCount t = count_tiles(c, a.q, a.kv, {r->tile_q, r->tile_k});
     if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
     // The table's rates are per whole tile and head at its head_dim; another head_dim scales
@@ -179,18 +212,23 @@ struct PassTime {
 };
 
 // The scheme's attention over one pass: steps synchronous over the ranks.
-PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
-                        bool backward, size_t elem) {
-  const int P = c.ranks;
-  std::vector<double> step_time, step_comp, step_wire, compute(size_t(P), 0.0);
-  double ratio = 0, exposed = 0;
+// Per-step maxima and per-rank compute of a range of ranks (one thread's share).
+struct PassPart {
+  std::vector<double> step_time, step_comp, step_wire, compute;  // compute: per rank of the range
+  double exposed = 0;
+};
+
+PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
+                         bool backward, size_t elem, int r0, int r1) {
+  PassPart p;
+  p.compute.assign(size_t(r1 - r0), 0.0);
   const double aux_s = rates.elem("copy", 1.0);
-  for (int r = 0; r < P; ++r) {
+  for (int r = r0; r < r1; ++r) {
     const Schedule sch = s.schedule(c, m.topo, r, backward, elem);
-    if (step_time.size() < sch.steps.size()) {
-      step_time.resize(sch.steps.size(), 0.0);
-      step_comp.resize(sch.steps.size(), 0.0);
-      step_wire.resize(sch.steps.size(), 0.0);
+    if (p.step_time.size() < sch.steps.size()) {
+      p.step_time.resize(sch.steps.size(), 0.0);
+      p.step_comp.resize(sch.steps.size(), 0.0);
+      p.step_wire.resize(sch.steps.size(), 0.0);
     }
     for (size_t i = 0; i < sch.steps.size(); ++i) {
       const Step& st = sch.steps[i];
@@ -202,14 +240,42 @@ PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Mach
         cpu += cpu_seconds(cc, l);
       }
       for (const CommCall& cc : st.exposed) exp += comm_seconds(cc, cc.inter ? m.inter : m.intra);
-      const double t = exp + std::max(comp + cpu, wire);
-      step_time[i] = std::max(step_time[i], t);
-      compute[size_t(r)] += comp + cpu;
-      step_comp[i] = std::max(step_comp[i], comp);
-      step_wire[i] = std::max(step_wire[i], wire);
-      if (r == 0) exposed += exp + std::max(0.0, wire - comp - cpu);
+      p.step_time[i] = std::max(p.step_time[i], exp + std::max(comp + cpu, wire));
+      p.compute[size_t(r - r0)] += comp + cpu;
+      p.step_comp[i] = std::max(p.step_comp[i], comp);
+      p.step_wire[i] = std::max(p.step_wire[i], wire);
+      if (r == 0) p.exposed += exp + std::max(0.0, wire - comp - cpu);
     }
   }
+  return p;
+}
+
+// The scheme's attention over one pass: steps synchronous over the ranks. The ranks are
+// shared out over the host's threads (a 1024-rank case lists a million steps).
+PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
+                        bool backward, size_t elem) {
+  const int P = c.ranks;
+  rates.attn_rate(c, backward);  // a missing rate throws here, not in a worker
+  rates.elem("copy", 1.0);       // and its note is taken once
+  const int T = P < 64 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  std::vector<std::future<PassPart>> parts;
+  for (int t = 0; t < T; ++t)
+    parts.push_back(std::async(T == 1 ? std::launch::deferred : std::launch::async, attention_ranks, std::cref(c),
+                               std::cref(s), std::cref(m), std::cref(rates), backward, elem, P * t / T,
+                               P * (t + 1) / T));
+  std::vector<double> step_time, step_comp, step_wire, compute;
+  double exposed = 0;
+  for (auto& f : parts) {
+    const PassPart p = f.get();
+    auto fold = [](std::vector<double>& into, const std::vector<double>& v) {
+      if (into.size() < v.size()) into.resize(v.size(), 0.0);
+      for (size_t i = 0; i < v.size(); ++i) into[i] = std::max(into[i], v[i]);
+    };
+    fold(step_time, p.step_time), fold(step_comp, p.step_comp), fold(step_wire, p.step_wire);
+    compute.insert(compute.end(), p.compute.begin(), p.compute.end());
+    exposed += p.exposed;
+  }
+  double ratio = 0;
   // Wire time over compute of the steps that overlap the two (the slowest rank's of each).
   for (size_t i = 0; i < step_time.size(); ++i)
     if (step_comp[i] > 0 && step_wire[i] > 0) ratio = std::max(ratio, step_wire[i] / step_comp[i]);
@@ -231,7 +297,8 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
   Prediction out;
   const cp::Config c = model::attention_config(cfg);
-  const Rates rates{m, dtype_of(elem), out.notes};
+  std::mutex notes_lock;
+  const Rates rates{m, dtype_of(elem), out.notes, &notes_lock};
   const bool train = cfg.pass == model::Pass::Train;
   const int64_t N = cfg.pass == model::Pass::Decode ? c.decode_tokens : c.seq_len / c.ranks;
   const int L = cfg.shape.layers;
