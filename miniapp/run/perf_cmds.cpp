@@ -127,9 +127,9 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   const auto prof = profile_of(d);
   bool have_intra = false, have_inter = false;
   if (const perf::LinkRate* l = cal.find_link(name, "intra"))
-    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured", l->allreduce_Bps}, have_intra = true;
+    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps}, have_intra = true;
   if (const perf::LinkRate* l = cal.find_link(name, "inter"))
-    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "measured", l->allreduce_Bps}, have_inter = true;
+    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps}, have_inter = true;
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
     const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
