@@ -49,13 +49,14 @@ configure: $(BUILD)/CMakeCache.txt
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Tests labelled badinput only parse and refuse (an MPI start-up each, mostly waiting): they
-# run 2 x $(JOBS) at a time, the others one at a time (their timings and oversubscription
-# checks assume the machine to themselves); `long` ones are left to test-long.
+# Tests labelled badinput only parse and refuse (an MPI start-up each, mostly waiting) and
+# those labelled quick time nothing (dry runs, the analysis checks): they run 2 x $(JOBS) at
+# a time, the others one at a time (their timings and oversubscription checks assume the
+# machine to themselves); `long` ones are left to test-long.
 test: build
 	cd $(BUILD) && rc=0; \
-	  ctest --output-on-failure --timeout 600 -L badinput -j $$(( 2 * $(JOBS) )) || rc=1; \
-	  ctest --output-on-failure --timeout 600 -LE 'long|badinput' || rc=1; \
+	  ctest --output-on-failure --timeout 600 -L 'badinput|quick' -j $$(( 2 * $(JOBS) )) || rc=1; \
+	  ctest --output-on-failure --timeout 600 -LE 'long|badinput|quick' || rc=1; \
 	  exit $$rc
 
 test-long: build
