@@ -280,20 +280,22 @@ struct Measure {
     const int H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
     const kernels::AttnTiles tiles = kernels::attention_default_tiles(bwd);
     std::vector<std::array<double, 5>> rows;  // call, full area, partial area, tiles, seconds
-    // Decode-sized calls (a few queries against a cache) weigh the per-call cost.
-    for (int64_t m : {1024, 4096}) {
-      const int64_t nq = 4;
-      kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", m, Hkv, D), v("cal_v", m, Hkv, D), o("cal_o", nq, H, D),
-          dq("cal_dq", nq, H, D), dk("cal_dk", m, Hkv, D), dv("cal_dv", m, Hkv, D);
+    // One call of queries at qs against keys at ks, timed (median of reps) as a row of the fit.
+    auto time_call = [&](const Spans& qs, const Spans& ks, int reps) {
+      const int64_t nq = layout::count(qs), nk = layout::count(ks);
+      kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", nk, Hkv, D), v("cal_v", nk, Hkv, D), o("cal_o", nq, H, D),
+          dq("cal_dq", nq, H, D), dk("cal_dk", nk, Hkv, D), dv("cal_dv", nk, Hkv, D);
       kernels::View2<T> lse("cal_lse", nq, H);
+      Kokkos::deep_copy(q, T(0.1));
+      Kokkos::deep_copy(k, T(0.2));
+      Kokkos::deep_copy(v, T(0.3));
       cp::Config c;
-      c.seq_len = m + nq, c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
-      const Spans qs{{m, nq, 1}}, ks{{0, m, 1}};
+      c.seq_len = std::max(qs.front().start + nq, nk), c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
       const auto qp = cp::to_device(layout::expand(qs), "cal_qpos"), kp = cp::to_device(layout::expand(ks), "cal_kpos");
       kernels::AttnMask mask;
       mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
       kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-      const double t = median_time(world, 5, [&] {
+      const double t = median_time(world, reps, [&] {
         if (bwd)
           kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
         else
@@ -301,32 +303,11 @@ struct Measure {
       });
       const TileCount n = count_tiles(c, qs, ks, tiles);
       rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
-    }
-    for (int64_t m : {256, 512, 1024}) {
-      kernels::View3<T> q("cal_q", m, H, D), k("cal_k", m, Hkv, D), v("cal_v", m, Hkv, D), o("cal_o", m, H, D),
-          dq("cal_dq", m, H, D), dk("cal_dk", m, Hkv, D), dv("cal_dv", m, Hkv, D);
-      kernels::View2<T> lse("cal_lse", m, H);
-      Kokkos::deep_copy(q, T(0.1));
-      Kokkos::deep_copy(k, T(0.2));
-      Kokkos::deep_copy(v, T(0.3));
-      for (bool diag : {false, true}) {
-        cp::Config c;
-        c.seq_len = 2 * m, c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
-        const Spans qs{{diag ? 0 : m, m, 1}}, ks{{0, m, 1}};
-        const auto qp = cp::to_device(layout::expand(qs), "cal_qpos"), kp = cp::to_device(layout::expand(ks), "cal_kpos");
-        kernels::AttnMask mask;
-        mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
-        kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-        const double t = median_time(world, 3, [&] {
-          if (bwd)
-            kernels::attention_bwd<T>(q, k, v, o, lse, o, mask, dq, dk, dv);
-          else
-            kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-        });
-        const TileCount n = count_tiles(c, qs, ks, tiles);
-        rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
-      }
-    }
+    };
+    // Decode-sized calls (a few queries against a cache) weigh the per-call cost.
+    for (int64_t m : {1024, 4096}) time_call({{m, 4, 1}}, {{0, m, 1}}, 5);
+    for (int64_t m : {256, 512, 1024})
+      for (bool diag : {false, true}) time_call({{diag ? 0 : m, m, 1}}, {{0, m, 1}}, 3);
     const auto x = fit(rows);
     return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
   }
