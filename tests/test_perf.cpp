@@ -121,6 +121,7 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
       "attn f32 1 fwd 128 256 128 2e-6 3e-6 1e-5\n"
       "elem f32 1 copy 1e-10\n"
       "link default intra 4e-6 1.8e10 1.8e10\n"
+      "busy default intra allreduce 6e8 1.3e9\n"
       "info host vm\n";
   const perf::Calibration c = perf::parse_calibration(text, "t.txt");
   const perf::Calibration back = perf::parse_calibration(c.text(), "again");
@@ -128,6 +129,10 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   ASSERT_NE(back.find_gemm("f32", 1, "NT", 600, 1000, 3000), nullptr);  // nearest shape
   EXPECT_EQ(back.find_gemm("f64", 1, "NN", 512, 1024, 2816), nullptr);
   EXPECT_EQ(back.sgemm.at(1), 1e11);
+  ASSERT_NE(back.find_busy("default", "intra", "allreduce"), nullptr);
+  EXPECT_EQ(back.find_busy("default", "intra", "allreduce")->cpu_Bps, 1.3e9);
+  EXPECT_EQ(back.find_busy("default", "intra", "p2p"), nullptr);
+  EXPECT_THROW(perf::parse_calibration("busy default intra ring 6e8 1e9\n", "x"), std::runtime_error);
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -151,17 +156,42 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
   perf::Machine m;
   m.cal = cal, m.threads = 1, m.topo = {4, 4};
   auto step = [&](double alpha, double beta, double cpu) {
-    m.intra = m.inter = {alpha, beta, cpu, "t"};
+    m.intra = m.inter = {alpha, beta, cpu, "t", 0, {}, {}};
     return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
   };
   const double instant = step(0, 1e30, 0), fast = step(1e-6, 1e10, 0), slow = step(1e-5, 1e8, 0);
   EXPECT_LE(instant, fast);
   EXPECT_LT(fast, slow);
   EXPECT_GT(step(1e-6, 1e10, 1e9), fast);  // the CPU's copy comes out of compute
+  // Beside compute (busy rows): a slower wire or a costlier one never makes a step faster.
+  auto busy = [&](double wire, double cpu) {
+    m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {wire, cpu}, {wire, cpu}};
+    return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
+  };
+  EXPECT_NEAR(busy(1e10, 0), fast, 1e-9 * fast);  // as fast as alone, and free: the link alone
+  EXPECT_LT(busy(1e10, 0), busy(1e8, 0));
+  EXPECT_LT(busy(1e10, 0), busy(1e10, 1e8));
   const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
   double phases = 0;
   for (double s : p.phase_s) phases += s;
   EXPECT_NEAR(phases, p.step_s, 1e-9 * p.step_s);  // the phases account for the step
+}
+
+// A transfer beside compute: what moves while the compute runs slows it by its share of the
+// loss; the rest moves after at the link's own rate.
+TEST(PerfModel, TransferBesideComputeCostsItsShare) {
+  // Covered: 1 s of compute, 0.5 s of transfer beside it costing 0.2 s of compute.
+  auto [c1, w1] = perf::overlap(1.0, 0.1, {0.5, 0.2});
+  EXPECT_DOUBLE_EQ(c1, 1.2);
+  EXPECT_DOUBLE_EQ(w1, 0.5);
+  // Not covered: a quarter moves beside 1 s of compute (0.25 x 0.4 s lost), the other three
+  // quarters after, at 0.8 s for the whole alone.
+  auto [c2, w2] = perf::overlap(1.0, 0.8, {4.0, 0.4});
+  EXPECT_DOUBLE_EQ(c2, 1.1);
+  EXPECT_DOUBLE_EQ(w2, 1.1 + 0.75 * 0.8);
+  auto [c3, w3] = perf::overlap(1.0, 0, {0, 0});  // nothing to move
+  EXPECT_DOUBLE_EQ(c3, 1.0);
+  EXPECT_DOUBLE_EQ(w3, 0.0);
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ std::string Calibration::text() const {
   o << "# minicp calibration table (docs/DESIGN.md, \"The performance model\"); rows:\n"
        "#   sgemm THREADS FLOP/S | gemm DTYPE THREADS OPS M N K FLOP/S |\n"
        "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
-       "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S | info KEY VALUE\n";
+       "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S] |\n"
+       "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
   for (const GemmRate& g : gemm)
@@ -55,6 +56,8 @@ std::string Calibration::text() const {
   for (const LinkRate& l : links)
     o << "link " << l.fabric << " " << l.scope << " " << num(l.alpha_s) << " " << num(l.beta_Bps) << " "
       << num(l.cpu_Bps) << (l.allreduce_Bps > 0 ? " " + num(l.allreduce_Bps) : "") << "\n";
+  for (const BusyRate& b : busy)
+    o << "busy " << b.fabric << " " << b.scope << " " << b.kind << " " << num(b.wire_Bps) << " " << num(b.cpu_Bps) << "\n";
   return o.str();
 }
 
@@ -64,6 +67,7 @@ void Calibration::merge(const Calibration& o) {
   attn.insert(attn.end(), o.attn.begin(), o.attn.end());
   elem.insert(elem.end(), o.elem.begin(), o.elem.end());
   links.insert(links.end(), o.links.begin(), o.links.end());
+  busy.insert(busy.end(), o.busy.begin(), o.busy.end());
   info.insert(info.end(), o.info.begin(), o.info.end());
 }
 
@@ -98,6 +102,14 @@ const LinkRate* Calibration::find_link(const std::string& fabric, const std::str
   const LinkRate* found = nullptr;
   for (const LinkRate& l : links)
     if (l.fabric == fabric && l.scope == scope) found = &l;  // the last row wins (a later measurement)
+  return found;
+}
+
+const BusyRate* Calibration::find_busy(const std::string& fabric, const std::string& scope,
+                                       const std::string& kind) const {
+  const BusyRate* found = nullptr;
+  for (const BusyRate& b : busy)
+    if (b.fabric == fabric && b.scope == scope && b.kind == kind) found = &b;  // the last row wins
   return found;
 }
 
@@ -161,6 +173,12 @@ Calibration parse_calibration(const std::string& text, const std::string& source
       if (ok && !(ls >> l.allreduce_Bps)) l.allreduce_Bps = 0;  // optional column
       ok = ok && l.allreduce_Bps >= 0;
       if (ok) c.links.push_back(l);
+    } else if (kind == "busy") {
+      BusyRate b;
+      ok = bool(ls >> b.fabric >> b.scope >> b.kind >> b.wire_Bps >> b.cpu_Bps) &&
+           (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") &&
+           b.wire_Bps > 0 && b.cpu_Bps >= 0;
+      if (ok) c.busy.push_back(b);
     } else {
       throw bad("unknown row kind");
     }
@@ -376,6 +394,85 @@ std::pair<double, double> pingpong(MPI_Comm world, int rank, int peer) {
   return {alpha, double(big) / std::max(1e-9, t - alpha)};
 }
 
+// GEMMs in a loop as the compute a transfer runs beside: the deck's MLP up-projection.
+struct GemmLoop {
+  kernels::View2<float> a, b, c;  // (N, C), (C, F), (N, F)
+  int iters = 1;
+  GemmLoop(int64_t N, int64_t C, int64_t F) : a("busy_a", N, C), b("busy_b", C, F), c("busy_c", N, F) {
+    Kokkos::deep_copy(a, 0.5f);
+    Kokkos::deep_copy(b, 0.25f);
+  }
+  double run() {
+    const double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) kernels::gemm<float>(Trans::N, Trans::N, 1.0f, a, b, 0.0f, c);
+    Kokkos::fence();
+    return MPI_Wtime() - t0;
+  }
+};
+
+// A link beside compute. Every rank runs the GEMM loop while traffic of one kind goes through
+// a communicator with the run's progress: rank 0 and peer exchanging one message each way (p2p,
+// a ring step), or every rank all-reducing 8 MiB buckets (the weight gradients during the
+// backward). Compute lost = the loop's time beside the traffic minus alone (medians of 5,
+// interleaved, after one that sets up the connections); the transfer's time runs to its completion as the trace records it (the
+// progress thread finds it done while the loop runs). The loss is charged to the bytes that
+// moved while the loop ran. Rank 0's figures are returned; every rank calls it.
+std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int rank, int peer, bool allreduce,
+                                    double isolated_Bps, GemmLoop& loop) {
+  const int P = c.world().size;
+  const int64_t bucket = int64_t(8) << 20;
+  // About 0.1 s of traffic on the link alone, under a loop three times as long.
+  int64_t bytes = std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;  // p2p: per message
+  const int buckets = int(std::clamp(std::lround(isolated_Bps * 0.1 / double(comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P))), 1L, 8L));
+  if (allreduce) bytes = bucket * buckets;
+  const int64_t leaving = allreduce ? comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P) * buckets : (rank == 0 || rank == peer ? bytes : 0);
+  const double transfer_s = double(leaving > 0 ? leaving : bytes) / isolated_Bps;
+  loop.iters = 1;
+  double one = loop.run();
+  one = loop.run();
+  loop.iters = int(std::ceil(std::max(0.25, 3 * transfer_s) / std::max(one, 1e-6)));
+  MPI_Bcast(&loop.iters, 1, MPI_INT, 0, world);
+  std::vector<char> send(size_t(bytes), 1), recv(size_t(bytes), 0);
+  std::vector<double> alone, loaded, xfer;
+  c.trace().set_enabled(true);
+  for (int trial = 0; trial < 6; ++trial) {  // the first sets up the connections: not kept
+    MPI_Barrier(world);
+    alone.push_back(loop.run());
+    MPI_Barrier(world);
+    c.trace().clear();
+    const double t0 = MPI_Wtime();
+    std::vector<comm::Request> reqs;
+    if (allreduce) {
+      for (int i = 0; i < buckets; ++i)
+        reqs.push_back(c.iallreduce(send.data() + i * bucket, size_t(bucket / sizeof(float)), comm::DType::F32,
+                                    comm::ReduceOp::Sum, c.world()));
+    } else if (rank == 0 || rank == peer) {
+      const int other = rank == 0 ? peer : 0;
+      reqs.push_back(c.isendrecv(send.data(), size_t(bytes), other, recv.data(), size_t(bytes), other, c.world()));
+    }
+    loaded.push_back(loop.run());
+    for (comm::Request& r : reqs) c.wait(r);
+    double done = t0;
+    for (const comm::Event& e : c.trace().events())
+      if (e.kind == comm::EventKind::AllReduce || e.kind == comm::EventKind::SendRecv) done = std::max(done, e.t_end);
+    xfer.push_back(done - t0);
+    if (trial == 0) alone.clear(), loaded.clear(), xfer.clear();
+  }
+  c.trace().clear();
+  c.trace().set_enabled(false);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double t_alone = median(alone), t_loaded = median(loaded), t_xfer = median(xfer);
+  const double wire = leaving > 0 && t_xfer > 0 ? double(leaving) / t_xfer : 0;
+  const double moved = double(leaving) * std::min(1.0, t_loaded / std::max(t_xfer, 1e-9));
+  const double lost = t_loaded - t_alone;
+  // A loss within the loop's own noise (2%) is no loss.
+  const double cpu = lost > 0.02 * t_alone && moved > 0 ? moved / lost : 0;
+  return {wire, cpu};
+}
+
 }  // namespace
 
 Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose) {
@@ -430,6 +527,22 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     for (LinkRate& l : out.links)
       if (l.scope == std::string(inter ? "inter" : "intra"))
         l.allreduce_Bps = double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(n), comm.world().size)) / t;
+  }
+  // The same links beside compute, through a communicator with the run's progress.
+  if (comm.world().size > 1 && !out.links.empty()) {
+    auto busy_comm = comm::make_mpi_comm(plan.progress_thread ? comm::Progress::Thread : comm::Progress::None);
+    const model::Shape& s = plan.shapes.front();
+    const int64_t N = plan.rows.empty() ? 1024 : *std::max_element(plan.rows.begin(), plan.rows.end());
+    GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), s.hidden, s.ffn);
+    for (const LinkRate& l : std::vector<LinkRate>(out.links)) {
+      const int peer = l.scope == "intra" ? intra_peer : inter_peer;
+      const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, false, l.beta_Bps, loop);
+      out.busy.push_back({plan.fabric, l.scope, "p2p", wire, cpu});
+      if (l.allreduce_Bps > 0) {
+        const auto [ar_wire, ar_cpu] = busy_link(*busy_comm, world, rank, peer, true, l.allreduce_Bps, loop);
+        out.busy.push_back({plan.fabric, l.scope, "allreduce", ar_wire, ar_cpu});
+      }
+    }
   }
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
   // Rank 0's values stand for all: send them round so every rank predicts the same.

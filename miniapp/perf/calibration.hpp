@@ -21,6 +21,11 @@
 //                                                   what it carries (0: no CPU copy, RDMA), and
 //                                                   the bytes per second of a measured 8 MiB
 //                                                   all-reduce (bytes_leaving; optional)
+//   busy    FABRIC SCOPE KIND WIRE_B/S CPU_B/S      the link beside compute (KIND p2p: an exchange
+//                                                   as a ring step; allreduce: 8 MiB buckets as the
+//                                                   weight gradients): bytes_leaving per second
+//                                                   while every rank runs GEMMs, and bytes moved per
+//                                                   second of compute time lost to them (0: none)
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
@@ -64,6 +69,13 @@ struct LinkRate {
   double allreduce_Bps = 0;  // an 8 MiB all-reduce's bytes_leaving per second (0: not measured)
 };
 
+// A link's traffic beside compute: what the run's overlapped transfers see.
+struct BusyRate {
+  std::string fabric, scope, kind;  // kind: p2p | allreduce
+  double wire_Bps = 0;  // bytes_leaving per second of the transfer while the ranks compute
+  double cpu_Bps = 0;   // bytes_leaving per second of compute lost (0: no loss measured)
+};
+
 struct Calibration {
   std::string source;  // the file, or "measured at start-up"
   std::map<int, double> sgemm;  // threads -> SGEMM 2048^3 FLOP/s per rank
@@ -71,6 +83,7 @@ struct Calibration {
   std::vector<AttnRate> attn;
   std::vector<ElemRate> elem;
   std::vector<LinkRate> links;
+  std::vector<BusyRate> busy;
   std::vector<std::pair<std::string, std::string>> info;
 
   std::string text() const;  // the file format above
@@ -82,6 +95,7 @@ struct Calibration {
   const AttnRate* find_attn(const std::string& dtype, int threads, bool backward, int head_dim) const;
   const ElemRate* find_elem(const std::string& dtype, int threads, const std::string& op) const;
   const LinkRate* find_link(const std::string& fabric, const std::string& scope) const;
+  const BusyRate* find_busy(const std::string& fabric, const std::string& scope, const std::string& kind) const;
   // The thread counts the table has rates for.
   std::vector<int> threads() const;
 };
@@ -97,11 +111,12 @@ struct CalibrationPlan {
   std::vector<std::string> dtypes;
   std::string fabric;  // the name the link rows get ("default": MPI's own choice)
   bool cpu_copy_inter = true;  // whether a CPU copies what crosses nodes (false for RDMA fabrics)
+  bool progress_thread = true;  // the run's progress (the busy rows are measured with it)
 };
 
 // Measures the plan on every rank of comm's world at once (collective): GEMMs at the layer's
 // shapes, the element-wise kernels, attention tiles (fitted from whole calls), the links from
-// rank 0 to its nearest peer and to one on another node. Rank 0's table is returned on rank 0
+// rank 0 to its nearest peer and to one on another node, alone and beside GEMMs. Rank 0's table is returned on rank 0
 // (the ranks' rates agree within the machine's noise; rank 0 stands for all).
 Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose);
 

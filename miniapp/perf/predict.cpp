@@ -145,15 +145,28 @@ double comm_seconds(const CommCall& c, const Link& l) {
   return hops * l.alpha_s + (l.beta_Bps > 0 ? bytes / l.beta_Bps : 0);
 }
 
-namespace {
-
-// The CPU time a call takes from compute on a link whose CPU moves the data: its copy, and
-// for a large all-reduce with a measured rate, all of it (reductions and copies).
-double cpu_seconds(const CommCall& c, const Link& l) {
-  if (l.cpu_Bps <= 0) return 0;
-  if (c.op == comm::EventKind::AllReduce && c.payload >= (64 << 10) && l.allreduce_Bps > 0) return comm_seconds(c, l);
-  return double(comm::bytes_leaving(c.op, c.payload, c.group)) / l.cpu_Bps;
+Beside beside_compute(const CommCall& c, const Link& l) {
+  const bool big_allreduce = c.op == comm::EventKind::AllReduce && c.payload >= (64 << 10);
+  const Link::Busy& b = big_allreduce ? l.busy_allreduce : l.busy_p2p;
+  const double alone = comm_seconds(c, l), bytes = double(comm::bytes_leaving(c.op, c.payload, c.group));
+  if (b.wire_Bps <= 0) {  // not measured beside compute: the link's own rate; a CPU copy, if any, is the loss
+    // (a large all-reduce with a measured rate: all of it, reductions and copies)
+    const double cpu = l.cpu_Bps <= 0 ? 0 : big_allreduce && l.allreduce_Bps > 0 ? alone : bytes / l.cpu_Bps;
+    return {alone, cpu};
+  }
+  const double cpu = b.cpu_Bps > 0 ? bytes / b.cpu_Bps : 0;
+  if (big_allreduce) return {bytes / b.wire_Bps, cpu};
+  return {alone - bytes / l.beta_Bps + bytes / b.wire_Bps, cpu};  // the same latency terms
 }
+
+std::pair<double, double> overlap(double compute_s, double alone_s, const Beside& beside) {
+  if (beside.wire_s <= 0) return {compute_s, 0.0};
+  const double x = std::min(1.0, compute_s / beside.wire_s);  // the part that moves beside compute
+  const double compute_end = compute_s + x * beside.cpu_s;
+  return {compute_end, x < 1 ? compute_end + (1 - x) * alone_s : beside.wire_s};
+}
+
+namespace {
 
 std::string dtype_of(size_t elem) { return elem == sizeof(double) ? "f64" : "f32"; }
 
@@ -232,19 +245,21 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
     }
     for (size_t i = 0; i < sch.steps.size(); ++i) {
       const Step& st = sch.steps[i];
-      double comp = st.aux_values * aux_s, wire = 0, cpu = 0, exp = 0;
+      double comp = st.aux_values * aux_s, alone = 0, exp = 0;
+      Beside beside;
       for (const AttnCall& a : st.attn) comp += rates.attn(c, a, backward);
       for (const CommCall& cc : st.overlapped) {
         const Link& l = cc.inter ? m.inter : m.intra;
-        wire += comm_seconds(cc, l);
-        cpu += cpu_seconds(cc, l);
+        const Beside b = beside_compute(cc, l);
+        alone += comm_seconds(cc, l), beside.wire_s += b.wire_s, beside.cpu_s += b.cpu_s;
       }
       for (const CommCall& cc : st.exposed) exp += comm_seconds(cc, cc.inter ? m.inter : m.intra);
-      p.step_time[i] = std::max(p.step_time[i], exp + std::max(comp + cpu, wire));
-      p.compute[size_t(r - r0)] += comp + cpu;
+      const auto [comp_end, wire_end] = overlap(comp, alone, beside);
+      p.step_time[i] = std::max(p.step_time[i], exp + std::max(comp_end, wire_end));
+      p.compute[size_t(r - r0)] += comp_end;
       p.step_comp[i] = std::max(p.step_comp[i], comp);
-      p.step_wire[i] = std::max(p.step_wire[i], wire);
-      if (r == 0) p.exposed += exp + std::max(0.0, wire - comp - cpu);
+      p.step_wire[i] = std::max(p.step_wire[i], beside.wire_s);
+      if (r == 0) p.exposed += exp + std::max(0.0, wire_end - comp_end);
     }
   }
   return p;
@@ -325,20 +340,26 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
     const Link& l = inter ? m.inter : m.intra;
     const double params = double(model::layer_param_count(cfg.shape)) * elem;
     const double bucket = double(model::kGradBucketBytes);
-    double wire = 0, cpu = 0;
+    double alone = 0;  // one layer's buckets
+    Beside beside;
     for (double at = 0; at < params; at += bucket) {
       const CommCall call{comm::EventKind::AllReduce, int64_t(std::min(bucket, params - at)), c.ranks, inter};
-      wire += comm_seconds(call, l);
-      cpu += cpu_seconds(call, l);
+      const Beside b = beside_compute(call, l);
+      alone += comm_seconds(call, l), beside.wire_s += b.wire_s, beside.cpu_s += b.cpu_s;
     }
+    // Each layer's backward runs beside the all-reduces still queued (in layers' worth).
     const double per_layer = pass_s[1] / L;
-    double t = 0, queue = 0, copies = 0;
+    double t = 0, queued = 0, copies = 0;
     for (int layer = 0; layer < L; ++layer) {
-      const double copy = layer > 0 ? std::min(cpu, per_layer) : 0;  // the previous one's, on the compute path
-      t += per_layer + copy;
-      copies += copy;
-      queue = std::max(queue, t) + wire;
+      if (queued > 0) {
+        const double moved = beside.wire_s > 0 ? std::min(queued, per_layer / beside.wire_s) : queued;
+        const double lost = moved * beside.cpu_s;
+        t += lost, copies += lost, queued -= moved;
+      }
+      t += per_layer;
+      queued += 1;
     }
+    const double queue = t + queued * alone;
     out.grad_allreduce_exposed_s = std::max(0.0, queue - t);
     out.phase_s[int(Phase::GradAllreduce)] = out.grad_allreduce_exposed_s + copies;
     pass_s[1] = t + out.grad_allreduce_exposed_s;

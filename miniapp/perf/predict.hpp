@@ -8,11 +8,14 @@
 //             fully visible, partly masked) x seconds per tile and head, plus a per-call cost.
 //   comm      alpha-beta per call: latency terms of the op's algorithm x alpha + the bytes of
 //             comm::bytes_leaving / beta, with the intra- or inter-node link.
-//   overlap   per step of the schedule: exposed calls + max(compute + the CPU's copy of the
-//             overlapped traffic where a CPU copies it, the overlapped traffic's wire time);
+//   overlap   per step of the schedule: exposed calls + the overlapped traffic beside the
+//             step's compute: it moves at the link's rate beside compute (a busy row of the
+//             table, else the link's own), costing compute the time the table says it takes
+//             from it, and what is left when the compute ends moves at the link's own rate;
 //             steps are synchronous across ranks (a ring step waits for its slowest member).
 //   gradients each layer's weight-gradient all-reduce is queued when its backward ends and
-//             runs beside the backward of the layers below; what is left at the end is exposed.
+//             moves, in the same way, beside the backward of the layers below; what is left
+//             at the end is exposed.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,6 +55,12 @@ struct Link {
   double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;  // cpu_Bps 0: no CPU copy
   std::string source;
   double allreduce_Bps = 0;  // a measured large all-reduce's rate (0: alpha-beta instead)
+  // Beside compute (the table's busy rows): the wire rate and the bytes per second of compute
+  // lost, for exchanges (p2p) and large all-reduces; wire_Bps 0: not measured, the figures
+  // above hold (a CPU copy, if any, is what compute loses).
+  struct Busy {
+    double wire_Bps = 0, cpu_Bps = 0;
+  } busy_p2p, busy_allreduce;
 };
 struct Machine {
   Calibration cal;
@@ -60,8 +69,18 @@ struct Machine {
   double rate_scale = 1;    // compute rates x this (a run's SGEMM now over the table's)
   Topo topo;
 };
-// Seconds of one communicator call on a link (alpha-beta: see the top of this file).
+// Seconds of one communicator call on a link (alpha-beta: see the top of this file), alone.
 double comm_seconds(const CommCall& c, const Link& l);
+// The same call beside compute: its seconds, and the compute seconds it takes if all of it
+// moves beside compute.
+struct Beside {
+  double wire_s = 0, cpu_s = 0;
+};
+Beside beside_compute(const CommCall& c, const Link& l);
+// Transfers of `alone_s` seconds alone and `beside` beside compute, posted with `compute_s` of
+// compute: the part that moves while the compute runs slows it (its share of beside.cpu_s),
+// the rest moves after at the link's own rate. Returns {compute's end, the transfers' end}.
+std::pair<double, double> overlap(double compute_s, double alone_s, const Beside& beside);
 
 struct Prediction {
   double step_s = 0, forward_s = 0, backward_s = 0;  // backward_s 0 without a backward

@@ -106,6 +106,7 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
   plan.fabric = fabric_name(d);
   const auto prof = profile_of(d);
   plan.cpu_copy_inter = !prof || prof->kind != "cluster";
+  plan.progress_thread = comm::parse_progress(d.progress) == comm::Progress::Thread;
   return plan;
 }
 
@@ -127,15 +128,19 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   const auto prof = profile_of(d);
   bool have_intra = false, have_inter = false;
   if (const perf::LinkRate* l = cal.find_link(name, "intra"))
-    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps}, have_intra = true;
+    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}}, have_intra = true;
   if (const perf::LinkRate* l = cal.find_link(name, "inter"))
-    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps}, have_inter = true;
+    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}}, have_inter = true;
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
     const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
     m.inter = {alpha, beta, prof->kind == "cluster" ? 0.0 : (have_intra ? m.intra.beta_Bps : beta),
-               "profile " + prof->name + " [link]"};
+               "profile " + prof->name + " [link]", 0, {}, {}};
     have_inter = alpha > 0;
+  }
+  for (auto [link, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}}) {
+    if (const perf::BusyRate* b = cal.find_busy(name, scope, "p2p")) link->busy_p2p = {b->wire_Bps, b->cpu_Bps};
+    if (const perf::BusyRate* b = cal.find_busy(name, scope, "allreduce")) link->busy_allreduce = {b->wire_Bps, b->cpu_Bps};
   }
   if (!have_intra && have_inter) m.intra = m.inter, have_intra = true;
   if (!have_inter && have_intra) m.inter = m.intra;
@@ -218,6 +223,8 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
         out.elem = kept(old.elem, fresh.elem, [](const perf::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
       if (!old.links.empty())
         out.links = kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
+      if (!old.busy.empty())
+        out.busy = kept(old.busy, fresh.busy, [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
       out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
@@ -235,8 +242,8 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   }
   std::filesystem::rename(tmp, path);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links in %.1f s; table in %s\n",
-              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), s, path.c_str());
+  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute) in %.1f s; table in %s\n",
+              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), s, path.c_str());
 }
 
 void run_predict(const Plan& p) {
