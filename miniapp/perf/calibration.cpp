@@ -422,6 +422,8 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   const int P = c.world().size;
   const int64_t bucket = int64_t(8) << 20;
   // About 0.1 s of traffic on the link alone, under a loop three times as long.
+  // Rank 0's sizes: each rank timed the link by its own clock, and both sides must agree.
+  MPI_Bcast(&isolated_Bps, 1, MPI_DOUBLE, 0, world);
   int64_t bytes = std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;  // p2p: per message
   const int buckets = int(std::clamp(std::lround(isolated_Bps * 0.1 / double(comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P))), 1L, 8L));
   if (allreduce) bytes = bucket * buckets;

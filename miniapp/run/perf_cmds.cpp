@@ -65,6 +65,11 @@ std::string us(double s) {
   std::snprintf(b, sizeof b, "%.3g us", s * 1e6);
   return b;
 }
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
 std::string gbs(double Bps) {
   char b[32];
   std::snprintf(b, sizeof b, "%.3g GB/s", Bps / 1e9);
@@ -165,6 +170,11 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   std::printf("  links: intra-node alpha %s, beta %s (%s); inter-node alpha %s, beta %s (%s)\n",
               us(m.intra.alpha_s).c_str(), gbs(m.intra.beta_Bps).c_str(), m.intra.source.c_str(),
               us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
+  for (auto [l, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}})
+    for (auto [b, kind] : {std::pair{&l->busy_p2p, "exchange"}, std::pair{&l->busy_allreduce, "all-reduce"}})
+      if (b->wire_Bps > 0)
+        std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, kind, gbs(b->wire_Bps).c_str(),
+                    b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
 }
 
 // Measured step times and per-rank SGEMM of an existing results file, by case id.
