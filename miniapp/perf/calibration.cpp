@@ -412,32 +412,39 @@ struct GemmLoop {
 
 // A link beside compute. Every rank runs the GEMM loop while traffic of one kind goes through
 // a communicator with the run's progress: rank 0 and peer exchanging one message each way (p2p,
-// a ring step), or every rank all-reducing 8 MiB buckets (the weight gradients during the
-// backward). Compute lost = the loop's time beside the traffic minus alone (medians of 5,
-// interleaved, after one that sets up the connections); the transfer's time runs to its completion as the trace records it (the
-// progress thread finds it done while the loop runs). The loss is charged to the bytes that
-// moved while the loop ran. Rank 0's figures are returned; every rank calls it.
-std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int rank, int peer, bool allreduce,
+// a ring step: about 0.1 s of the link's traffic alone), or, with buckets > 0, every rank
+// all-reducing that many 8 MiB buckets back to back (a layer's weight gradients during the
+// backward of the layer below). Compute lost = the loop's time beside the traffic minus alone
+// (medians of 3-7 interleaved pairs, after one that sets up the connections); the transfer ends when
+// the trace says it completed (the progress thread finds it done while the loop runs). When it
+// outlasts the loop, the rest is taken to have moved at the link's own rate after it (the
+// model's rule, perf::overlap), so the rates are those of the part that moved beside compute.
+// Rank 0's figures are returned; every rank calls it.
+std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int rank, int peer, int buckets,
                                     double isolated_Bps, GemmLoop& loop) {
   const int P = c.world().size;
-  const int64_t bucket = int64_t(8) << 20;
-  // About 0.1 s of traffic on the link alone, under a loop three times as long.
+  const int64_t bucket = int64_t(model::kGradBucketBytes);
+  const bool allreduce = buckets > 0;
   // Rank 0's sizes: each rank timed the link by its own clock, and both sides must agree.
   MPI_Bcast(&isolated_Bps, 1, MPI_DOUBLE, 0, world);
-  int64_t bytes = std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;  // p2p: per message
-  const int buckets = int(std::clamp(std::lround(isolated_Bps * 0.1 / double(comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P))), 1L, 8L));
-  if (allreduce) bytes = bucket * buckets;
-  const int64_t leaving = allreduce ? comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P) * buckets : (rank == 0 || rank == peer ? bytes : 0);
-  const double transfer_s = double(leaving > 0 ? leaving : bytes) / isolated_Bps;
+  const int64_t bytes = allreduce ? bucket * buckets : std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;
+  const int64_t leaving = allreduce ? comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P) * buckets
+                                    : (rank == 0 || rank == peer ? bytes : 0);
+  const double transfer_s = double(leaving > 0 ? leaving : bytes) / isolated_Bps;  // alone
   loop.iters = 1;
   double one = loop.run();
   one = loop.run();
-  loop.iters = int(std::ceil(std::max(0.25, 3 * transfer_s) / std::max(one, 1e-6)));
-  MPI_Bcast(&loop.iters, 1, MPI_INT, 0, world);
+  // As many pairs as fit in about 4 s (3 to 7): the loss varies from pair to pair with how the
+  // threads that move the data are scheduled beside the compute.
+  int sizes[2] = {int(std::ceil(std::max(0.25, 1.5 * transfer_s) / std::max(one, 1e-6))), 0};
+  sizes[1] = int(std::clamp(4.0 / (2 * sizes[0] * std::max(one, 1e-6)), 3.0, 7.0));
+  MPI_Bcast(sizes, 2, MPI_INT, 0, world);
+  loop.iters = sizes[0];
+  const int trials = sizes[1];
   std::vector<char> send(size_t(bytes), 1), recv(size_t(bytes), 0);
   std::vector<double> alone, loaded, xfer;
   c.trace().set_enabled(true);
-  for (int trial = 0; trial < 6; ++trial) {  // the first sets up the connections: not kept
+  for (int trial = 0; trial <= trials; ++trial) {  // the first sets up the connections: not kept
     MPI_Barrier(world);
     alone.push_back(loop.run());
     MPI_Barrier(world);
@@ -467,8 +474,11 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
     return v[v.size() / 2];
   };
   const double t_alone = median(alone), t_loaded = median(loaded), t_xfer = median(xfer);
-  const double wire = leaving > 0 && t_xfer > 0 ? double(leaving) / t_xfer : 0;
-  const double moved = double(leaving) * std::min(1.0, t_loaded / std::max(t_xfer, 1e-9));
+  if (leaving <= 0 || t_xfer <= 0) return {0.0, 0.0};
+  const double beside = t_xfer <= t_loaded ? 1.0 : std::clamp(1 - (t_xfer - t_loaded) / transfer_s, 0.0, 1.0);
+  const double moved = beside * double(leaving);  // bytes that moved while the loop ran
+  // Nothing moved beside compute (no progress while it runs): 1 B/s, so the model moves it all after.
+  const double wire = beside >= 1 ? double(leaving) / t_xfer : std::max(1.0, moved / t_loaded);
   const double lost = t_loaded - t_alone;
   // A loss within the loop's own noise (2%) is no loss.
   const double cpu = lost > 0.02 * t_alone && moved > 0 ? moved / lost : 0;
@@ -515,33 +525,38 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     const double cpu = std::string(scope) == "intra" ? beta : plan.cpu_copy_inter ? (intra_beta > 0 ? intra_beta : beta) : 0;
     out.links.push_back({plan.fabric, scope, alpha, beta, cpu});
   }
-  // The weight-gradient all-reduce's own rate: one 8 MiB bucket over the whole job, as a
-  // layer posts them (its algorithm and, on a CPU-copy fabric, its reduction and copies).
+  // The weight-gradient all-reduce's own rate: a layer's buckets of 8 MiB (up to 8) back to
+  // back over the whole job, as a layer posts them (its algorithm, the link's sustained rate
+  // rather than a burst, and on a CPU-copy fabric its reductions and copies).
+  const model::Shape& shape = plan.shapes.front();
+  const size_t bucket = model::kGradBucketBytes;
+  const int buckets = int(std::clamp<int64_t>(
+      (model::layer_param_count(shape) * int64_t(sizeof(float)) + int64_t(bucket) - 1) / int64_t(bucket), 1, 8));
   if (comm.world().size > 1 && !out.links.empty()) {
-    const size_t n = size_t(8) << 20;
-    std::vector<float> buf(n / sizeof(float), 1.0f);
+    std::vector<float> buf(bucket / sizeof(float), 1.0f);
     MPI_Barrier(world);
-    const double t = median_time(world, 5, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, world);
+    const double t = median_time(world, 3, [&] {
+      for (int i = 0; i < buckets; ++i)
+        MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, world);
     });
     const bool inter = std::any_of(topo.node_of_rank.begin(), topo.node_of_rank.end(),
                                    [&](int nd) { return nd != topo.node_of_rank[0]; });
     for (LinkRate& l : out.links)
       if (l.scope == std::string(inter ? "inter" : "intra"))
-        l.allreduce_Bps = double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(n), comm.world().size)) / t;
+        l.allreduce_Bps =
+            double(buckets) * double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(bucket), comm.world().size)) / t;
   }
   // The same links beside compute, through a communicator with the run's progress.
   if (comm.world().size > 1 && !out.links.empty()) {
     auto busy_comm = comm::make_mpi_comm(plan.progress_thread ? comm::Progress::Thread : comm::Progress::None);
-    const model::Shape& s = plan.shapes.front();
     const int64_t N = plan.rows.empty() ? 1024 : *std::max_element(plan.rows.begin(), plan.rows.end());
-    GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), s.hidden, s.ffn);
+    GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), shape.hidden, shape.ffn);
     for (const LinkRate& l : std::vector<LinkRate>(out.links)) {
       const int peer = l.scope == "intra" ? intra_peer : inter_peer;
-      const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, false, l.beta_Bps, loop);
+      const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, 0, l.beta_Bps, loop);
       out.busy.push_back({plan.fabric, l.scope, "p2p", wire, cpu});
       if (l.allreduce_Bps > 0) {
-        const auto [ar_wire, ar_cpu] = busy_link(*busy_comm, world, rank, peer, true, l.allreduce_Bps, loop);
+        const auto [ar_wire, ar_cpu] = busy_link(*busy_comm, world, rank, peer, buckets, l.allreduce_Bps, loop);
         out.busy.push_back({plan.fabric, l.scope, "allreduce", ar_wire, ar_cpu});
       }
     }

@@ -19,8 +19,9 @@
 //                                                   a link (SCOPE intra | inter node): latency,
 //                                                   bandwidth, the rate at which a CPU copies
 //                                                   what it carries (0: no CPU copy, RDMA), and
-//                                                   the bytes per second of a measured 8 MiB
-//                                                   all-reduce (bytes_leaving; optional)
+//                                                   the bytes per second of a layer's gradient
+//                                                   all-reduce, its 8 MiB buckets back to back
+//                                                   (bytes_leaving; optional)
 //   busy    FABRIC SCOPE KIND WIRE_B/S CPU_B/S      the link beside compute (KIND p2p: an exchange
 //                                                   as a ring step; allreduce: 8 MiB buckets as the
 //                                                   weight gradients): bytes_leaving per second
@@ -66,7 +67,7 @@ struct ElemRate {
 struct LinkRate {
   std::string fabric, scope;  // scope: intra | inter
   double alpha_s = 0, beta_Bps = 0, cpu_Bps = 0;
-  double allreduce_Bps = 0;  // an 8 MiB all-reduce's bytes_leaving per second (0: not measured)
+  double allreduce_Bps = 0;  // a layer's 8 MiB buckets all-reduced: bytes_leaving per second (0: not measured)
 };
 
 // A link's traffic beside compute: what the run's overlapped transfers see.

@@ -170,10 +170,10 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   std::printf("  links: intra-node alpha %s, beta %s (%s); inter-node alpha %s, beta %s (%s)\n",
               us(m.intra.alpha_s).c_str(), gbs(m.intra.beta_Bps).c_str(), m.intra.source.c_str(),
               us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
-  for (auto [l, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}})
-    for (auto [b, kind] : {std::pair{&l->busy_p2p, "exchange"}, std::pair{&l->busy_allreduce, "all-reduce"}})
-      if (b->wire_Bps > 0)
-        std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, kind, gbs(b->wire_Bps).c_str(),
+  for (const char* scope : {"intra", "inter"})
+    for (auto [kind, what] : {std::pair{"p2p", "exchange"}, std::pair{"allreduce", "all-reduce"}})
+      if (const perf::BusyRate* b = m.cal.find_busy(fabric_name(p.deck), scope, kind))
+        std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, what, gbs(b->wire_Bps).c_str(),
                     b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
 }
 
