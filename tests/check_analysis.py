@@ -34,6 +34,15 @@ def fail(msg):
     print(f"FAIL: {msg}")
 
 
+def verdict(what):
+    """The exit status: 1 with the count of failures, else 0 saying what passed."""
+    if FAILS:
+        print(f"{len(FAILS)} failure(s)")
+        return 1
+    print(f"{what}: all checks passed")
+    return 0
+
+
 def text(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -455,11 +464,7 @@ def main():
     sys.path.insert(0, os.path.abspath(a.analysis))
     os.makedirs(a.work, exist_ok=True)
     {"report": check_report, "plots": check_plots, "trace": check_trace}[a.what](a)
-    if FAILS:
-        print(f"{len(FAILS)} failure(s)")
-        return 1
-    print(f"{a.what}: all checks passed")
-    return 0
+    return verdict(a.what)
 
 
 if __name__ == "__main__":
