@@ -7,13 +7,18 @@ run.calibration = "measure", against the file itself and against `minicp --predi
   - every case that ran has a finite predicted_time_s > 0, and its predicted phases add up to it;
   - `minicp --predict --against FILE` exits 0, prints the links beside compute, and predicts each
     case as the run did (same table, same drift scale: the two computations agree to the 4
-    digits printed).
+    digits printed);
+  - `minicp --advise` on the file's deck and table (as run, and at S = 2048 where schemes tie):
+    each group ranked by predicted step with its percentage over the first, one line per refused
+    case, and the schemes within 5% of the first named as a tie, exactly those.
 Usage: check_model_file.py --minicp BIN --file FILE.h5"""
 import argparse
 import math
+import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import h5py
 
@@ -35,14 +40,60 @@ def check_table(table):
             fail(f"calibration: busy intra {kind}: wire {wire} B/s, loss {cpu} B/s out of range")
 
 
+def advise_groups(minicp, deck, table, sets):
+    """`minicp --advise` parsed: [(group, [(scheme, s/step, percent)], [refused scheme], [tied scheme])]."""
+    argv = [minicp, "--advise", "--deck", deck, "--calibration", table]
+    for kv in sets:
+        argv += ["--set", kv]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        fail(f"{' '.join(argv)}: exit {out.returncode}: {out.stderr}")
+    groups = []
+    for line in out.stdout.splitlines():
+        if re.match(r"^(train|decode), S = \d+, \d+ ranks:$", line):
+            groups.append((line[:-1], [], [], []))
+        elif groups and (m := re.match(r"^  \d+\. (\S+) +(\S+) s/step +([+-][0-9.]+)%", line)):
+            groups[-1][1].append((m.group(1), float(m.group(2)), float(m.group(3))))
+        elif groups and (m := re.match(r"^     (\S+) +refused: ", line)):
+            groups[-1][2].append(m.group(1))
+        elif groups and (m := re.match(r"^     within 5% of (\S+): (.*) \(a tie at the model's accuracy\)$", line)):
+            groups[-1][3].extend(m.group(2).split(", "))
+    return groups
+
+
+def check_advise(minicp, deck, table, sets, refused_cases):
+    groups = advise_groups(minicp, deck, table, sets)
+    if not groups:
+        fail(f"--advise {sets}: no groups printed")
+    refused = 0
+    for name, ranked, refused_here, tied in groups:
+        refused += len(refused_here)
+        times = [t for _, t, _ in ranked]
+        if times != sorted(times):
+            fail(f"--advise {name}: not ranked by predicted step: {ranked}")
+        for scheme, t, pct in ranked:
+            if abs(pct - 100 * (t / times[0] - 1)) > 0.15:
+                fail(f"--advise {name}: {scheme} {pct}% over the first, its step says {100 * (t / times[0] - 1):.2f}%")
+        want = [sch for sch, t, _ in ranked[1:] if t <= 1.05 * times[0] * (1 - 1e-3)]
+        maybe = {sch for sch, t, _ in ranked[1:] if abs(t - 1.05 * times[0]) <= 1.05e-3 * times[0]}
+        if not set(want) <= set(tied) or not set(tied) <= set(want) | maybe:
+            fail(f"--advise {name}: tied {tied}, within 5% of the first by the printed steps: {want}")
+    if refused_cases is not None and refused != refused_cases:
+        fail(f"--advise: {refused} refused lines, the file has {refused_cases} refused cases")
+    return groups
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minicp", required=True)
     ap.add_argument("--file", required=True)
     a = ap.parse_args()
     stored = {}
+    refused_cases = 0
     with h5py.File(a.file, "r") as f:
         check_table(text(f.attrs["calibration"]))
+        deck_text, table_text = text(f.attrs["deck"]), text(f.attrs["calibration"])
+        refused_cases = sum(text(g.attrs["status"]).startswith("refused") for g in f["cases"].values())
         for cid, g in f["cases"].items():
             if text(g.attrs["status"]) != "ok":
                 continue
@@ -74,6 +125,16 @@ def main():
                 fail(f"{f[0]}: --against predicts {predicted} s, the run stored {stored[f[0]]:.6g} s")
     if seen != len(stored):
         fail(f"--against printed {seen} of the {len(stored)} cases that ran:\n{out.stdout}")
+    with tempfile.TemporaryDirectory() as work:
+        deck, table = os.path.join(work, "deck.toml"), os.path.join(work, "table.txt")
+        with open(deck, "w") as f:
+            f.write(deck_text)
+        with open(table, "w") as f:
+            f.write(table_text)
+        check_advise(a.minicp, deck, table, [], refused_cases)
+        tied = check_advise(a.minicp, deck, table, ["sweep.seq_len=[2048]", 'run.pass="train"'], None)
+        if not any(g[3] for g in tied):
+            fail("--advise at S = 2048: no tie named, though the ring schemes predict within 1% there")
     return verdict(f"model figures of {len(stored)} cases")
 
 

@@ -352,6 +352,13 @@ void run_advise(const Plan& p) {
     for (size_t i = 0; i < ok.size(); ++i)
       std::printf("  %zu. %-10s %10.4g s/step  %+6.1f%%  %s\n", i + 1, ok[i].second->scheme.c_str(), ok[i].first.step_s,
                   100 * (ok[i].first.step_s / ok[0].first.step_s - 1), perf::explain(ok[i].first).c_str());
+    // Closer than the model's own accuracy (docs/measurements.md): not a ranking to act on.
+    std::string close;
+    for (size_t i = 1; i < ok.size(); ++i)
+      if (ok[i].first.step_s <= 1.05 * ok[0].first.step_s) close += (close.empty() ? "" : ", ") + ok[i].second->scheme;
+    if (!close.empty())
+      std::printf("     within 5%% of %s: %s (a tie at the model's accuracy)\n", ok[0].second->scheme.c_str(),
+                  close.c_str());
     for (const Case* c : refused) std::printf("     %-10s refused: %s\n", c->scheme.c_str(), c->refused.c_str());
   }
 }
