@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "comm/comm.hpp"
+#include "harness/stats.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/ceiling.hpp"
 #include "kernels/gemm.hpp"
@@ -443,7 +444,6 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   const int trials = sizes[1];
   std::vector<char> send(size_t(bytes), 1), recv(size_t(bytes), 0);
   std::vector<double> alone, loaded, xfer;
-  c.trace().set_enabled(true);
   for (int trial = 0; trial <= trials; ++trial) {  // the first sets up the connections: not kept
     MPI_Barrier(world);
     alone.push_back(loop.run());
@@ -467,12 +467,7 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
     xfer.push_back(done - t0);
     if (trial == 0) alone.clear(), loaded.clear(), xfer.clear();
   }
-  c.trace().clear();
-  c.trace().set_enabled(false);
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  using harness::median;
   const double t_alone = median(alone), t_loaded = median(loaded), t_xfer = median(xfer);
   if (leaving <= 0 || t_xfer <= 0) return {0.0, 0.0};
   const double beside = t_xfer <= t_loaded ? 1.0 : std::clamp(1 - (t_xfer - t_loaded) / transfer_s, 0.0, 1.0);
@@ -551,7 +546,7 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     auto busy_comm = comm::make_mpi_comm(plan.progress_thread ? comm::Progress::Thread : comm::Progress::None);
     const int64_t N = plan.rows.empty() ? 1024 : *std::max_element(plan.rows.begin(), plan.rows.end());
     GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), shape.hidden, shape.ffn);
-    for (const LinkRate& l : std::vector<LinkRate>(out.links)) {
+    for (const LinkRate& l : out.links) {
       const int peer = l.scope == "intra" ? intra_peer : inter_peer;
       const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, 0, l.beta_Bps, loop);
       out.busy.push_back({plan.fabric, l.scope, "p2p", wire, cpu});

@@ -359,8 +359,7 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
       t += per_layer;
       queued += 1;
     }
-    const double queue = t + queued * alone;
-    out.grad_allreduce_exposed_s = std::max(0.0, queue - t);
+    out.grad_allreduce_exposed_s = queued * alone;  // what is left moves after the last backward, alone
     out.phase_s[int(Phase::GradAllreduce)] = out.grad_allreduce_exposed_s + copies;
     pass_s[1] = t + out.grad_allreduce_exposed_s;
   }
