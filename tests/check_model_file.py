@@ -4,6 +4,11 @@ run.calibration = "measure", against the file itself and against `minicp --predi
   - the table kept in the file (root attribute `calibration`) holds the links measured alone
     (a `link` row with the all-reduce's rate) and beside compute (`busy` rows, exchange and
     all-reduce, with a wire rate > 0 and a loss >= 0);
+  - the table holds `coll` rows (blocking collectives at the deck's sizes): every all-to-all
+    size a ulysses case waited for is a row or lies between two, and the rows agree within 10x
+    with the median of those calls as the file's comm-only reps timed them (a second
+    measurement; the median, as a row's mean may or may not hold one of the rare calls that
+    wait for a descheduled rank, milliseconds long on oversubscribed cores);
   - every case that ran has a finite predicted_time_s > 0, and its predicted phases add up to it;
   - `minicp --predict --against FILE` exits 0, prints the links beside compute, and predicts each
     case as the run did (same table, same drift scale: the two computations agree to the 4
@@ -21,6 +26,7 @@ import sys
 import tempfile
 
 import h5py
+import numpy
 
 from check_analysis import fail, text, verdict  # the same failure list, attribute reading and verdict
 
@@ -38,6 +44,43 @@ def check_table(table):
         wire, cpu = busy[("intra", kind)]
         if not (wire > 0 and cpu >= 0 and math.isfinite(wire) and math.isfinite(cpu)):
             fail(f"calibration: busy intra {kind}: wire {wire} B/s, loss {cpu} B/s out of range")
+
+
+def check_colls(f, table):
+    """The all-to-alls the ulysses cases waited for (comm-only reps, bytes = the payload at 2
+    ranks) against the table's alltoall rows over 2 ranks."""
+    rows = {int(r[5]): float(r[6]) for r in (ln.split() for ln in table.splitlines() if ln and not ln.startswith("#"))
+            if r[0] == "coll" and r[3] == "alltoall" and r[4] == "2"}
+    if not rows:
+        fail("calibration: no 'coll <fabric> intra alltoall 2 ...' rows")
+        return
+    checked = 0
+    for cid, g in f["cases"].items():
+        if "_ulysses_" not in cid or text(g.attrs["status"]) != "ok" or "events" not in g:
+            continue
+        ev = g["events"][:]
+        modes, kinds = (text(g["events"].attrs[k]).split(",") for k in ("mode_names", "kind_names"))
+        if "comm-only" not in modes:
+            continue
+        comm_only, a2a = modes.index("comm-only"), kinds.index("alltoall")
+        calls = ev[(ev["mode"] == comm_only) & (ev["kind"] == a2a)]
+        for size in sorted(set(int(b) for b in calls["bytes"])):
+            d = calls[calls["bytes"] == size]
+            typical = float(numpy.median(d["t_end"] - d["t_begin"]))
+            if size in rows:
+                row = rows[size]
+            elif min(rows) < size < max(rows):
+                lo, hi = max(r for r in rows if r < size), min(r for r in rows if r > size)
+                row = rows[lo] + (size - lo) / (hi - lo) * (rows[hi] - rows[lo])
+            else:
+                fail(f"{cid}: alltoall of {size} B: no coll row at or around it (rows at {sorted(rows)})")
+                continue
+            if not (0.1 * row <= typical <= 10 * row):
+                fail(f"{cid}: alltoall of {size} B took {typical * 1e6:.1f} us per call (median) in comm-only reps, "
+                     f"the table says {row * 1e6:.1f} us")
+            checked += 1
+    if not checked:
+        fail("no ulysses all-to-all found in the file's comm-only reps")
 
 
 def advise_groups(minicp, deck, table, sets):
@@ -92,6 +135,7 @@ def main():
     refused_cases = 0
     with h5py.File(a.file, "r") as f:
         check_table(text(f.attrs["calibration"]))
+        check_colls(f, text(f.attrs["calibration"]))
         deck_text, table_text = text(f.attrs["deck"]), text(f.attrs["calibration"])
         refused_cases = sum(text(g.attrs["status"]).startswith("refused") for g in f["cases"].values())
         for cid, g in f["cases"].items():
@@ -115,6 +159,8 @@ def main():
     for what in ("intra-node exchange", "intra-node all-reduce"):
         if not re.search(rf"beside compute, {what}: [0-9.e+-]+ GB/s; compute loses", out.stdout):
             fail(f"--against does not print the {what} beside compute:\n{out.stdout}")
+    if not re.search(r"blocking alltoall over 2 ranks, intra-node: [0-9.e+-]+ us at ", out.stdout):
+        fail(f"--against does not print the blocking all-to-alls it was given:\n{out.stdout}")
     seen = 0
     for line in out.stdout.splitlines():
         f = line.split()

@@ -122,6 +122,7 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
       "elem f32 1 copy 1e-10\n"
       "link default intra 4e-6 1.8e10 1.8e10\n"
       "busy default intra allreduce 6e8 1.3e9\n"
+      "coll default intra alltoall 2 1048576 6.6e-4\n"
       "info host vm\n";
   const perf::Calibration c = perf::parse_calibration(text, "t.txt");
   const perf::Calibration back = perf::parse_calibration(c.text(), "again");
@@ -133,6 +134,13 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_EQ(back.find_busy("default", "intra", "allreduce")->cpu_Bps, 1.3e9);
   EXPECT_EQ(back.find_busy("default", "intra", "p2p"), nullptr);
   EXPECT_THROW(perf::parse_calibration("busy default intra ring 6e8 1e9\n", "x"), std::runtime_error);
+  ASSERT_EQ(back.colls.size(), 1u);
+  EXPECT_EQ(back.colls[0].op, "alltoall");
+  EXPECT_EQ(back.colls[0].payload, 1048576);
+  EXPECT_EQ(back.colls[0].seconds, 6.6e-4);
+  EXPECT_THROW(perf::parse_calibration("coll default intra sendrecv 2 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 1 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 2 1024 0\n", "x"), std::runtime_error);
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -144,19 +152,27 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
 
 // The overlap rule: with an instant link the step is the compute alone, a slower link never
 // makes a step faster, and a link whose CPU copies the traffic costs at least that copy.
-TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
-  perf::Calibration cal = perf::parse_calibration(
-      "sgemm 1 1e11\ngemm f32 1 NN 64 64 64 1e10\nattn f32 1 fwd 16 256 128 1e-6 2e-6 1e-6\n"
-      "attn f32 1 bwd 16 128 128 2e-6 3e-6 1e-6\nelem f32 1 copy 1e-9\n",
-      "t");
+// The tiny layers' training step at S = 4096 on P ranks of one node, with a small table.
+struct TinyCase {
   model::StackConfig sc;
-  sc.shape = *model::find_preset("tiny");
-  sc.pass = model::Pass::Train;
-  sc.attn.seq_len = 4096, sc.attn.ranks = 4;
   perf::Machine m;
-  m.cal = cal, m.threads = 1, m.topo = {4, 4};
+  explicit TinyCase(int P) {
+    sc.shape = *model::find_preset("tiny");
+    sc.pass = model::Pass::Train;
+    sc.attn.seq_len = 4096, sc.attn.ranks = P;
+    m.cal = perf::parse_calibration(
+        "sgemm 1 1e11\ngemm f32 1 NN 64 64 64 1e10\nattn f32 1 fwd 16 256 128 1e-6 2e-6 1e-6\n"
+        "attn f32 1 bwd 16 128 128 2e-6 3e-6 1e-6\nelem f32 1 copy 1e-9\n",
+        "t");
+    m.threads = 1, m.topo = {P, P};
+  }
+};
+
+TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
+  TinyCase tiny(4);
+  auto& [sc, m] = tiny;
   auto step = [&](double alpha, double beta, double cpu) {
-    m.intra = m.inter = {alpha, beta, cpu, "t", 0, {}, {}};
+    m.intra = m.inter = {alpha, beta, cpu, "t", 0, {}, {}, {}};
     return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
   };
   const double instant = step(0, 1e30, 0), fast = step(1e-6, 1e10, 0), slow = step(1e-5, 1e8, 0);
@@ -165,7 +181,7 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
   EXPECT_GT(step(1e-6, 1e10, 1e9), fast);  // the CPU's copy comes out of compute
   // Beside compute (busy rows): a slower wire or a costlier one never makes a step faster.
   auto busy = [&](double wire, double cpu) {
-    m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {wire, cpu}, {wire, cpu}};
+    m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {wire, cpu}, {wire, cpu}, {}};
     return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
   };
   EXPECT_NEAR(busy(1e10, 0), fast, 1e-9 * fast);  // as fast as alone, and free: the link alone
@@ -192,6 +208,49 @@ TEST(PerfModel, TransferBesideComputeCostsItsShare) {
   auto [c3, w3] = perf::overlap(1.0, 0, {0, 0});  // nothing to move
   EXPECT_DOUBLE_EQ(c3, 1.0);
   EXPECT_DOUBLE_EQ(w3, 0.0);
+}
+
+// A blocking collective the step waits for: the measured time at its size, linear between
+// two measured sizes, scaled as alpha-beta scales it beyond them, alpha-beta without rows of
+// its op and group; the last row of one size wins.
+TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
+  perf::Link l{1e-5, 1e9, 1e9, "t", 0, {}, {}, {}};
+  const perf::CommCall a2a{comm::EventKind::AllToAll, 1 << 20, 2, false};
+  const double ab = perf::comm_seconds(a2a, l);
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), ab);  // no rows
+  l.colls = {{"f", "intra", "alltoall", 2, 1 << 18, 2e-4}, {"f", "intra", "alltoall", 2, 1 << 20, 9e-4},
+             {"f", "intra", "alltoall", 4, 1 << 20, 5e-3}, {"f", "intra", "allgather", 2, 1 << 20, 7e-3}};
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 9e-4);
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds({comm::EventKind::AllToAll, 1 << 20, 4, false}, l), 5e-3);
+  const int64_t mid = (1 << 18) + ((1 << 20) - (1 << 18)) / 4;  // a quarter of the way
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds({comm::EventKind::AllToAll, mid, 2, false}, l), 2e-4 + 0.25 * 7e-4);
+  const perf::CommCall big{comm::EventKind::AllToAll, 1 << 22, 2, false};
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(big, l), 9e-4 * perf::comm_seconds(big, l) / ab);
+  const perf::CommCall rs{comm::EventKind::ReduceScatter, 1 << 20, 2, false};
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(rs, l), perf::comm_seconds(rs, l));
+  l.colls.push_back({"f", "intra", "alltoall", 2, 1 << 20, 1.5e-3});  // measured again
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 1.5e-3);
+}
+
+// A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the
+// table measures them slower, and the difference is those calls' time.
+TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
+  auto step = [&](const char* scheme, double per_call) {
+    m.intra.colls.clear();
+    for (const char* op : {"alltoall", "allreduce"})
+      for (int64_t b : {8, 1 << 10, 1 << 20}) m.intra.colls.push_back({"t", "intra", op, 2, b, per_call});
+    m.inter = m.intra;
+    return perf::predict(sc, cp::find(scheme), m, sizeof(float)).step_s;
+  };
+  const double fast = step("ulysses", 1e-5), slow = step("ulysses", 1e-3);
+  EXPECT_GT(slow, fast);
+  // ulysses at P = 2: per layer 5 calls in the forward, 5 in the backward, 2 layers (each call
+  // at or between measured sizes of one time: exactly per_call)
+  EXPECT_NEAR(slow - fast, 2 * (5 + 5) * (1e-3 - 1e-5), 1e-9);
+  EXPECT_NEAR(step("zigzag", 1e-3) - step("zigzag", 1e-5), 2 * 1 * (1e-3 - 1e-5), 1e-9);  // its one small all-reduce
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -33,6 +34,14 @@ std::string num(double v) {
   return b;
 }
 
+// The collectives a coll row may name: those a scheme waits for before its compute.
+bool coll_op(const std::string& op) {
+  for (comm::EventKind k : {comm::EventKind::AllToAll, comm::EventKind::AllGather, comm::EventKind::ReduceScatter,
+                            comm::EventKind::AllReduce})
+    if (op == comm::to_string(k)) return true;
+  return false;
+}
+
 double log_distance(int64_t a, int64_t b) { return std::abs(std::log(double(std::max<int64_t>(a, 1)) / double(std::max<int64_t>(b, 1)))); }
 
 }  // namespace
@@ -43,7 +52,8 @@ std::string Calibration::text() const {
        "#   sgemm THREADS FLOP/S | gemm DTYPE THREADS OPS M N K FLOP/S |\n"
        "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
        "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S] |\n"
-       "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | info KEY VALUE\n";
+       "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | coll FABRIC SCOPE OP GROUP PAYLOAD_B S/CALL |\n"
+       "#   info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
   for (const GemmRate& g : gemm)
@@ -59,6 +69,9 @@ std::string Calibration::text() const {
       << num(l.cpu_Bps) << (l.allreduce_Bps > 0 ? " " + num(l.allreduce_Bps) : "") << "\n";
   for (const BusyRate& b : busy)
     o << "busy " << b.fabric << " " << b.scope << " " << b.kind << " " << num(b.wire_Bps) << " " << num(b.cpu_Bps) << "\n";
+  for (const CollTime& t : colls)
+    o << "coll " << t.fabric << " " << t.scope << " " << t.op << " " << t.group << " " << t.payload << " "
+      << num(t.seconds) << "\n";
   return o.str();
 }
 
@@ -69,6 +82,7 @@ void Calibration::merge(const Calibration& o) {
   elem.insert(elem.end(), o.elem.begin(), o.elem.end());
   links.insert(links.end(), o.links.begin(), o.links.end());
   busy.insert(busy.end(), o.busy.begin(), o.busy.end());
+  colls.insert(colls.end(), o.colls.begin(), o.colls.end());
   info.insert(info.end(), o.info.begin(), o.info.end());
 }
 
@@ -180,6 +194,12 @@ Calibration parse_calibration(const std::string& text, const std::string& source
            (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") &&
            b.wire_Bps > 0 && b.cpu_Bps >= 0;
       if (ok) c.busy.push_back(b);
+    } else if (kind == "coll") {
+      CollTime t;
+      ok = bool(ls >> t.fabric >> t.scope >> t.op >> t.group >> t.payload >> t.seconds) &&
+           (t.scope == "intra" || t.scope == "inter") && coll_op(t.op) && t.group >= 2 && t.payload > 0 &&
+           t.seconds > 0 && t.seconds < 3600;
+      if (ok) c.colls.push_back(t);
     } else {
       throw bad("unknown row kind");
     }
@@ -480,6 +500,87 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   return {wire, cpu};
 }
 
+// The blocking collectives of plan.exposed, each at once on every group of its size (split as
+// the schemes split: consecutive ranks, else strided when only those span nodes as the call
+// does), a barrier before each call, the slowest member's time, averaged over 20-200 calls
+// (about 0.1 s) after 2 that set up the connections: a step pays each call's mean, the rare
+// call that waits milliseconds for a descheduled rank included.
+// Per op, group and scope at most 6 sizes, spread over the range (the model interpolates).
+std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, const CalibrationPlan& plan,
+                                       const comm::Topology& topo) {
+  const int P = c.world().size;
+  auto spans = [&](int base, int size, int stride) {
+    for (int i = 1; i < size; ++i)
+      if (topo.node_of_rank[size_t(base + i * stride)] != topo.node_of_rank[size_t(base)]) return true;
+    return false;
+  };
+  std::map<std::tuple<comm::EventKind, int, bool>, std::set<int64_t>> sizes;
+  for (const CommCall& e : plan.exposed)
+    if (e.group >= 2 && e.group <= P && P % e.group == 0 && e.payload > 0 &&
+        (e.op == comm::EventKind::AllToAll || e.op == comm::EventKind::AllGather ||
+         e.op == comm::EventKind::ReduceScatter || e.op == comm::EventKind::AllReduce))
+      sizes[{e.op, e.group, e.inter}].insert(e.payload);
+  std::map<std::pair<int, bool>, comm::Group> groups;  // (size, strided): split once
+  auto group_of = [&](int size, bool strided) -> const comm::Group& {
+    auto it = groups.find({size, strided});
+    if (it == groups.end()) {
+      const std::string name = "calibrate_" + std::to_string(size) + (strided ? "s" : "c");
+      it = groups.emplace(std::pair{size, strided}, size == P ? c.world()
+                                                    : strided ? c.split_strided(size, name)
+                                                              : c.split_contiguous(size, name)).first;
+    }
+    return it->second;
+  };
+  std::vector<CollTime> out;
+  std::vector<char> send, recv;
+  for (const auto& [key, all] : sizes) {
+    const auto [op, G, inter] = key;
+    // Consecutive members, else strided ones (rank 0's group decides whether it spans nodes).
+    bool strided = false;
+    if (spans(0, G, 1) != inter) {
+      if (G == P || spans(0, G, P / G) != inter) continue;
+      strided = true;
+    }
+    const comm::Group& g = group_of(G, strided);
+    std::vector<int64_t> list(all.begin(), all.end()), pick;
+    for (int i = 0; i < 6 && !list.empty(); ++i) {
+      const int64_t v = list[size_t(std::lround(double(i) * double(list.size() - 1) / 5.0))];
+      if (pick.empty() || pick.back() != v) pick.push_back(v);
+    }
+    for (const int64_t payload : pick) {
+      const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
+      send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
+      recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
+      auto call = [&] {
+        MPI_Barrier(world);
+        const double t0 = MPI_Wtime();
+        if (op == comm::EventKind::AllToAll) {
+          c.alltoall(send.data(), recv.data(), size_t(payload), g);
+        } else if (op == comm::EventKind::AllGather) {
+          comm::Request r = c.iallgather(send.data(), recv.data(), size_t(payload), g);
+          c.wait(r);
+        } else if (op == comm::EventKind::ReduceScatter) {
+          comm::Request r = c.ireduce_scatter(send.data(), recv.data(), count, comm::DType::F32, g);
+          c.wait(r);
+        } else {
+          c.allreduce(send.data(), count, comm::DType::F32, comm::ReduceOp::Sum, g);
+        }
+        double t = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
+        return t;
+      };
+      call(), call();
+      int reps = int(std::clamp(0.1 / std::max(call(), 1e-7), 20.0, 200.0));
+      MPI_Bcast(&reps, 1, MPI_INT, 0, world);
+      double sum = 0;
+      for (int i = 0; i < reps; ++i) sum += call();
+      out.push_back({plan.fabric, inter ? "inter" : "intra", comm::to_string(op), G, payload, sum / reps});
+      c.trace().clear();
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose) {
@@ -555,6 +656,7 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
         out.busy.push_back({plan.fabric, l.scope, "allreduce", ar_wire, ar_cpu});
       }
     }
+    out.colls = time_collectives(*busy_comm, world, plan, topo);
   }
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
   // Rank 0's values stand for all: send them round so every rank predicts the same.

@@ -27,6 +27,11 @@
 //                                                   weight gradients): bytes_leaving per second
 //                                                   while every rank runs GEMMs, and bytes moved per
 //                                                   second of compute time lost to them (0: none)
+//   coll    FABRIC SCOPE OP GROUP PAYLOAD SECONDS   one blocking collective as a scheme waits for it
+//                                                   before its compute (OP alltoall, allgather,
+//                                                   reduce_scatter, allreduce over GROUP ranks;
+//                                                   PAYLOAD: comm::bytes_leaving's argument): the
+//                                                   mean seconds of its slowest member per call
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
@@ -38,6 +43,7 @@
 #include <vector>
 
 #include "miniapp/model/model.hpp"
+#include "miniapp/perf/schedule.hpp"
 
 namespace minicp::comm {
 class Communicator;
@@ -77,6 +83,16 @@ struct BusyRate {
   double cpu_Bps = 0;   // bytes_leaving per second of compute lost (0: no loss measured)
 };
 
+// A blocking collective timed at one size: what a scheme's exposed calls cost (the calls'
+// own algorithm, the progress setting of the run, the tail of slow calls), where alpha-beta
+// from a pingpong reads a fraction of it.
+struct CollTime {
+  std::string fabric, scope, op;  // op: comm::to_string of the EventKind
+  int group = 2;
+  int64_t payload = 0;  // bytes, as comm::bytes_leaving takes it
+  double seconds = 0;   // mean per call, of the slowest member
+};
+
 struct Calibration {
   std::string source;  // the file, or "measured at start-up"
   std::map<int, double> sgemm;  // threads -> SGEMM 2048^3 FLOP/s per rank
@@ -85,6 +101,7 @@ struct Calibration {
   std::vector<ElemRate> elem;
   std::vector<LinkRate> links;
   std::vector<BusyRate> busy;
+  std::vector<CollTime> colls;
   std::vector<std::pair<std::string, std::string>> info;
 
   std::string text() const;  // the file format above
@@ -113,6 +130,9 @@ struct CalibrationPlan {
   std::string fabric;  // the name the link rows get ("default": MPI's own choice)
   bool cpu_copy_inter = true;  // whether a CPU copies what crosses nodes (false for RDMA fabrics)
   bool progress_thread = true;  // the run's progress (the busy rows are measured with it)
+  // The blocking collectives the deck's schedules wait for (their exposed calls): timed at
+  // these sizes, at most 6 sizes per op, group and scope (the model interpolates between).
+  std::vector<CommCall> exposed;
 };
 
 // Measures the plan on every rank of comm's world at once (collective): GEMMs at the layer's

@@ -145,6 +145,25 @@ double comm_seconds(const CommCall& c, const Link& l) {
   return hops * l.alpha_s + (l.beta_Bps > 0 ? bytes / l.beta_Bps : 0);
 }
 
+double exposed_seconds(const CommCall& c, const Link& l) {
+  // The nearest measured sizes either side (of rows of one size, the last: a later measurement).
+  const CollTime *below = nullptr, *above = nullptr;
+  for (const CollTime& t : l.colls) {
+    if (t.op != comm::to_string(c.op) || t.group != c.group) continue;
+    if (t.payload <= c.payload && (!below || t.payload >= below->payload)) below = &t;
+    if (t.payload >= c.payload && (!above || t.payload <= above->payload)) above = &t;
+  }
+  if (!below && !above) return comm_seconds(c, l);
+  if (below && above) {
+    if (below->payload == above->payload) return below->seconds;
+    const double f = double(c.payload - below->payload) / double(above->payload - below->payload);
+    return below->seconds + f * (above->seconds - below->seconds);
+  }
+  const CollTime& t = below ? *below : *above;
+  const double model_there = comm_seconds({c.op, t.payload, c.group, c.inter}, l);
+  return model_there > 0 ? t.seconds * comm_seconds(c, l) / model_there : t.seconds;
+}
+
 Beside beside_compute(const CommCall& c, const Link& l) {
   const bool big_allreduce = c.op == comm::EventKind::AllReduce && c.payload >= (64 << 10);
   const Link::Busy& b = big_allreduce ? l.busy_allreduce : l.busy_p2p;
@@ -253,7 +272,7 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
         const Beside b = beside_compute(cc, l);
         alone += comm_seconds(cc, l), beside.wire_s += b.wire_s, beside.cpu_s += b.cpu_s;
       }
-      for (const CommCall& cc : st.exposed) exp += comm_seconds(cc, cc.inter ? m.inter : m.intra);
+      for (const CommCall& cc : st.exposed) exp += exposed_seconds(cc, cc.inter ? m.inter : m.intra);
       const auto [comp_end, wire_end] = overlap(comp, alone, beside);
       p.step_time[i] = std::max(p.step_time[i], exp + std::max(comp_end, wire_end));
       p.compute[size_t(r - r0)] += comp_end;

@@ -7,7 +7,8 @@
 //             value; attention: tiles counted as the tiled kernel classifies them (skipped,
 //             fully visible, partly masked) x seconds per tile and head, plus a per-call cost.
 //   comm      alpha-beta per call: latency terms of the op's algorithm x alpha + the bytes of
-//             comm::bytes_leaving / beta, with the intra- or inter-node link.
+//             comm::bytes_leaving / beta, with the intra- or inter-node link; a blocking
+//             collective the step waits for: its time as the table measured it (coll rows).
 //   overlap   per step of the schedule: exposed calls + the overlapped traffic beside the
 //             step's compute: it moves at the link's rate beside compute (a busy row of the
 //             table, else the link's own), costing compute the time the table says it takes
@@ -61,6 +62,7 @@ struct Link {
   struct Busy {
     double wire_Bps = 0, cpu_Bps = 0;
   } busy_p2p, busy_allreduce;
+  std::vector<CollTime> colls;  // blocking collectives timed on this link (the table's coll rows)
 };
 struct Machine {
   Calibration cal;
@@ -71,6 +73,10 @@ struct Machine {
 };
 // Seconds of one communicator call on a link (alpha-beta: see the top of this file), alone.
 double comm_seconds(const CommCall& c, const Link& l);
+// A call the step waits for before its compute (exposed): the link's coll rows of its op and
+// group when it has them (the measured time at its size, linear between two sizes, else the
+// nearest size's time scaled as alpha-beta scales it), else comm_seconds.
+double exposed_seconds(const CommCall& c, const Link& l);
 // The same call beside compute: its seconds, and the compute seconds it takes if all of it
 // moves beside compute.
 struct Beside {

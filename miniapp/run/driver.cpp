@@ -430,7 +430,7 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
   } else {
     if (a.rank() == 0 && !p.o.quiet) std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
-    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases), world, false);
+    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);
     cal.source = "measured at start-up";
   }
   try {

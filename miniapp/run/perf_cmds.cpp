@@ -100,7 +100,7 @@ perf::Calibration table_of(const PerfOptions& o) {
 
 }  // namespace
 
-perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases) {
+perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int rpn) {
   perf::CalibrationPlan plan;
   plan.shapes = {d.shape};
   std::set<int64_t> rows;
@@ -112,6 +112,20 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
   const auto prof = profile_of(d);
   plan.cpu_copy_inter = !prof || prof->kind != "cluster";
   plan.progress_thread = comm::parse_progress(d.progress) == comm::Progress::Thread;
+  std::set<std::tuple<int, int64_t, int, bool>> seen;
+  for (const Case& c : cases) {
+    if (!c.refused.empty()) continue;
+    const cp::SchemeInfo& s = cp::find(c.scheme);
+    if (!s.schedule) continue;
+    const perf::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
+    const cp::Config cfg = model::attention_config(c.stack);
+    for (bool bwd : {false, true}) {
+      if (bwd && c.stack.pass != model::Pass::Train) continue;
+      for (const perf::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps)
+        for (const perf::CommCall& e : st.exposed)
+          if (seen.insert({int(e.op), e.payload, e.group, e.inter}).second) plan.exposed.push_back(e);
+    }
+  }
   return plan;
 }
 
@@ -133,19 +147,21 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   const auto prof = profile_of(d);
   bool have_intra = false, have_inter = false;
   if (const perf::LinkRate* l = cal.find_link(name, "intra"))
-    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}}, have_intra = true;
+    m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}, {}}, have_intra = true;
   if (const perf::LinkRate* l = cal.find_link(name, "inter"))
-    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}}, have_inter = true;
+    m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}, {}}, have_inter = true;
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
     const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
     m.inter = {alpha, beta, prof->kind == "cluster" ? 0.0 : (have_intra ? m.intra.beta_Bps : beta),
-               "profile " + prof->name + " [link]", 0, {}, {}};
+               "profile " + prof->name + " [link]", 0, {}, {}, {}};
     have_inter = alpha > 0;
   }
   for (auto [link, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}}) {
     if (const perf::BusyRate* b = cal.find_busy(name, scope, "p2p")) link->busy_p2p = {b->wire_Bps, b->cpu_Bps};
     if (const perf::BusyRate* b = cal.find_busy(name, scope, "allreduce")) link->busy_allreduce = {b->wire_Bps, b->cpu_Bps};
+    for (const perf::CollTime& t : cal.colls)
+      if (t.fabric == name && t.scope == scope) link->colls.push_back(t);
   }
   if (!have_intra && have_inter) m.intra = m.inter, have_intra = true;
   if (!have_inter && have_intra) m.inter = m.intra;
@@ -175,6 +191,23 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
       if (const perf::BusyRate* b = m.cal.find_busy(fabric_name(p.deck), scope, kind))
         std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, what, gbs(b->wire_Bps).c_str(),
                     b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
+  // The blocking collectives timed, one line per scope, op and group: the smallest and the largest size.
+  std::map<std::tuple<std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
+  for (const perf::Link* l : {&m.intra, &m.inter})
+    for (const perf::CollTime& t : l->colls) {
+      auto [it, fresh] = span.insert({{t.scope, t.op, t.group}, {t, t}});
+      auto& [lo, hi] = it->second;
+      if (t.payload < lo.payload) lo = t;
+      if (t.payload > hi.payload) hi = t;
+    }
+  for (const auto& [key, lh] : span) {
+    const auto& [lo, hi] = lh;
+    std::printf("  blocking %s over %d ranks, %s-node: %s at %s", lo.op.c_str(), lo.group, lo.scope.c_str(),
+                us(lo.seconds).c_str(), hn::human_bytes(double(lo.payload)).c_str());
+    if (hi.payload != lo.payload)
+      std::printf(" .. %s at %s", us(hi.seconds).c_str(), hn::human_bytes(double(hi.payload)).c_str());
+    std::printf(" per call (measured)\n");
+  }
 }
 
 // Measured step times and per-rank SGEMM of an existing results file, by case id.
@@ -198,7 +231,7 @@ std::map<std::string, Measured> measured_of(const std::string& file, const std::
 void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) {
   const PerfOptions& o = p.perf;
   const std::string path = o.calibration.empty() ? "results/calibration.txt" : o.calibration;
-  const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases);
+  const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
   if (a.rank() == 0)
     std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n", p.o.deck.c_str(),
                 plan.rows.size(), a.size(), int(Kokkos::DefaultHostExecutionSpace().concurrency()), plan.fabric.c_str());
@@ -235,6 +268,10 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
         out.links = kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
       if (!old.busy.empty())
         out.busy = kept(old.busy, fresh.busy, [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
+      if (!old.colls.empty())
+        out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) {
+          return std::make_tuple(t.fabric, t.scope, t.op, t.group, t.payload);
+        });
       out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
@@ -252,8 +289,10 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   }
   std::filesystem::rename(tmp, path);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute) in %.1f s; table in %s\n",
-              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), s, path.c_str());
+  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
+              "%zu blocking collectives in %.1f s; table in %s\n",
+              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(), s,
+              path.c_str());
 }
 
 void run_predict(const Plan& p) {

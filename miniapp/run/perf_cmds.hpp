@@ -26,8 +26,9 @@ struct PerfOptions {
   bool any() const { return calibrate || predict || advise; }
 };
 
-// What the calibration of a deck measures: its shape, rows per rank and precision.
-perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases);
+// What the calibration of a deck measures: its shape, rows per rank and precision, and the
+// blocking collectives its cases' schedules wait for, laid out ranks_per_node to a node.
+perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int ranks_per_node);
 
 // The machine a deck's cases are predicted on: the table's rates at `threads`, the links of
 // the deck's fabric (the table's rows for it, else the profile's [link] figures), the ranks
