@@ -5,7 +5,9 @@ memory and events tables (columns, units, row counts, one row per rank), and the
 merit, several of them recomputed a second way from the raw tables: measured_time_s from
 the steps table, forward + backward = measured, every step's phases within 1% of it, every
 figure inside its range or flagged in out_of_range with its reason, an unresolved overlap
-with its reason. Optionally the memory model against the Kokkos high-water mark and the
+with its reason. With run.rounds > 1: every case holds rounds x reps reps, and the rounds
+interleave the cases (round k of a case ends before round k of the next begins, which ends
+before round k+1 of the first begins: the events' times say so). Optionally the memory model against the Kokkos high-water mark and the
 BLAS core that was recorded.
 Usage: check_results.py FILE.h5 [--cases N] [--memory-tolerance 0.15] [--complete]
                         [--blas-core NAME] [--blas-not-generic] [--blas-source-has TEXT]"""
@@ -93,7 +95,7 @@ def check_tables(cid, g, fail):
     t = g["timing"][()]
     if text(g["timing"].attrs.get("units", "")) != "seconds: s":
         fail(f"{cid}/timing: units attribute")
-    modes, reps = len(set(t["mode"])), int(g.attrs["reps"])
+    modes, reps = len(set(t["mode"])), int(g.attrs["reps"]) * int(g.attrs.get("rounds", 1))
     phases = len(text(g["timing"].attrs["phase_names"]).split(","))
     want = modes * reps * ranks * layers * (2 if train else 1) * phases
     if len(t) != want:
@@ -250,6 +252,32 @@ def check_events(cid, g, args, fail):
             fail(f"{cid}/events: gradient all-reduces stamped with layers {sorted(set(ar['layer']))}")
 
 
+def check_rounds(f, fail):
+    """Consecutive cases that ran, round by round: [A0][B0]...[A1][B1]... on the aligned clock."""
+    spans = []  # per case that ran, in run order: [(first t_begin, last t_end)] per round
+    for cid in sorted(f["cases"]):
+        g = f["cases"][cid]
+        rounds, reps = int(g.attrs.get("rounds", 1)), int(g.attrs["reps"])
+        if rounds < 2 or text(g.attrs["status"]) != "ok" or "events" not in g or not len(g["events"]):
+            continue
+        ev = g["events"][()]
+        per = []
+        for k in range(rounds):
+            e = ev[(ev["rep"] >= k * reps) & (ev["rep"] < (k + 1) * reps)]
+            if not len(e):
+                fail(f"{cid}: no events in round {k + 1} of {rounds} (reps {k * reps}..{(k + 1) * reps - 1})")
+                return
+            per.append((float(e["t_begin"].min()), float(e["t_end"].max())))
+        spans.append((cid, per))
+    for (a, pa), (b, pb) in zip(spans, spans[1:]):
+        for k in range(len(pa)):
+            if not pa[k][1] <= pb[k][0]:
+                fail(f"round {k + 1}: {a} ends at {pa[k][1]:.6f} s, after {b} begins ({pb[k][0]:.6f} s)")
+            if k + 1 < len(pa) and not pb[k][1] <= pa[k + 1][0]:
+                fail(f"{b}'s round {k + 1} ends at {pb[k][1]:.6f} s, after {a}'s round {k + 2} begins: not interleaved")
+    return len(spans)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("file")
@@ -294,7 +322,9 @@ def main():
             check_overlaps(cid, g, s, fail)
             worst_mem = max(worst_mem, check_memory(cid, g, args, fail))
             check_events(cid, g, args, fail)
-        print(f"check_results: {args.file}: {len(cases)} cases; memory model worst error {100 * worst_mem:.1f}%")
+        interleaved = check_rounds(f, fail)
+        print(f"check_results: {args.file}: {len(cases)} cases; memory model worst error {100 * worst_mem:.1f}%"
+              + (f"; the rounds of {interleaved} cases checked" if interleaved else ""))
     for x in fails:
         print("FAIL:", x)
     return 1 if fails else 0

@@ -248,7 +248,7 @@ def case_table(inputs):
                 row = {**base, **info, "case": cid, "scheme": text(a.get("scheme", "")), "pass": text(a.get("pass", "")),
                        "mask": text(a.get("mask", "")), "seq_len": int(a.get("seq_len", 0)),
                        "ranks": int(a.get("ranks", 0)), "status": text(a.get("status", "")),
-                       "reps": int(a.get("reps", 0)), "complete": text(a.get("complete", ""))}
+                       "reps": int(a.get("reps", 0)) * int(a.get("rounds", 1)), "complete": text(a.get("complete", ""))}
                 for k in ("ulysses", "inner_ring", "chunks", "decode_tokens"):
                     if k in a:
                         row[k] = int(a[k])

@@ -27,6 +27,7 @@ struct Deck {
   int64_t window = 0, doc_len = 0;
   std::string dtype;  // f32 | f64
   int warmup = 0, reps = 0;
+  int rounds = 1;  // run.rounds: passes over the cases, each running every case's warm-up and reps
   std::vector<cp::Mode> modes;
   uint64_t seed = 0;
   std::string progress;  // communication progress: thread | none

@@ -183,7 +183,13 @@ std::vector<Row> run_rows() {
           .attr(),
       one_of("run", "dtype", {"f32", "f64"}, "precision of the tensors").def("\"f32\"").to(&Deck::dtype).attr(),
       integer("run", "warmup", 0, 1000000, "untimed repetitions of each case").def("1").to(&Deck::warmup).attr(),
-      integer("run", "reps", 1, 1000000, "timed repetitions of each case").def("3").to(&Deck::reps).attr(),
+      integer("run", "reps", 1, 1000000, "timed repetitions of each case (per round)").def("3").to(&Deck::reps).attr(),
+      integer("run", "rounds", 1, 1000,
+              "passes over the cases, each running every case's warm-up and reps in turn: a slow spell of the "
+              "machine then falls on one round of every case, not on all reps of one (a case holds rounds x reps reps)")
+          .def("1")
+          .to(&Deck::rounds)
+          .attr(),
       list_of("run", "modes", {}, "full: compute and communicate; compute-only, comm-only: the other skipped")
           .def("[\"full\"]")
           .to_enums(&Deck::modes, {Mode::Full, Mode::ComputeOnly, Mode::CommOnly}, cp::to_string),

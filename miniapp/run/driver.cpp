@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -297,16 +298,18 @@ Plan parse(const hn::Args& a) {
 namespace {
 
 // Where a rank was when the stall watchdog ends the job, and what the results file keeps:
-// every case before the one rank 0 is in (run or resumed) and the resumed ones after it.
-hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results) {
-  return [&p, results](int64_t case_index, int64_t rep, int64_t root_case) {
+// the resumed cases, and in the last round (the only one of run.rounds = 1) every case before
+// the one rank 0 is in (a case is written after its last round).
+hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results, const std::atomic<int>* round) {
+  return [&p, results, round](int64_t case_index, int64_t rep, int64_t root_case) {
+    const bool last = round->load() == p.deck.rounds - 1;
     std::string at = case_index < 0 ? "before the first case" : "in case " + p.cases[size_t(case_index)].id;
     if (case_index >= 0)
       at += rep >= 0                ? ", rep " + std::to_string(rep)
             : rep >= -p.deck.warmup ? ", warm-up rep " + std::to_string(rep + p.deck.warmup)
                                     : ", setting it up";
     int kept = 0;
-    for (const Case& c : p.cases) kept += c.index < root_case || (results && results->has_case(c.id)) ? 1 : 0;
+    for (const Case& c : p.cases) kept += (last && c.index < root_case) || (results && results->has_case(c.id)) ? 1 : 0;
     return at + "; ending the job (" +
            (results ? "the results file keeps the " + std::to_string(kept) + " complete cases" : "no results file") +
            ")";
@@ -370,15 +373,18 @@ struct RunState {
   perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
   double write_s = 0;
   std::string summary;  // the tokens of the closing MINICP line
+  std::atomic<int> round{0};  // the round in progress (run.rounds; the stall watchdog reads it)
 };
 
-// One case: measured on its group (the other ranks wait), figures on rank 0, one transaction.
-void run_one(RunState& rs, const Case& c) {
+// One round of one case, measured on its group (the other ranks wait); after its last round
+// the figures on rank 0 and one transaction. A refused case is written in the first round.
+void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
   const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
   output::CaseData data;
   data.id = c.id;
   data.mode_names = mode_names(), data.phase_names = phase_names(), data.kind_names = kind_names();
   if (!c.refused.empty()) {
+    if (round > 0) return;
     data.attrs = case_attrs(c, rs.p.deck, comm::Communicator::node_topology());
     if (world_rank == 0 && !rs.p.o.quiet) std::printf("  refused: %s\n", c.refused.c_str());
     if (rs.results) rs.write_s += rs.results->add_case(data);
@@ -386,11 +392,11 @@ void run_one(RunState& rs, const Case& c) {
   }
   auto comm = comm::make_mpi_comm(rs.prog.progress, rs.prog.poll_us, {}, comm::Staging::Direct, P);
   comm->trace().set_enabled(false);
-  data.attrs = case_attrs(c, rs.p.deck, comm->topology());
-  CaseRun run;
   const std::string dump = &c == &rs.p.cases.front() ? rs.p.o.dump : "";  // --dump: the first case
-  if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run);
+  if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
   MPI_Barrier(MPI_COMM_WORLD);
+  if (round < rs.p.deck.rounds - 1) return;
+  data.attrs = case_attrs(c, rs.p.deck, comm->topology());
   align_events(rs.clock0, run.data.events, data.summary);
   data.timing = std::move(run.data.timing);
   data.steps = std::move(run.data.steps);
@@ -477,21 +483,34 @@ int execute(const hn::Args& a, const Plan& p) {
   if (!p.o.out.empty())
     results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);
   rs.results = results.get();
-  hn::Watchdog::instance().start(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, results.get()), a.prog());
+  hn::Watchdog::instance().start(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, results.get(), &rs.round), a.prog());
   if (say) print_startup(a, p, blas, sgemm, results ? results->done().size() : 0);
   if (a.rank() == 0 && !blas.warning.empty()) std::fprintf(stderr, "minicp: WARNING: %s\n", blas.warning.c_str());
   std::vector<const Case*> todo;
   for (const Case& c : p.cases)
     if (!(results && results->has_case(c.id))) todo.push_back(&c);
-  Eta eta(p, todo);
+  // run.rounds: every round runs each case in turn; a case's rows wait in `runs` for its last.
+  const int R = p.deck.rounds;
+  std::vector<const Case*> all_rounds;
+  for (int r = 0; r < R; ++r) all_rounds.insert(all_rounds.end(), todo.begin(), todo.end());
+  std::vector<CaseRun> runs(R > 1 ? todo.size() : 1);
+  Eta eta(p, all_rounds);
   const double t_start = MPI_Wtime();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const double elapsed = MPI_Wtime() - t_start;
-    const std::string left = eta.start(*todo[i], elapsed);
-    if (say) std::printf("[%zu/%zu] %s (elapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), elapsed, left.c_str());
-    std::fflush(stdout);
-    hn::Watchdog::instance().progress(todo[i]->index, -p.deck.warmup - 1);
-    run_one(rs, *todo[i]);
+  for (int round = 0; round < R; ++round) {
+    rs.round = round;
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const double elapsed = MPI_Wtime() - t_start;
+      const std::string left = eta.start(*todo[i], elapsed);
+      const std::string of_rounds = R > 1 ? ", round " + std::to_string(round + 1) + "/" + std::to_string(R) : "";
+      if (say)
+        std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(),
+                    of_rounds.empty() ? "" : (of_rounds.substr(2) + ", ").c_str(), elapsed, left.c_str());
+      std::fflush(stdout);
+      hn::Watchdog::instance().progress(todo[i]->index, -p.deck.warmup - 1);
+      CaseRun& run = runs[R > 1 ? i : 0];
+      run_one(rs, *todo[i], round, run);
+      if (R == 1 || round == R - 1) run = CaseRun{};  // written: its rows are freed
+    }
   }
   const double run_s = MPI_Wtime() - t_start;
   if (results) {

@@ -100,11 +100,6 @@ kernels::GemmShape largest_gemm(const Case& c) {
   return {rows, c.stack.shape.ffn, c.stack.shape.hidden};
 }
 
-// Per-rank samples of the full-mode reps, reduced to medians at the end.
-struct FullSamples {
-  std::vector<double> compute, flops, bytes, grad_bytes;
-};
-
 template <class T>
 void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
                 const double t[3], CaseRun& out) {
@@ -125,11 +120,13 @@ void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, 
   out.data.steps.push_back(row);
 }
 
-// The reps of one case: warm-up, then reps x modes interleaved, recording every rank's step
-// row and per-layer phases into out, and its full-mode samples into fs.
+// The reps of one round of a case: warm-up, then reps x modes interleaved, recording every
+// rank's step row and per-layer phases into out, and its full-mode samples into out.fs; rep
+// numbers start at first.
 template <class T>
 void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank,
-              CaseRun& out, FullSamples& fs) {
+              CaseRun& out, int first) {
+  FullSamples& fs = out.fs;
   const int L = c.stack.shape.layers;
   const bool train = c.stack.pass == model::Pass::Train;
   comm::Trace& trace = ctx.comm.trace();
@@ -139,7 +136,7 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
       L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
-      const int r = rep - p.deck.warmup;
+      const int r = rep - p.deck.warmup < 0 ? rep - p.deck.warmup : first + rep - p.deck.warmup;
       hn::Watchdog::instance().progress(c.index, r);
       ctx.cfg.mode = mode;
       ctx.reset();
@@ -170,34 +167,40 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
 
 template <class T>
 void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                   CeilingCache& ceiling, CaseRun& out) {
+                   CeilingCache& ceiling, CaseRun& out, int round) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
   MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().native);
   const int rank = comm.world().rank, P = c.stack.attn.ranks;
+  const bool last = round == p.deck.rounds - 1;
   Measured& m = out.m;
   hn::MemTracker& mem = hn::MemTracker::instance();
   // The ceiling first: its buffers must not count as the case's memory.
   const kernels::GemmShape shape = largest_gemm(c);
-  const CeilingCache::Reading before = ceiling.get(g, P, shape);
-  m.before = before.rates, m.before_age_s = MPI_Wtime() - before.taken;
+  if (round == 0) {
+    const CeilingCache::Reading before = ceiling.get(g, P, shape);
+    m.before = before.rates, m.before_age_s = MPI_Wtime() - before.taken;
+  }
   cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
   mem.reset_peak();
   reset_peak_rss();
   const int64_t base = mem.current_bytes();
   model::Stack<T> st(c.stack, info, comm);
-  m.start_utc = iso_time_utc();
+  if (round == 0) m.start_utc = iso_time_utc();
   cp::Context ctx{comm, model::attention_config(c.stack)};
   const bool train = c.stack.pass == model::Pass::Train;
   comm::Trace& trace = comm.trace();
   trace.set_enabled(!p.o.no_events);
   trace.clear();
-  FullSamples fs;
-  run_reps(p, c, st, ctx, g, rank, out, fs);
+  run_reps(p, c, st, ctx, g, rank, out, round * p.deck.reps);
   const size_t elem = sizeof(T);
-  out.data.memory.push_back({rank, mem.peak_bytes() - base, hn::peak_rss_bytes(),
-                             model::predicted_stack_bytes(c.stack, info, elem)});
-  m.end_utc = iso_time_utc();
-  if (!dump.empty()) {
+  const output::MemoryRow mine{rank, mem.peak_bytes() - base, hn::peak_rss_bytes(),
+                               model::predicted_stack_bytes(c.stack, info, elem)};
+  if (out.data.memory.empty()) out.data.memory.push_back(mine);
+  output::MemoryRow& high = out.data.memory.front();  // the highest of the rounds
+  high.kokkos_peak_bytes = std::max(high.kokkos_peak_bytes, mine.kokkos_peak_bytes);
+  high.rss_peak_bytes = std::max(high.rss_peak_bytes, mine.rss_peak_bytes);
+  if (last) m.end_utc = iso_time_utc();
+  if (!dump.empty() && round == 0) {
     ctx.cfg.mode = cp::Mode::Full;
     ctx.reset();
     trace.set_enabled(false);
@@ -211,6 +214,8 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   trace.clear();
   trace.set_enabled(false);
   cp::release_scratch();
+  if (!last) return;
+  const FullSamples& fs = out.fs;
   m.steps = gather_steps(out.data.steps, g);
   m.compute = gather_median(fs.compute, g);
   m.exec_flops = gather_median(fs.flops, g);
@@ -230,11 +235,11 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 }  // namespace
 
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                  CeilingCache& ceiling, CaseRun& out) {
+                  CeilingCache& ceiling, CaseRun& out, int round) {
   if (p.deck.dtype == "f64")
-    measure_typed<double>(p, c, comm, dump, ceiling, out);
+    measure_typed<double>(p, c, comm, dump, ceiling, out, round);
   else
-    measure_typed<float>(p, c, comm, dump, ceiling, out);
+    measure_typed<float>(p, c, comm, dump, ceiling, out, round);
 }
 
 }  // namespace minicp::run

@@ -1,6 +1,7 @@
 // Measuring one case on its CP group: warm-up, then reps x modes interleaved (full,
 // compute-only, comm-only, full, ...), every rank's raw step times, phases, events and memory,
-// and the GEMM ceiling of the layer efficiency around the case. What the figures of merit
+// and the GEMM ceiling of the layer efficiency around the case. With run.rounds > 1 a case is
+// measured once per round (the run's rounds interleave the cases) and its rows accumulate. What the figures of merit
 // need is gathered to the group's rank 0 (figures.hpp turns it into the summary).
 #pragma once
 #include <mpi.h>
@@ -57,15 +58,23 @@ struct Measured {
   std::string start_utc, end_utc;
 };
 
+// This rank's full-mode samples, one per rep, reduced to medians when the case is done.
+struct FullSamples {
+  std::vector<double> compute, flops, bytes, grad_bytes;
+};
+
 struct CaseRun {
   Measured m;
   output::CaseData data;  // this rank's rows
+  FullSamples fs;
 };
 
-// Runs case c on comm (the case's CP group; every member calls). dump: when not empty, one
-// more full-mode step written there (--dump).
+// Runs round `round` (0 .. run.rounds-1) of case c on comm (the case's CP group; every member
+// calls), appending its reps to out (rep numbers continue over the rounds); the last round
+// also reduces them to the figures' inputs. dump: when not empty, one more full-mode step
+// written there (--dump) after the first round.
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                  CeilingCache& ceiling, CaseRun& out);
+                  CeilingCache& ceiling, CaseRun& out, int round);
 
 // Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
 // layer efficiency and the ETA weigh a case by.
