@@ -501,10 +501,10 @@ int execute(const hn::Args& a, const Plan& p) {
     for (size_t i = 0; i < todo.size(); ++i) {
       const double elapsed = MPI_Wtime() - t_start;
       const std::string left = eta.start(*todo[i], elapsed);
-      const std::string of_rounds = R > 1 ? ", round " + std::to_string(round + 1) + "/" + std::to_string(R) : "";
+      const std::string of_rounds = R > 1 ? "round " + std::to_string(round + 1) + "/" + std::to_string(R) + ", " : "";
       if (say)
-        std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(),
-                    of_rounds.empty() ? "" : (of_rounds.substr(2) + ", ").c_str(), elapsed, left.c_str());
+        std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), of_rounds.c_str(),
+                    elapsed, left.c_str());
       std::fflush(stdout);
       hn::Watchdog::instance().progress(todo[i]->index, -p.deck.warmup - 1);
       CaseRun& run = runs[R > 1 ? i : 0];

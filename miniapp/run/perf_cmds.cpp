@@ -195,8 +195,7 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   std::map<std::tuple<std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
   for (const perf::Link* l : {&m.intra, &m.inter})
     for (const perf::CollTime& t : l->colls) {
-      auto [it, fresh] = span.insert({{t.scope, t.op, t.group}, {t, t}});
-      auto& [lo, hi] = it->second;
+      auto& [lo, hi] = span.insert({{t.scope, t.op, t.group}, {t, t}}).first->second;
       if (t.payload < lo.payload) lo = t;
       if (t.payload > hi.payload) hi = t;
     }
