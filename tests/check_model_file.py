@@ -115,7 +115,8 @@ def check_advise(minicp, deck, table, sets, refused_cases):
         if times != sorted(times):
             fail(f"--advise {name}: not ranked by predicted step: {ranked}")
         for scheme, t, pct in ranked:
-            if abs(pct - 100 * (t / times[0] - 1)) > 0.15:
+            # the steps are printed to 4 significant digits: their rounding grows with the ratio
+            if abs(pct - 100 * (t / times[0] - 1)) > 0.15 + 0.1 * t / times[0]:
                 fail(f"--advise {name}: {scheme} {pct}% over the first, its step says {100 * (t / times[0] - 1):.2f}%")
         want = [sch for sch, t, _ in ranked[1:] if t <= 1.05 * times[0] * (1 - 1e-3)]
         maybe = {sch for sch, t, _ in ranked[1:] if abs(t - 1.05 * times[0]) <= 1.05e-3 * times[0]}

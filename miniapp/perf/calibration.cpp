@@ -412,7 +412,9 @@ std::pair<double, double> pingpong(MPI_Comm world, int rank, int peer) {
     return best;
   };
   const double alpha = half_rtt(8, 50), t = half_rtt(big, 8);
-  return {alpha, double(big) / std::max(1e-9, t - alpha)};
+  // Alpha a sizable part of 4 MiB's time means the readings were disturbed (a rank descheduled
+  // throughout): the bandwidth is then the whole time's, not a difference of two noisy ones.
+  return {alpha, double(big) / std::max(1e-9, t > 10 * alpha ? t - alpha : t)};
 }
 
 // GEMMs in a loop as the compute a transfer runs beside: the deck's MLP up-projection.
