@@ -7,8 +7,8 @@ the steps table, forward + backward = measured, every step's phases within 1% of
 figure inside its range or flagged in out_of_range with its reason, an unresolved overlap
 with its reason. With run.rounds > 1: every case holds rounds x reps reps, and the rounds
 interleave the cases (round k of a case ends before round k of the next begins, which ends
-before round k+1 of the first begins: the events' times say so). Optionally the memory model against the Kokkos high-water mark and the
-BLAS core that was recorded.
+before round k+1 of the first begins: the events' times say so). Optionally the memory
+model against the Kokkos high-water mark and the BLAS core that was recorded.
 Usage: check_results.py FILE.h5 [--cases N] [--memory-tolerance 0.15] [--complete]
                         [--blas-core NAME] [--blas-not-generic] [--blas-source-has TEXT]"""
 import argparse

@@ -518,9 +518,7 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, co
   };
   std::map<std::tuple<comm::EventKind, int, bool>, std::set<int64_t>> sizes;
   for (const CommCall& e : plan.exposed)
-    if (e.group >= 2 && e.group <= P && P % e.group == 0 && e.payload > 0 &&
-        (e.op == comm::EventKind::AllToAll || e.op == comm::EventKind::AllGather ||
-         e.op == comm::EventKind::ReduceScatter || e.op == comm::EventKind::AllReduce))
+    if (e.group >= 2 && e.group <= P && P % e.group == 0 && e.payload > 0 && coll_op(comm::to_string(e.op)))
       sizes[{e.op, e.group, e.inter}].insert(e.payload);
   std::map<std::pair<int, bool>, comm::Group> groups;  // (size, strided): split once
   auto group_of = [&](int size, bool strided) -> const comm::Group& {

@@ -136,7 +136,7 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
       L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
-      const int r = rep - p.deck.warmup < 0 ? rep - p.deck.warmup : first + rep - p.deck.warmup;
+      const int r = rep < p.deck.warmup ? rep - p.deck.warmup : first + rep - p.deck.warmup;  // warm-ups < 0
       hn::Watchdog::instance().progress(c.index, r);
       ctx.cfg.mode = mode;
       ctx.reset();

@@ -1,8 +1,9 @@
 // Measuring one case on its CP group: warm-up, then reps x modes interleaved (full,
 // compute-only, comm-only, full, ...), every rank's raw step times, phases, events and memory,
 // and the GEMM ceiling of the layer efficiency around the case. With run.rounds > 1 a case is
-// measured once per round (the run's rounds interleave the cases) and its rows accumulate. What the figures of merit
-// need is gathered to the group's rank 0 (figures.hpp turns it into the summary).
+// measured once per round (the run's rounds interleave the cases) and its rows accumulate.
+// What the figures of merit need is gathered to the group's rank 0 (figures.hpp turns it into
+// the summary).
 #pragma once
 #include <mpi.h>
 

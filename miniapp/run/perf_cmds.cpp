@@ -181,24 +181,25 @@ perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int
 }
 
 void print_header(const Plan& p, const perf::Machine& m, const char* what) {
+  const std::string fabric = fabric_name(p.deck);
   std::printf("minicp %s: %s, %zu cases, table %s (%d threads per rank), fabric %s\n", what, p.o.deck.c_str(),
-              p.cases.size(), m.cal.source.c_str(), m.threads, fabric_name(p.deck).c_str());
+              p.cases.size(), m.cal.source.c_str(), m.threads, fabric.c_str());
   std::printf("  links: intra-node alpha %s, beta %s (%s); inter-node alpha %s, beta %s (%s)\n",
               us(m.intra.alpha_s).c_str(), gbs(m.intra.beta_Bps).c_str(), m.intra.source.c_str(),
               us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
   for (const char* scope : {"intra", "inter"})
     for (auto [kind, what] : {std::pair{"p2p", "exchange"}, std::pair{"allreduce", "all-reduce"}})
-      if (const perf::BusyRate* b = m.cal.find_busy(fabric_name(p.deck), scope, kind))
+      if (const perf::BusyRate* b = m.cal.find_busy(fabric, scope, kind))
         std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, what, gbs(b->wire_Bps).c_str(),
                     b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
   // The blocking collectives timed, one line per scope, op and group: the smallest and the largest size.
   std::map<std::tuple<std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
-  for (const perf::Link* l : {&m.intra, &m.inter})
-    for (const perf::CollTime& t : l->colls) {
-      auto& [lo, hi] = span.insert({{t.scope, t.op, t.group}, {t, t}}).first->second;
-      if (t.payload < lo.payload) lo = t;
-      if (t.payload > hi.payload) hi = t;
-    }
+  for (const perf::CollTime& t : m.cal.colls) {
+    if (t.fabric != fabric) continue;
+    auto& [lo, hi] = span.insert({{t.scope, t.op, t.group}, {t, t}}).first->second;
+    if (t.payload < lo.payload) lo = t;
+    if (t.payload > hi.payload) hi = t;
+  }
   for (const auto& [key, lh] : span) {
     const auto& [lo, hi] = lh;
     std::printf("  blocking %s over %d ranks, %s-node: %s at %s", lo.op.c_str(), lo.group, lo.scope.c_str(),
