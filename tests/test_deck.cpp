@@ -1,7 +1,8 @@
 // The deck key table (miniapp/run/deck.hpp, deck_keys()), row by row: each key is listed in
 // --help with its default, accepts its default through --set, refuses a value of another type
 // with a message naming it, and is in the resolved deck unless its row leaves it out. One
-// process, no MPI (load_deck reads and checks; nothing runs).
+// process, no MPI (load_deck reads and checks; nothing runs). And the figures of merit from
+// step rows given here.
 #include <gtest/gtest.h>
 #include <toml++/toml.h>
 
@@ -13,6 +14,7 @@
 #include "harness/main.hpp"
 #include "miniapp/model/model.hpp"
 #include "miniapp/run/deck.hpp"
+#include "miniapp/run/figures.hpp"
 
 namespace run = minicp::run;
 using run::DeckKey;
@@ -160,4 +162,32 @@ TEST(DeckKeys, DefaultsFillTheDeck) {
   EXPECT_TRUE(d.all_schemes);
   for (const minicp::cp::Setting& st : minicp::cp::all_settings())
     EXPECT_EQ(d.settings.at(st.name), std::vector<int>{st.default_value}) << st.name;
+}
+
+// The ranks end a step within nanoseconds of each other, so two can read the same step time
+// while their attention takes different parts of it; the figures take the lowest such rank,
+// as tests/check_results.py does when it recomputes them from the file.
+TEST(Figures, EqualStepTimesTakeTheLowestRank) {
+  const std::vector<run::Case> cases = run::make_cases(tiny({"sweep.ranks=[2]", "sweep.schemes=[\"ring\"]"}));
+  ASSERT_FALSE(cases.empty());
+  const run::Case& c = cases.front();
+  run::Measured m;
+  m.bytes = m.attn_bytes = {1e6, 1e6};
+  m.grad_bytes = {0, 0};
+  m.compute = m.exec_flops = {1, 1};
+  const double ms = 1e-3;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double jitter = 0.1 * ms * rep;
+    // mode, rep, rank, forward, backward, step, phases, attn, attn wait, grad, grad busy
+    m.steps.push_back({0, rep, 0, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 6 * ms, 0, 0, 0});
+    m.steps.push_back({0, rep, 1, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 2 * ms, 0, 0, 0});
+    m.steps.push_back({1, rep, 0, 3 * ms, 5 * ms, 8 * ms, 8 * ms, 5 * ms, 0, 0, 0});
+    m.steps.push_back({1, rep, 1, 3 * ms, 4 * ms, 7 * ms, 7 * ms, 1 * ms, 0, 0, 0});
+    m.steps.push_back({2, rep, 0, 1 * ms, 3 * ms, 4 * ms, 4 * ms, 4 * ms, 0, 0, 0});
+    m.steps.push_back({2, rep, 1, 1 * ms, 2 * ms, 3 * ms, 3 * ms, 3 * ms, 0, 0, 0});
+  }
+  const minicp::output::Attrs s = run::figures(c, m, {}, 1);
+  // Rank 0's attention: 6 ms in full mode, 5 ms compute-only, 4 ms comm-only.
+  EXPECT_NEAR(s.real.at("attn_overlap"), 1.0 - (6.0 - 5.0) / 4.0, 1e-9);
+  EXPECT_NEAR(s.real.at("measured_time_s"), 10.1 * ms, 1e-12);
 }

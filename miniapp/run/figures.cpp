@@ -17,8 +17,11 @@ const double kInf = std::numeric_limits<double>::infinity();
 
 // One rep of one mode over the group: the slowest rank's step and its decomposition into
 // the attention phases and the rest (so step = attn + rest exactly), and the event-based
-// exposed times, each the largest over the ranks.
+// exposed times, each the largest over the ranks. The ranks end a step within nanoseconds of
+// each other, so equal step times happen; the lowest rank of them is the slowest (the one
+// rule every reader of the steps table applies), since their attention splits can differ.
 struct Rep {
+  int rank = -1;  // the slowest rank's (-1: no row yet)
   double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0;
   double attn_wait = 0, grad = 0, wait = 0;
   double grad_busy = 0;  // the collective thread's time on the all-reduces (NaN: none ran them)
@@ -28,8 +31,9 @@ std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::Step
   std::map<std::pair<int, int>, Rep> by;  // (mode, rep)
   for (const output::StepRow& r : rows) {
     Rep& x = by[{r.mode, r.rep}];
-    if (r.step_s >= x.step) x.step = r.step_s, x.fwd = r.forward_s, x.bwd = r.backward_s, x.phases = r.phases_s,
-                            x.attn = r.attn_s, x.rest = r.step_s - r.attn_s;
+    if (x.rank < 0 || r.step_s > x.step || (r.step_s == x.step && r.rank < x.rank))
+      x.rank = r.rank, x.step = r.step_s, x.fwd = r.forward_s, x.bwd = r.backward_s, x.phases = r.phases_s,
+      x.attn = r.attn_s, x.rest = r.step_s - r.attn_s;
     x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
     x.grad = std::max(x.grad, r.grad_allreduce_s);
     x.wait = std::max(x.wait, r.attn_comm_wait_s + r.grad_allreduce_s);
