@@ -9,6 +9,10 @@ run.calibration = "measure", against the file itself and against `minicp --predi
     with the median of those calls as the file's comm-only reps timed them (a second
     measurement; the median, as a row's mean may or may not hold one of the rare calls that
     wait for a descheduled rank, milliseconds long on oversubscribed cores);
+  - the table holds a `layer` row for the rows per rank of every training case on both ranks,
+    and each agrees within 3x with the layer's phases other than attention as the file's
+    compute-only reps of those cases timed them (a second measurement of the same kernels; 3x,
+    as the tiny deck's layer takes tens of microseconds on oversubscribed cores);
   - every case that ran has a finite predicted_time_s > 0, and its predicted phases add up to it;
   - `minicp --predict --against FILE` exits 0, prints the links beside compute, and predicts each
     case as the run did (same table, same drift scale: the two computations agree to the 4
@@ -83,6 +87,39 @@ def check_colls(f, table):
         fail("no ulysses all-to-all found in the file's comm-only reps")
 
 
+def check_layers(f, table):
+    """The table's layer rows against the compute-only reps of the training cases on 2 ranks."""
+    rows = {int(r[7]): (float(r[8]), float(r[9])) for r in (ln.split() for ln in table.splitlines() if ln and not ln.startswith("#"))
+            if r[0] == "layer"}
+    kernels = ("norm", "qkv", "rope", "out_proj", "mlp")
+    checked = 0
+    for cid, g in f["cases"].items():
+        if text(g.attrs["status"]) != "ok" or text(g.attrs["pass"]) != "train" or int(g.attrs["ranks"]) != 2:
+            continue
+        n = int(g.attrs["seq_len"]) // 2
+        if n not in rows:
+            fail(f"{cid}: no layer row at {n} rows per rank (rows at {sorted(rows)})")
+            continue
+        t = g["timing"][:]
+        phases = text(g["timing"].attrs["phase_names"]).split(",")
+        co = t[t["mode"] == 1]  # compute-only
+        if not len(co):
+            continue
+        want = numpy.isin(co["phase"], [phases.index(k) for k in kernels])
+        layers = len(set(co["layer"]))
+        for direction, measured in ((0, rows[n][0]), (1, rows[n][1])):
+            d = co[want & (co["pass"] == direction)]
+            per_rep = [d[(d["rep"] == r) & (d["rank"] == k)]["seconds"].sum() / layers
+                       for r in sorted(set(d["rep"])) for k in sorted(set(d["rank"]))]
+            typical = float(numpy.median(per_rep))
+            if not (measured / 3 <= typical <= 3 * measured):
+                fail(f"{cid}: a layer's kernels took {typical * 1e6:.1f} us ({'backward' if direction else 'forward'}) "
+                     f"in the compute-only reps, the table's layer row at {n} rows says {measured * 1e6:.1f} us")
+        checked += 1
+    if not checked:
+        fail("no training case on 2 ranks with compute-only reps to check the layer rows with")
+
+
 def advise_groups(minicp, deck, table, sets):
     """`minicp --advise` parsed: [(group, [(scheme, s/step, percent)], [refused scheme], [tied scheme])]."""
     argv = [minicp, "--advise", "--deck", deck, "--calibration", table]
@@ -137,6 +174,7 @@ def main():
     with h5py.File(a.file, "r") as f:
         check_table(text(f.attrs["calibration"]))
         check_colls(f, text(f.attrs["calibration"]))
+        check_layers(f, text(f.attrs["calibration"]))
         deck_text, table_text = text(f.attrs["deck"]), text(f.attrs["calibration"])
         refused_cases = sum(text(g.attrs["status"]).startswith("refused") for g in f["cases"].values())
         for cid, g in f["cases"].items():
@@ -162,6 +200,8 @@ def main():
             fail(f"--against does not print the {what} beside compute:\n{out.stdout}")
     if not re.search(r"blocking alltoall over 2 ranks, intra-node: [0-9.e+-]+ us at ", out.stdout):
         fail(f"--against does not print the blocking all-to-alls it was given:\n{out.stdout}")
+    if not re.search(r"layer kernels as run at [0-9]+ rows: [0-9.]+x forward, [0-9.]+x backward", out.stdout):
+        fail(f"--against does not print the layer rows it was given:\n{out.stdout}")
     seen = 0
     for line in out.stdout.splitlines():
         f = line.split()

@@ -123,6 +123,7 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
       "link default intra 4e-6 1.8e10 1.8e10\n"
       "busy default intra allreduce 6e8 1.3e9\n"
       "coll default intra alltoall 2 1048576 6.6e-4\n"
+      "layer f32 1 1024 1024 256 2816 512 0.145 0.275\n"
       "info host vm\n";
   const perf::Calibration c = perf::parse_calibration(text, "t.txt");
   const perf::Calibration back = perf::parse_calibration(c.text(), "again");
@@ -141,6 +142,18 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_THROW(perf::parse_calibration("coll default intra sendrecv 2 1024 1e-5\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 1 1024 1e-5\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 2 1024 0\n", "x"), std::runtime_error);
+  ASSERT_EQ(back.layers.size(), 1u);
+  EXPECT_EQ(back.layers[0].rows, 512);
+  EXPECT_EQ(back.layers[0].backward_s, 0.275);
+  model::Shape small{};
+  small.hidden = 1024, small.heads = 8, small.kv_heads = 2, small.head_dim = 128, small.ffn = 2816;
+  EXPECT_NE(back.find_layer("f32", 1, small, 1024), nullptr);  // within 2x
+  EXPECT_EQ(back.find_layer("f32", 1, small, 1025), nullptr);
+  EXPECT_EQ(back.find_layer("f32", 2, small, 512), nullptr);
+  small.ffn = 4096;
+  EXPECT_EQ(back.find_layer("f32", 1, small, 512), nullptr);  // another shape
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0 0.2\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 0 0.1 0.2\n", "x"), std::runtime_error);
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -234,6 +247,46 @@ TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
 
 // A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the
 // table measures them slower, and the difference is those calls' time.
+// A layer row scales the layer's kernels (not attention, not comm) by what it measured over
+// the kernels' own rates, at row counts within 2x of its own.
+TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
+  const int64_t N = sc.attn.seq_len / sc.attn.ranks;
+  const model::Shape& s = sc.shape;
+  const perf::Prediction plain = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  double own[2] = {0, 0};  // one layer's kernels at the table's own rates
+  for (int b = 0; b < 2; ++b)
+    for (const perf::LayerOp& op : perf::layer_ops(s, N, b == 1))
+      if (op.ops.empty()) {
+        const perf::ElemRate* e = m.cal.find_elem("f32", 1, op.elem);  // the model's 0 s when the table has none
+        own[b] += e ? e->s_per_value * op.values : 0.0;
+      } else {
+        own[b] += op.flops() / m.cal.find_gemm("f32", 1, op.ops, op.m, op.n, op.k)->flops_per_s;
+      }
+  auto with_row = [&](int64_t rows, double fwd_x, double bwd_x) {
+    perf::Machine r = m;
+    r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
+                            rows, fwd_x * own[0], bwd_x * own[1]});
+    return r;
+  };
+  const perf::Machine twice = with_row(N, 2.0, 1.5);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, twice, sizeof(float)), 2.0);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, true, twice, sizeof(float)), 1.5);
+  const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), twice, sizeof(float));
+  const double kernels = s.layers * (own[0] + own[1]);
+  EXPECT_NEAR(plain.phase_s[int(model::Phase::Mlp)] + plain.phase_s[int(model::Phase::Qkv)] +
+                  plain.phase_s[int(model::Phase::Norm)] + plain.phase_s[int(model::Phase::Rope)] +
+                  plain.phase_s[int(model::Phase::OutProj)],
+              kernels, 1e-9 * kernels);
+  EXPECT_NEAR(p.step_s - plain.step_s, s.layers * (own[0] + 0.5 * own[1]), 1e-6 * p.step_s);
+  EXPECT_DOUBLE_EQ(p.attn_compute_s, plain.attn_compute_s);
+  // A row more than 2x away in rows is not used.
+  EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s, plain.step_s);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, m, sizeof(float)), 1.0);
+}
+
 TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
   TinyCase tiny(2);
   auto& [sc, m] = tiny;

@@ -53,7 +53,7 @@ std::string Calibration::text() const {
        "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
        "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S] |\n"
        "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | coll FABRIC SCOPE OP GROUP PAYLOAD_B S/CALL |\n"
-       "#   info KEY VALUE\n";
+       "#   layer DTYPE THREADS C HD KD F N FWD_S BWD_S | info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
   for (const GemmRate& g : gemm)
@@ -72,6 +72,9 @@ std::string Calibration::text() const {
   for (const CollTime& t : colls)
     o << "coll " << t.fabric << " " << t.scope << " " << t.op << " " << t.group << " " << t.payload << " "
       << num(t.seconds) << "\n";
+  for (const LayerTime& l : layers)
+    o << "layer " << l.dtype << " " << l.threads << " " << l.hidden << " " << l.q_width << " " << l.kv_width << " "
+      << l.ffn << " " << l.rows << " " << num(l.forward_s) << " " << num(l.backward_s) << "\n";
   return o.str();
 }
 
@@ -83,6 +86,7 @@ void Calibration::merge(const Calibration& o) {
   links.insert(links.end(), o.links.begin(), o.links.end());
   busy.insert(busy.end(), o.busy.begin(), o.busy.end());
   colls.insert(colls.end(), o.colls.begin(), o.colls.end());
+  layers.insert(layers.end(), o.layers.begin(), o.layers.end());
   info.insert(info.end(), o.info.begin(), o.info.end());
 }
 
@@ -126,6 +130,18 @@ const BusyRate* Calibration::find_busy(const std::string& fabric, const std::str
   for (const BusyRate& b : busy)
     if (b.fabric == fabric && b.scope == scope && b.kind == kind) found = &b;  // the last row wins
   return found;
+}
+
+const LayerTime* Calibration::find_layer(const std::string& dtype, int threads, const model::Shape& s,
+                                         int64_t rows) const {
+  const LayerTime* best = nullptr;
+  for (const LayerTime& l : layers)
+    if (l.dtype == dtype && l.threads == threads && l.hidden == s.hidden &&
+        l.q_width == int64_t(s.heads) * s.head_dim && l.kv_width == int64_t(s.kv_heads) * s.head_dim &&
+        l.ffn == s.ffn && log_distance(l.rows, rows) <= std::log(2.0) + 1e-9 &&
+        (!best || log_distance(l.rows, rows) <= log_distance(best->rows, rows)))  // the last row wins a tie
+      best = &l;
+  return best;
 }
 
 std::vector<int> Calibration::threads() const {
@@ -200,6 +216,13 @@ Calibration parse_calibration(const std::string& text, const std::string& source
            (t.scope == "intra" || t.scope == "inter") && coll_op(t.op) && t.group >= 2 && t.payload > 0 &&
            t.seconds > 0 && t.seconds < 3600;
       if (ok) c.colls.push_back(t);
+    } else if (kind == "layer") {
+      LayerTime l;
+      ok = bool(ls >> l.dtype >> l.threads >> l.hidden >> l.q_width >> l.kv_width >> l.ffn >> l.rows >> l.forward_s >>
+                l.backward_s) &&
+           l.threads > 0 && l.hidden > 0 && l.q_width > 0 && l.kv_width > 0 && l.ffn > 0 && l.rows > 0 &&
+           l.forward_s > 0 && l.backward_s >= 0 && l.forward_s < 3600 && l.backward_s < 3600;
+      if (ok) c.layers.push_back(l);
     } else {
       throw bad("unknown row kind");
     }
@@ -258,10 +281,11 @@ struct Measure {
     for (const auto& [ops, m, n, k] : seen) {
       const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
       const double flops = 2.0 * double(m) * double(n) * double(k);
-      // Short calls are repeated, cycling through operands that fill 256 MiB: a layer's calls
-      // read their weights from memory, not from a cache the previous call warmed (decode's
-      // GEMMs are bound by that read).
-      const double bytes = double(m * k + k * n) * sizeof(T);
+      // Short calls are repeated, cycling through operands and outputs that fill 256 MiB: a
+      // layer's calls read their weights from memory, not from a cache the previous call
+      // warmed (decode's GEMMs are bound by that read), and write their outputs (a weight
+      // gradient: C x F values from N rows) to memory no call touched lately.
+      const double bytes = double(m * k + k * n + m * n) * sizeof(T);
       const int copies = int(std::clamp(std::min(double(256 << 20) / bytes, 2e9 / flops), 1.0, 32.0));
       const int inner = std::max(copies, int(std::clamp(2e8 / flops, 1.0, 200.0)));
       std::vector<kernels::View2<T>> A, B;
@@ -271,9 +295,13 @@ struct Measure {
         Kokkos::deep_copy(A.back(), T(0.5));
         Kokkos::deep_copy(B.back(), T(0.25));
       }
-      kernels::View2<T> C("cal_c", m, n);
+      std::vector<kernels::View2<T>> C;
+      for (int i = 0; i < copies; ++i) C.emplace_back("cal_c", m, n);
       const double t = median_time(world, 3, [&] {
-        for (int i = 0; i < inner; ++i) kernels::gemm<T>(ta, tb, T(1), A[size_t(i % copies)], B[size_t(i % copies)], T(0), C);
+        for (int i = 0; i < inner; ++i) {
+          const size_t j = size_t(i % copies);
+          kernels::gemm<T>(ta, tb, T(1), A[j], B[j], T(0), C[j]);
+        }
       });
       out.gemm.push_back({dtype, ops, threads, m, n, k, flops * inner / t});
     }

@@ -32,6 +32,13 @@
 //                                                   reduce_scatter, allreduce over GROUP ranks;
 //                                                   PAYLOAD: comm::bytes_leaving's argument): the
 //                                                   mean seconds of its slowest member per call
+//   layer   DTYPE THREADS C HD KD F N FWD_S BWD_S   one layer of the model as it runs (compute-only
+//                                                   mode, every rank computing): the seconds of its
+//                                                   phases other than attention, forward and backward
+//                                                   (0: not measured), at N rows per rank, for hidden
+//                                                   C, query width HD = heads x head_dim, key/value
+//                                                   width KD, ffn F; the model scales the kernels'
+//                                                   own rates by it at row counts within 2x of N
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
@@ -93,6 +100,18 @@ struct CollTime {
   double seconds = 0;   // mean per call, of the slowest member
 };
 
+// One layer's kernels other than attention, timed as the layer runs them: between the kernels
+// of a layer its activations and weights move through the caches, and in a run every rank
+// computes at once; the kernels' own rates, each timed in a loop of its own, read a few to ten
+// percent faster than that.
+struct LayerTime {
+  std::string dtype;
+  int threads = 1;
+  int64_t hidden = 0, q_width = 0, kv_width = 0, ffn = 0;  // C, heads x head_dim, kv_heads x head_dim, F
+  int64_t rows = 0;                                         // N, tokens per rank
+  double forward_s = 0, backward_s = 0;                     // one layer; backward 0: not measured
+};
+
 struct Calibration {
   std::string source;  // the file, or "measured at start-up"
   std::map<int, double> sgemm;  // threads -> SGEMM 2048^3 FLOP/s per rank
@@ -102,6 +121,7 @@ struct Calibration {
   std::vector<LinkRate> links;
   std::vector<BusyRate> busy;
   std::vector<CollTime> colls;
+  std::vector<LayerTime> layers;
   std::vector<std::pair<std::string, std::string>> info;
 
   std::string text() const;  // the file format above
@@ -114,6 +134,8 @@ struct Calibration {
   const ElemRate* find_elem(const std::string& dtype, int threads, const std::string& op) const;
   const LinkRate* find_link(const std::string& fabric, const std::string& scope) const;
   const BusyRate* find_busy(const std::string& fabric, const std::string& scope, const std::string& kind) const;
+  // The layer row of this shape whose rows are nearest N (log distance), within 2x of N.
+  const LayerTime* find_layer(const std::string& dtype, int threads, const model::Shape& shape, int64_t rows) const;
   // The thread counts the table has rates for.
   std::vector<int> threads() const;
 };

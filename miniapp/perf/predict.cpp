@@ -239,6 +239,21 @@ struct Rates {
   }
 };
 
+// The kernels of a layer on N rows at the table's own rates.
+double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const Rates& rates) {
+  double t = 0;
+  for (const LayerOp& op : layer_ops(s, N, backward)) t += op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op);
+  return t;
+}
+
+double factor_of(const model::Shape& s, int64_t N, bool backward, const Rates& rates) {
+  const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N);
+  const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
+  if (!(measured > 0)) return 1;
+  const double own = own_layer_seconds(s, l->rows, backward, rates) * rates.m.rate_scale;  // the table's, unscaled
+  return own > 0 ? measured / own : 1;
+}
+
 struct PassTime {
   double total = 0, compute = 0, comm = 0, exposed = 0, ratio = 0, imbalance = 1;
 };
@@ -339,8 +354,9 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
     double layer = 0;
+    const double in_layer = factor_of(cfg.shape, N, b == 1, rates);
     for (const LayerOp& op : layer_ops(cfg.shape, N, b == 1)) {
-      const double t = op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op);
+      const double t = in_layer * (op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op));
       out.phase_s[int(op.phase)] += L * t;
       layer += t;
     }
@@ -386,6 +402,12 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   out.backward_s = pass_s[1];
   out.step_s = pass_s[0] + pass_s[1];
   return out;
+}
+
+double layer_factor(const model::Shape& s, int64_t N, bool backward, const Machine& m, size_t elem) {
+  std::vector<std::string> notes;
+  std::mutex lock;
+  return factor_of(s, N, backward, Rates{m, dtype_of(elem), notes, &lock});
 }
 
 std::string explain(const Prediction& p) {

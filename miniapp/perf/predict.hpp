@@ -4,8 +4,10 @@
 // at any rank count, in one process. How each part is modelled is written out in
 // docs/DESIGN.md ("The performance model"); the rules in short:
 //   compute   GEMM FLOPs / the table's rate at that shape; element-wise values x seconds per
-//             value; attention: tiles counted as the tiled kernel classifies them (skipped,
-//             fully visible, partly masked) x seconds per tile and head, plus a per-call cost.
+//             value; the layer's kernels together x what a layer row of the table measured
+//             them to take in a running layer over their own rates (layer_factor); attention:
+//             tiles counted as the tiled kernel classifies them (skipped, fully visible,
+//             partly masked) x seconds per tile and head, plus a per-call cost.
 //   comm      alpha-beta per call: latency terms of the op's algorithm x alpha + the bytes of
 //             comm::bytes_leaving / beta, with the intra- or inter-node link; a blocking
 //             collective the step waits for: its time as the table measured it (coll rows).
@@ -87,6 +89,11 @@ Beside beside_compute(const CommCall& c, const Link& l);
 // compute: the part that moves while the compute runs slows it (its share of beside.cpu_s),
 // the rest moves after at the link's own rate. Returns {compute's end, the transfers' end}.
 std::pair<double, double> overlap(double compute_s, double alone_s, const Beside& beside);
+
+// The table's layer row for N rows (Calibration::find_layer) over the kernels' own rates at
+// the row's N, forward or backward: what running inside a layer costs the kernels of
+// layer_ops beyond their own loops. 1 without a row.
+double layer_factor(const model::Shape& s, int64_t N, bool backward, const Machine& m, size_t elem);
 
 struct Prediction {
   double step_s = 0, forward_s = 0, backward_s = 0;  // backward_s 0 without a backward

@@ -437,6 +437,7 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
     if (a.rank() == 0 && !p.o.quiet) std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
     cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);
+    measure_layer_rows(p, world, cal);
     cal.source = "measured at start-up";
   }
   try {

@@ -234,6 +234,57 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 
 }  // namespace
 
+namespace {
+
+// One layer's phases other than attention (forward, backward), the median of 3 reps of the
+// slowest rank, after a warm-up step.
+template <class T>
+std::pair<double, double> time_layer(const Case& c, comm::Communicator& world) {
+  MPI_Comm g = *static_cast<MPI_Comm*>(world.world().native);
+  model::Stack<T> st(c.stack, cp::find(c.scheme), world);
+  cp::Context ctx{world, model::attention_config(c.stack)};
+  ctx.cfg.mode = cp::Mode::ComputeOnly;
+  world.trace().set_enabled(false);
+  const int L = c.stack.shape.layers;
+  auto kernels = [](const model::PhaseTimes& ph) {
+    double s = 0;
+    for (model::Phase k : {model::Phase::Norm, model::Phase::Qkv, model::Phase::Rope, model::Phase::OutProj, model::Phase::Mlp})
+      s += ph.s[int(k)];
+    return s;
+  };
+  std::vector<double> fwd, bwd;
+  for (int rep = -1; rep < 3; ++rep) {
+    ctx.reset();
+    MPI_Barrier(g);
+    st.forward(ctx);
+    st.backward(ctx);
+    Kokkos::fence();
+    double t[2] = {0, 0};
+    for (int l = 0; l < L; ++l) t[0] += kernels(st.forward_times(l)) / L, t[1] += kernels(st.backward_times(l)) / L;
+    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, g);
+    if (rep >= 0) fwd.push_back(t[0]), bwd.push_back(t[1]);
+  }
+  cp::release_scratch();
+  return {hn::median(fwd), hn::median(bwd)};
+}
+
+}  // namespace
+
+void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out) {
+  std::map<int64_t, const Case*> by_rows;  // the first training case per row count
+  for (const Case& c : p.cases)
+    if (c.refused.empty() && c.stack.pass == model::Pass::Train && c.stack.attn.ranks == world.world().size)
+      by_rows.emplace(c.stack.attn.seq_len / c.stack.attn.ranks, &c);
+  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
+  for (const auto& [rows, c] : by_rows) {
+    const auto [fwd, bwd] = p.deck.dtype == "f64" ? time_layer<double>(*c, world) : time_layer<float>(*c, world);
+    const model::Shape& s = c->stack.shape;
+    if (world.world().rank == 0)
+      out.layers.push_back({p.deck.dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim,
+                            int64_t(s.kv_heads) * s.head_dim, s.ffn, rows, fwd, bwd});
+  }
+}
+
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                   CeilingCache& ceiling, CaseRun& out, int round) {
   if (p.deck.dtype == "f64")

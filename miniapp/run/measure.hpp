@@ -14,6 +14,7 @@
 #include "comm/comm.hpp"
 #include "kernels/ceiling.hpp"
 #include "miniapp/output/results.hpp"
+#include "miniapp/perf/calibration.hpp"
 #include "miniapp/run/driver.hpp"
 
 namespace minicp::run {
@@ -76,6 +77,12 @@ struct CaseRun {
 // written there (--dump) after the first round.
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                   CeilingCache& ceiling, CaseRun& out, int round);
+
+// The calibration's layer rows (perf::LayerTime): for each row count of the plan's training
+// cases that run on every rank of `world`, one such case's layers in compute-only mode, every
+// rank at once (collective over world): the seconds of a layer's phases other than attention,
+// forward and backward, the median of 3 reps of the slowest rank. Appended to `out` on rank 0.
+void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out);
 
 // Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
 // layer efficiency and the ETA weigh a case by.

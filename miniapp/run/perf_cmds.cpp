@@ -1,5 +1,6 @@
 // The performance model's commands (see perf_cmds.hpp).
 #include "miniapp/run/perf_cmds.hpp"
+#include "miniapp/run/measure.hpp"
 
 #include <mpi.h>
 
@@ -208,17 +209,25 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
       std::printf(" .. %s at %s", us(hi.seconds).c_str(), hn::human_bytes(double(hi.payload)).c_str());
     std::printf(" per call (measured)\n");
   }
+  // The layer rows of the deck's shape: how much slower the kernels run in a layer than alone.
+  for (const perf::LayerTime& l : m.cal.layers) {
+    if (m.cal.find_layer(l.dtype, m.threads, p.deck.shape, l.rows) != &l || l.dtype != p.deck.dtype) continue;
+    const size_t elem = elem_of(p.deck);
+    std::printf("  layer kernels as run at %lld rows: %.3fx forward, %.3fx backward their own rates (measured)\n",
+                (long long)l.rows, perf::layer_factor(p.deck.shape, l.rows, false, m, elem),
+                perf::layer_factor(p.deck.shape, l.rows, true, m, elem));
+  }
 }
 
-// Measured step times and per-rank SGEMM of an existing results file, by case id.
-struct Measured {
+// The measured step times and per-rank SGEMM of an existing results file, by case id.
+struct FileCase {
   double time_s = kNaN, sgemm_per_rank = kNaN;
 };
-std::map<std::string, Measured> measured_of(const std::string& file, const std::vector<Case>& cases) {
-  std::map<std::string, Measured> out;
+std::map<std::string, FileCase> measured_of(const std::string& file, const std::vector<Case>& cases) {
+  std::map<std::string, FileCase> out;
   for (const Case& c : cases) {
     const std::string g = "/cases/" + c.id + "/summary";
-    Measured m;
+    FileCase m;
     m.time_s = output::read_number_attr(file, g, "measured_time_s");
     m.sgemm_per_rank = output::read_number_attr(file, g, "sgemm_flops_per_s") / c.stack.attn.ranks;
     out[c.id] = m;
@@ -238,6 +247,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
+  measure_layer_rows(p, world, fresh);
   if (a.rank() != 0) return;
   // Rows of an existing table that this measurement does not replace (other shapes, thread
   // counts, precisions, head dims, fabrics) are kept: decks calibrated in turn add up.
@@ -272,6 +282,10 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
         out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) {
           return std::make_tuple(t.fabric, t.scope, t.op, t.group, t.payload);
         });
+      if (!old.layers.empty())
+        out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) {
+          return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows);
+        });
       out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
@@ -290,8 +304,9 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   std::filesystem::rename(tmp, path);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
-              "%zu blocking collectives in %.1f s; table in %s\n",
-              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(), s,
+              "%zu blocking collectives, %zu layers as run in %.1f s; table in %s\n",
+              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(),
+              fresh.layers.size(), s,
               path.c_str());
 }
 
@@ -301,7 +316,7 @@ void run_predict(const Plan& p) {
   const auto t0 = std::chrono::steady_clock::now();
   perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
   base.topo.ranks_per_node = o.ranks_per_node;
-  std::map<std::string, Measured> meas;
+  std::map<std::string, FileCase> meas;
   if (!o.against.empty()) meas = measured_of(o.against, p.cases);
   print_header(p, base, "--predict");
   std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s", "bwd s",
