@@ -232,10 +232,6 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   }
 }
 
-}  // namespace
-
-namespace {
-
 // One layer's phases other than attention (forward, backward), the median of 3 reps of the
 // slowest rank, after a warm-up step.
 template <class T>

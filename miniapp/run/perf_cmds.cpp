@@ -1,6 +1,5 @@
 // The performance model's commands (see perf_cmds.hpp).
 #include "miniapp/run/perf_cmds.hpp"
-#include "miniapp/run/measure.hpp"
 
 #include <mpi.h>
 
@@ -23,6 +22,7 @@
 #include "harness/memory.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/run/driver.hpp"
+#include "miniapp/run/measure.hpp"
 
 namespace minicp::run {
 
