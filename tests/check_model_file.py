@@ -35,8 +35,13 @@ import numpy
 from check_analysis import fail, text, verdict  # the same failure list, attribute reading and verdict
 
 
+def table_rows(table):
+    """The calibration table's rows, split into fields (comments and blank lines left out)."""
+    return [ln.split() for ln in table.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
 def check_table(table):
-    rows = [ln.split() for ln in table.splitlines() if ln and not ln.startswith("#")]
+    rows = table_rows(table)
     links = [r for r in rows if r[0] == "link"]
     busy = {(r[2], r[3]): (float(r[4]), float(r[5])) for r in rows if r[0] == "busy"}
     if not links or len(links[0]) < 7 or float(links[0][6]) <= 0:
@@ -53,7 +58,7 @@ def check_table(table):
 def check_colls(f, table):
     """The all-to-alls the ulysses cases waited for (comm-only reps, bytes = the payload at 2
     ranks) against the table's alltoall rows over 2 ranks."""
-    rows = {int(r[5]): float(r[6]) for r in (ln.split() for ln in table.splitlines() if ln and not ln.startswith("#"))
+    rows = {int(r[5]): float(r[6]) for r in table_rows(table)
             if r[0] == "coll" and r[3] == "alltoall" and r[4] == "2"}
     if not rows:
         fail("calibration: no 'coll <fabric> intra alltoall 2 ...' rows")
@@ -89,8 +94,7 @@ def check_colls(f, table):
 
 def check_layers(f, table):
     """The table's layer rows against the compute-only reps of the training cases on 2 ranks."""
-    rows = {int(r[7]): (float(r[8]), float(r[9])) for r in (ln.split() for ln in table.splitlines() if ln and not ln.startswith("#"))
-            if r[0] == "layer"}
+    rows = {int(r[7]): (float(r[8]), float(r[9])) for r in table_rows(table) if r[0] == "layer"}
     kernels = ("norm", "qkv", "rope", "out_proj", "mlp")
     checked = 0
     for cid, g in f["cases"].items():

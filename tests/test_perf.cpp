@@ -245,8 +245,6 @@ TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
   EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 1.5e-3);
 }
 
-// A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the
-// table measures them slower, and the difference is those calls' time.
 // A layer row scales the layer's kernels (not attention, not comm) by what it measured over
 // the kernels' own rates, at row counts within 2x of its own.
 TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
@@ -287,6 +285,8 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, m, sizeof(float)), 1.0);
 }
 
+// A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the
+// table measures them slower, and the difference is those calls' time.
 TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
   TinyCase tiny(2);
   auto& [sc, m] = tiny;

@@ -12,6 +12,7 @@
 #include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
+#include "miniapp/run/perf_cmds.hpp"
 
 namespace minicp::run {
 
@@ -270,7 +271,7 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
   std::map<int64_t, const Case*> by_rows;  // the first training case per row count
   for (const Case& c : p.cases)
     if (c.refused.empty() && c.stack.pass == model::Pass::Train && c.stack.attn.ranks == world.world().size)
-      by_rows.emplace(c.stack.attn.seq_len / c.stack.attn.ranks, &c);
+      by_rows.emplace(rows_of(c), &c);
   const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
   for (const auto& [rows, c] : by_rows) {
     const auto [fwd, bwd] = p.deck.dtype == "f64" ? time_layer<double>(*c, world) : time_layer<float>(*c, world);

@@ -35,11 +35,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 size_t elem_of(const Deck& d) { return d.dtype == "f64" ? sizeof(double) : sizeof(float); }
 
-int64_t rows_of(const Case& c) {
-  const cp::Config& a = c.stack.attn;
-  return c.stack.pass == model::Pass::Decode ? a.decode_tokens : a.seq_len / a.ranks;
-}
-
 // The deck's fabric profile (nullptr: none named).
 std::unique_ptr<hn::FabricProfile> profile_of(const Deck& d) {
   if (d.fabric.empty()) return nullptr;
@@ -100,6 +95,11 @@ perf::Calibration table_of(const PerfOptions& o) {
 }
 
 }  // namespace
+
+int64_t rows_of(const Case& c) {
+  const cp::Config& a = c.stack.attn;
+  return c.stack.pass == model::Pass::Decode ? a.decode_tokens : a.seq_len / a.ranks;
+}
 
 perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int rpn) {
   perf::CalibrationPlan plan;

@@ -26,6 +26,9 @@ struct PerfOptions {
   bool any() const { return calibrate || predict || advise; }
 };
 
+// Rows per rank of a case's layers: its tokens over its ranks (decode: the new tokens).
+int64_t rows_of(const Case& c);
+
 // What the calibration of a deck measures: its shape, rows per rank and precision, and the
 // blocking collectives its cases' schedules wait for, laid out ranks_per_node to a node.
 perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int ranks_per_node);
