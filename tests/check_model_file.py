@@ -12,7 +12,10 @@ run.calibration = "measure", against the file itself and against `minicp --predi
   - the table holds a `layer` row for the rows per rank of every training case on both ranks,
     and each agrees within 3x with the layer's phases other than attention as the file's
     compute-only reps of those cases timed them (a second measurement of the same kernels; 3x,
-    as the tiny deck's layer takes tens of microseconds on oversubscribed cores);
+    as the tiny deck's layer takes tens of microseconds on oversubscribed cores); likewise at
+    the decode tokens of every decode case on both ranks (forward only); and every layer row
+    holds its GEMMs timed beside it, between 1/20 (the tiny layer is mostly launches and
+    element-wise kernels) and 1.5x of the layer that runs them;
   - every case that ran has a finite predicted_time_s > 0, and its predicted phases add up to it;
   - `minicp --predict --against FILE` exits 0, prints the links beside compute, and predicts each
     case as the run did (same table, same drift scale: the two computations agree to the 4
@@ -93,14 +96,27 @@ def check_colls(f, table):
 
 
 def check_layers(f, table):
-    """The table's layer rows against the compute-only reps of the training cases on 2 ranks."""
+    """The table's layer rows against the compute-only reps of the cases on 2 ranks: training
+    cases (forward and backward, at S/2 rows) and decode cases (forward only, at decode_tokens
+    rows; their rows' backward is 0)."""
     rows = {int(r[7]): (float(r[8]), float(r[9])) for r in table_rows(table) if r[0] == "layer"}
-    kernels = ("norm", "qkv", "rope", "out_proj", "mlp")
-    checked = 0
-    for cid, g in f["cases"].items():
-        if text(g.attrs["status"]) != "ok" or text(g.attrs["pass"]) != "train" or int(g.attrs["ranks"]) != 2:
+    for r in table_rows(table):  # the layer's GEMMs timed beside it: a part of the layer's kernels
+        if r[0] != "layer":
             continue
-        n = int(g.attrs["seq_len"]) // 2
+        if len(r) != 12:
+            fail(f"layer row {' '.join(r)}: no GEMM seconds timed beside the layer")
+            continue
+        for layer_s, gemm_s, what in ((float(r[8]), float(r[10]), "forward"), (float(r[9]), float(r[11]), "backward")):
+            if (layer_s > 0) != (gemm_s > 0) or (gemm_s > 0 and not layer_s / 20 <= gemm_s <= 1.5 * layer_s):
+                fail(f"layer row {' '.join(r)}: its GEMMs' {what} {gemm_s} s against the layer's {layer_s} s "
+                     f"(want both 0, or the GEMMs within 1/20 to 1.5x of the layer that runs them)")
+    kernels = ("norm", "qkv", "rope", "out_proj", "mlp")
+    checked = set()
+    for cid, g in f["cases"].items():
+        pass_ = text(g.attrs["pass"])
+        if text(g.attrs["status"]) != "ok" or pass_ not in ("train", "decode") or int(g.attrs["ranks"]) != 2:
+            continue
+        n = int(g.attrs["seq_len"]) // 2 if pass_ == "train" else int(g.attrs["decode_tokens"])
         if n not in rows:
             fail(f"{cid}: no layer row at {n} rows per rank (rows at {sorted(rows)})")
             continue
@@ -111,7 +127,10 @@ def check_layers(f, table):
             continue
         want = numpy.isin(co["phase"], [phases.index(k) for k in kernels])
         layers = len(set(co["layer"]))
-        for direction, measured in ((0, rows[n][0]), (1, rows[n][1])):
+        if pass_ == "decode" and rows[n][1] != 0:
+            fail(f"{cid}: the layer row at {n} rows (a decode case's) has a backward time, {rows[n][1]} s")
+        for direction in ((0, 1) if pass_ == "train" else (0,)):
+            measured = rows[n][direction]
             d = co[want & (co["pass"] == direction)]
             per_rep = [d[(d["rep"] == r) & (d["rank"] == k)]["seconds"].sum() / layers
                        for r in sorted(set(d["rep"])) for k in sorted(set(d["rank"]))]
@@ -119,9 +138,10 @@ def check_layers(f, table):
             if not (measured / 3 <= typical <= 3 * measured):
                 fail(f"{cid}: a layer's kernels took {typical * 1e6:.1f} us ({'backward' if direction else 'forward'}) "
                      f"in the compute-only reps, the table's layer row at {n} rows says {measured * 1e6:.1f} us")
-        checked += 1
-    if not checked:
-        fail("no training case on 2 ranks with compute-only reps to check the layer rows with")
+        checked.add(pass_)
+    for pass_ in ("train", "decode"):
+        if pass_ not in checked:
+            fail(f"no {pass_} case on 2 ranks with compute-only reps to check the layer rows with")
 
 
 def advise_groups(minicp, deck, table, sets):

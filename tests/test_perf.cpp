@@ -154,6 +154,16 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_EQ(back.find_layer("f32", 1, small, 512), nullptr);  // another shape
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0 0.2\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 0 0.1 0.2\n", "x"), std::runtime_error);
+  // The optional GEMM seconds timed beside the layer: kept, written back; both or none.
+  const perf::Calibration g = perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24\n", "g");
+  ASSERT_EQ(g.layers.size(), 1u);
+  EXPECT_EQ(g.layers[0].gemm_forward_s, 0.12);
+  EXPECT_EQ(g.layers[0].gemm_backward_s, 0.24);
+  EXPECT_EQ(perf::parse_calibration(g.text(), "again").text(), g.text());
+  EXPECT_EQ(back.layers[0].gemm_forward_s, 0.0);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"), std::runtime_error);
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -254,12 +264,13 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   const int64_t N = sc.attn.seq_len / sc.attn.ranks;
   const model::Shape& s = sc.shape;
   const perf::Prediction plain = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
-  double own[2] = {0, 0};  // one layer's kernels at the table's own rates
+  double own[2] = {0, 0}, elem[2] = {0, 0};  // one layer's kernels at the table's own rates; its element-wise part
   for (int b = 0; b < 2; ++b)
     for (const perf::LayerOp& op : perf::layer_ops(s, N, b == 1))
       if (op.ops.empty()) {
         const perf::ElemRate* e = m.cal.find_elem("f32", 1, op.elem);  // the model's 0 s when the table has none
         own[b] += e ? e->s_per_value * op.values : 0.0;
+        elem[b] += e ? e->s_per_value * op.values : 0.0;
       } else {
         own[b] += op.flops() / m.cal.find_gemm("f32", 1, op.ops, op.m, op.n, op.k)->flops_per_s;
       }
@@ -283,6 +294,19 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   // A row more than 2x away in rows is not used.
   EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s, plain.step_s);
   EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, m, sizeof(float)), 1.0);
+  // With the GEMMs timed beside the layer, the factor is the layer over those GEMMs and the
+  // element-wise kernels at the table's rates, whatever the table's GEMM rates say: a row
+  // measured while the host ran 1.6x slower gives the factor of its own moment.
+  const double gemm[2] = {own[0] - elem[0], own[1] - elem[1]};
+  ASSERT_GT(gemm[0], 0);
+  for (double slow : {1.0, 1.6}) {
+    perf::Machine r = m;
+    r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
+                            N, 1.2 * (slow * gemm[0] + elem[0]), 0.9 * (slow * gemm[1] + elem[1]), slow * gemm[0],
+                            slow * gemm[1]});
+    EXPECT_NEAR(perf::layer_factor(s, N, false, r, sizeof(float)), 1.2, 1e-12) << "host " << slow << "x slower";
+    EXPECT_NEAR(perf::layer_factor(s, N, true, r, sizeof(float)), 0.9, 1e-12) << "host " << slow << "x slower";
+  }
 }
 
 // A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "comm/comm.hpp"
 #include "harness/stats.hpp"
@@ -53,7 +54,7 @@ std::string Calibration::text() const {
        "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
        "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S] |\n"
        "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | coll FABRIC SCOPE OP GROUP PAYLOAD_B S/CALL |\n"
-       "#   layer DTYPE THREADS C HD KD F N FWD_S BWD_S | info KEY VALUE\n";
+       "#   layer DTYPE THREADS C HD KD F N FWD_S BWD_S [GEMM_FWD_S GEMM_BWD_S] | info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
   for (const GemmRate& g : gemm)
@@ -74,7 +75,8 @@ std::string Calibration::text() const {
       << num(t.seconds) << "\n";
   for (const LayerTime& l : layers)
     o << "layer " << l.dtype << " " << l.threads << " " << l.hidden << " " << l.q_width << " " << l.kv_width << " "
-      << l.ffn << " " << l.rows << " " << num(l.forward_s) << " " << num(l.backward_s) << "\n";
+      << l.ffn << " " << l.rows << " " << num(l.forward_s) << " " << num(l.backward_s)
+      << (l.gemm_forward_s > 0 ? " " + num(l.gemm_forward_s) + " " + num(l.gemm_backward_s) : "") << "\n";
   return o.str();
 }
 
@@ -222,6 +224,12 @@ Calibration parse_calibration(const std::string& text, const std::string& source
                 l.backward_s) &&
            l.threads > 0 && l.hidden > 0 && l.q_width > 0 && l.kv_width > 0 && l.ffn > 0 && l.rows > 0 &&
            l.forward_s > 0 && l.backward_s >= 0 && l.forward_s < 3600 && l.backward_s < 3600;
+      std::string more;
+      if (ok && ls >> more) {  // the GEMMs timed beside it (optional: tables written before had none)
+        std::istringstream g(more);
+        ok = bool(g >> l.gemm_forward_s) && bool(ls >> l.gemm_backward_s) && l.gemm_forward_s > 0 &&
+             l.gemm_backward_s >= 0 && l.gemm_forward_s < 3600 && l.gemm_backward_s < 3600;
+      }
       if (ok) c.layers.push_back(l);
     } else {
       throw bad("unknown row kind");
@@ -262,6 +270,35 @@ double median_time(MPI_Comm comm, int reps, Fn&& fn) {
   return t[t.size() / 2];
 }
 
+// FLOP/s of one GEMM shape on this rank (OPS: "NN", "NT", "TN"), the median of 3 timed loops
+// after one untimed. Short calls are repeated, cycling through operands and outputs that fill
+// 256 MiB: a layer's calls read their weights from memory, not from a cache the previous call
+// warmed (decode's GEMMs are bound by that read), and write their outputs (a weight gradient:
+// C x F values from N rows) to memory no call touched lately.
+template <class T>
+double gemm_rate(MPI_Comm world, const std::string& ops, int64_t m, int64_t n, int64_t k) {
+  const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const double bytes = double(m * k + k * n + m * n) * sizeof(T);
+  const int copies = int(std::clamp(std::min(double(256 << 20) / bytes, 2e9 / flops), 1.0, 32.0));
+  const int inner = std::max(copies, int(std::clamp(2e8 / flops, 1.0, 200.0)));
+  std::vector<kernels::View2<T>> A, B, C;
+  for (int i = 0; i < copies; ++i) {
+    A.emplace_back("cal_a", ta == Trans::N ? m : k, ta == Trans::N ? k : m);
+    B.emplace_back("cal_b", tb == Trans::N ? k : n, tb == Trans::N ? n : k);
+    C.emplace_back("cal_c", m, n);
+    Kokkos::deep_copy(A.back(), T(0.5));
+    Kokkos::deep_copy(B.back(), T(0.25));
+  }
+  const double t = median_time(world, 3, [&] {
+    for (int i = 0; i < inner; ++i) {
+      const size_t j = size_t(i % copies);
+      kernels::gemm<T>(ta, tb, T(1), A[j], B[j], T(0), C[j]);
+    }
+  });
+  return flops * inner / t;
+}
+
 template <class T>
 struct Measure {
   const CalibrationPlan& plan;
@@ -278,33 +315,8 @@ struct Measure {
         for (bool bwd : {false, true})
           for (const LayerOp& op : layer_ops(s, N, bwd))
             if (!op.ops.empty()) seen.insert({op.ops, op.m, op.n, op.k});
-    for (const auto& [ops, m, n, k] : seen) {
-      const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
-      const double flops = 2.0 * double(m) * double(n) * double(k);
-      // Short calls are repeated, cycling through operands and outputs that fill 256 MiB: a
-      // layer's calls read their weights from memory, not from a cache the previous call
-      // warmed (decode's GEMMs are bound by that read), and write their outputs (a weight
-      // gradient: C x F values from N rows) to memory no call touched lately.
-      const double bytes = double(m * k + k * n + m * n) * sizeof(T);
-      const int copies = int(std::clamp(std::min(double(256 << 20) / bytes, 2e9 / flops), 1.0, 32.0));
-      const int inner = std::max(copies, int(std::clamp(2e8 / flops, 1.0, 200.0)));
-      std::vector<kernels::View2<T>> A, B;
-      for (int i = 0; i < copies; ++i) {
-        A.emplace_back("cal_a", ta == Trans::N ? m : k, ta == Trans::N ? k : m);
-        B.emplace_back("cal_b", tb == Trans::N ? k : n, tb == Trans::N ? n : k);
-        Kokkos::deep_copy(A.back(), T(0.5));
-        Kokkos::deep_copy(B.back(), T(0.25));
-      }
-      std::vector<kernels::View2<T>> C;
-      for (int i = 0; i < copies; ++i) C.emplace_back("cal_c", m, n);
-      const double t = median_time(world, 3, [&] {
-        for (int i = 0; i < inner; ++i) {
-          const size_t j = size_t(i % copies);
-          kernels::gemm<T>(ta, tb, T(1), A[j], B[j], T(0), C[j]);
-        }
-      });
-      out.gemm.push_back({dtype, ops, threads, m, n, k, flops * inner / t});
-    }
+    for (const auto& [ops, m, n, k] : seen)
+      out.gemm.push_back({dtype, ops, threads, m, n, k, gemm_rate<T>(world, ops, m, n, k)});
     if (verbose && rank == 0) std::printf("minicp --calibrate: %zu GEMM shapes (%s)\n", seen.size(), dtype.c_str());
   }
 
@@ -696,6 +708,24 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
   MPI_Bcast(all.data(), n, MPI_CHAR, 0, world);
   Calibration c = parse_calibration(all, "measured");
   return c;
+}
+
+std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype,
+                                             bool backward, comm::Communicator& comm) {
+  MPI_Comm world = *static_cast<MPI_Comm*>(comm.world().native);
+  double t[2] = {0, 0};
+  std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, double> rates;  // a shape timed once
+  for (int b = 0; b < (backward ? 2 : 1); ++b)
+    for (const LayerOp& op : layer_ops(s, N, b == 1)) {
+      if (op.ops.empty()) continue;
+      double& rate = rates[{op.ops, op.m, op.n, op.k}];
+      if (rate == 0)
+        rate = dtype == "f64" ? gemm_rate<double>(world, op.ops, op.m, op.n, op.k)
+                              : gemm_rate<float>(world, op.ops, op.m, op.n, op.k);
+      t[b] += op.flops() / rate;
+    }
+  MPI_Bcast(t, 2, MPI_DOUBLE, 0, world);  // rank 0's, as the table's gemm rows
+  return {t[0], t[1]};
 }
 
 }  // namespace minicp::perf

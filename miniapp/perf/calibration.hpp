@@ -33,12 +33,16 @@
 //                                                   PAYLOAD: comm::bytes_leaving's argument): the
 //                                                   mean seconds of its slowest member per call
 //   layer   DTYPE THREADS C HD KD F N FWD_S BWD_S   one layer of the model as it runs (compute-only
-//                                                   mode, every rank computing): the seconds of its
+//           [GEMM_FWD_S GEMM_BWD_S]                 mode, every rank computing): the seconds of its
 //                                                   phases other than attention, forward and backward
 //                                                   (0: not measured), at N rows per rank, for hidden
 //                                                   C, query width HD = heads x head_dim, key/value
-//                                                   width KD, ffn F; the model scales the kernels'
-//                                                   own rates by it at row counts within 2x of N
+//                                                   width KD, ffn F; optionally the seconds of its
+//                                                   GEMMs each in its own loop, timed in the same
+//                                                   seconds; the model scales the kernels' own rates
+//                                                   by the layer over its kernels (its GEMMs as timed
+//                                                   beside it, else the table's rates) at row counts
+//                                                   within 2x of N
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
@@ -47,6 +51,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "miniapp/model/model.hpp"
@@ -103,13 +108,17 @@ struct CollTime {
 // One layer's kernels other than attention, timed as the layer runs them: between the kernels
 // of a layer its activations and weights move through the caches, and in a run every rank
 // computes at once; the kernels' own rates, each timed in a loop of its own, read up to 12%
-// faster than that on the development machine.
+// faster than that on the development machine. The layer's GEMMs are timed again in their own
+// loops in the same seconds (interleaved with the layer's steps), so that the model takes the
+// ratio of the two from one moment: the host's speed drifts by up to 30% between the table's
+// GEMM rows and its layer rows.
 struct LayerTime {
   std::string dtype;
   int threads = 1;
   int64_t hidden = 0, q_width = 0, kv_width = 0, ffn = 0;  // C, heads x head_dim, kv_heads x head_dim, F
   int64_t rows = 0;                                         // N, tokens per rank
   double forward_s = 0, backward_s = 0;                     // one layer; backward 0: not measured
+  double gemm_forward_s = 0, gemm_backward_s = 0;           // its GEMMs alone, beside it; 0: not measured
 };
 
 struct Calibration {
@@ -162,5 +171,11 @@ struct CalibrationPlan {
 // rank 0 to its nearest peer and to one on another node, alone and beside GEMMs. Rank 0's table is returned on rank 0
 // (the ranks' rates agree within the machine's noise; rank 0 stands for all).
 Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose);
+
+// The GEMMs of one layer at N rows (layer_ops), each timed in its own loop as the gemm rows
+// are, now: seconds per layer forward and (backward true) backward, rank 0's on every rank.
+// Collective over comm's world.
+std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype,
+                                             bool backward, comm::Communicator& comm);
 
 }  // namespace minicp::perf

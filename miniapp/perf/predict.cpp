@@ -246,11 +246,22 @@ double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const 
   return t;
 }
 
+// The layer as it ran over its kernels at their own rates: its GEMMs as timed beside it (the
+// same seconds: the host's drift cancels) and the element-wise kernels at the table's rates;
+// for a row without those GEMMs, every kernel at the table's rates.
 double factor_of(const model::Shape& s, int64_t N, bool backward, const Rates& rates) {
   const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N);
   const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
   if (!(measured > 0)) return 1;
-  const double own = own_layer_seconds(s, l->rows, backward, rates) * rates.m.rate_scale;  // the table's, unscaled
+  const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
+  double own = 0;  // the table's, unscaled
+  if (gemm_beside > 0) {
+    own = gemm_beside;
+    for (const LayerOp& op : layer_ops(s, l->rows, backward))
+      if (op.ops.empty()) own += rates.elem(op.elem, op.values) * rates.m.rate_scale;
+  } else {
+    own = own_layer_seconds(s, l->rows, backward, rates) * rates.m.rate_scale;
+  }
   return own > 0 ? measured / own : 1;
 }
 

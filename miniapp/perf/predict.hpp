@@ -92,7 +92,8 @@ std::pair<double, double> overlap(double compute_s, double alone_s, const Beside
 
 // The table's layer row for N rows (Calibration::find_layer) over the kernels' own rates at
 // the row's N, forward or backward: what running inside a layer costs the kernels of
-// layer_ops beyond their own loops. 1 without a row.
+// layer_ops beyond their own loops. The GEMMs' own time is the row's (timed beside the layer)
+// when it has one, else the table's rates. 1 without a row.
 double layer_factor(const model::Shape& s, int64_t N, bool backward, const Machine& m, size_t elem);
 
 struct Prediction {

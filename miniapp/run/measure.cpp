@@ -233,52 +233,75 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   }
 }
 
-// One layer's phases other than attention (forward, backward), the median of 3 reps of the
-// slowest rank, after a warm-up step.
+// One layer's phases other than attention, as the stack runs them (forward, backward; backward
+// 0 for decode), the median over steps of the slowest rank, and the same layer's GEMMs each in
+// its own loop (perf::layer_gemm_seconds), in two halves interleaved so that both are read in
+// the same seconds. After a warm-up step, each half runs at least 2 steps, more while they
+// add up to under 0.25 s (a decode step of a few ms: its rank-to-rank jitter needs more
+// samples than a training step's), then times the GEMMs.
 template <class T>
-std::pair<double, double> time_layer(const Case& c, comm::Communicator& world) {
+perf::LayerTime time_layer(const Case& c, int64_t rows, comm::Communicator& world) {
   MPI_Comm g = *static_cast<MPI_Comm*>(world.world().native);
   model::Stack<T> st(c.stack, cp::find(c.scheme), world);
   cp::Context ctx{world, model::attention_config(c.stack)};
   ctx.cfg.mode = cp::Mode::ComputeOnly;
   world.trace().set_enabled(false);
   const int L = c.stack.shape.layers;
+  const bool train = c.stack.pass == model::Pass::Train;
+  const std::string dtype = sizeof(T) == sizeof(double) ? "f64" : "f32";
   auto kernels = [](const model::PhaseTimes& ph) {
     double s = 0;
     for (model::Phase k : {model::Phase::Norm, model::Phase::Qkv, model::Phase::Rope, model::Phase::OutProj, model::Phase::Mlp})
       s += ph.s[int(k)];
     return s;
   };
-  std::vector<double> fwd, bwd;
-  for (int rep = -1; rep < 3; ++rep) {
+  // One step: this layer's kernel seconds (mean over layers) and the step's, slowest rank.
+  auto step = [&](double t[3]) {
     ctx.reset();
     MPI_Barrier(g);
+    const double t0 = MPI_Wtime();
     st.forward(ctx);
-    st.backward(ctx);
+    if (train) st.backward(ctx);
     Kokkos::fence();
-    double t[2] = {0, 0};
-    for (int l = 0; l < L; ++l) t[0] += kernels(st.forward_times(l)) / L, t[1] += kernels(st.backward_times(l)) / L;
-    MPI_Allreduce(MPI_IN_PLACE, t, 2, MPI_DOUBLE, MPI_MAX, g);
-    if (rep >= 0) fwd.push_back(t[0]), bwd.push_back(t[1]);
+    t[0] = t[1] = 0, t[2] = MPI_Wtime() - t0;
+    for (int l = 0; l < L; ++l) {
+      t[0] += kernels(st.forward_times(l)) / L;
+      if (train) t[1] += kernels(st.backward_times(l)) / L;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, t, 3, MPI_DOUBLE, MPI_MAX, g);  // every rank agrees on the loop
+  };
+  double t[3];
+  step(t);  // warm-up
+  std::vector<double> fwd, bwd;
+  double gemm[2] = {0, 0};
+  for (int half = 0; half < 2; ++half) {
+    double spent = 0;
+    for (int i = 0; i < 2 || (spent < 0.25 && i < 15); ++i) {
+      step(t);
+      fwd.push_back(t[0]), bwd.push_back(t[1]), spent += t[2];
+    }
+    const auto [gf, gb] = perf::layer_gemm_seconds(c.stack.shape, rows, dtype, train, world);
+    gemm[0] += gf / 2, gemm[1] += gb / 2;
   }
   cp::release_scratch();
-  return {hn::median(fwd), hn::median(bwd)};
+  const model::Shape& s = c.stack.shape;
+  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
+  return {dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn, rows,
+          hn::median(fwd), hn::median(bwd), gemm[0], gemm[1]};
 }
 
 }  // namespace
 
 void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out) {
-  std::map<int64_t, const Case*> by_rows;  // the first training case per row count
-  for (const Case& c : p.cases)
-    if (c.refused.empty() && c.stack.pass == model::Pass::Train && c.stack.attn.ranks == world.world().size)
-      by_rows.emplace(rows_of(c), &c);
-  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
+  // The first training case per row count, else the first decode case (forward only).
+  std::map<int64_t, const Case*> by_rows;
+  for (model::Pass pass : {model::Pass::Train, model::Pass::Decode})
+    for (const Case& c : p.cases)
+      if (c.refused.empty() && c.stack.pass == pass && c.stack.attn.ranks == world.world().size)
+        by_rows.emplace(rows_of(c), &c);
   for (const auto& [rows, c] : by_rows) {
-    const auto [fwd, bwd] = p.deck.dtype == "f64" ? time_layer<double>(*c, world) : time_layer<float>(*c, world);
-    const model::Shape& s = c->stack.shape;
-    if (world.world().rank == 0)
-      out.layers.push_back({p.deck.dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim,
-                            int64_t(s.kv_heads) * s.head_dim, s.ffn, rows, fwd, bwd});
+    const perf::LayerTime l = p.deck.dtype == "f64" ? time_layer<double>(*c, rows, world) : time_layer<float>(*c, rows, world);
+    if (world.world().rank == 0) out.layers.push_back(l);
   }
 }
 

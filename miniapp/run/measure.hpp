@@ -81,7 +81,9 @@ void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const 
 // The calibration's layer rows (perf::LayerTime): for each row count of the plan's training
 // cases that run on every rank of `world`, one such case's layers in compute-only mode, every
 // rank at once (collective over world): the seconds of a layer's phases other than attention,
-// forward and backward, the median of 3 reps of the slowest rank. Appended to `out` on rank 0.
+// forward and backward, the median of 4 steps or more of the slowest rank, and the seconds of
+// the layer's GEMMs each in its own loop, timed between those steps. Decode cases give
+// forward-only rows (backward 0) at their decode_tokens rows. Appended to `out` on rank 0.
 void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out);
 
 // Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
