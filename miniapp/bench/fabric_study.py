@@ -41,7 +41,7 @@ def parse_args():
     p.add_argument("--rounds-2x2", type=int, default=3,
                    help="run.rounds of the 2x2 layouts (default: %(default)s; the deck's for the others). "
                         "Their 4 ranks share 2 cores here, so the model is not checked on them and fewer "
-                        "rounds keep the study near an hour; 0: the deck's")
+                        "rounds keep the study to about 75 minutes here; 0: the deck's")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per run (default: %(default)s)")
     p.add_argument("--table-only", action="store_true", help="print the comparison of the files already in --out-dir")
     a = p.parse_args()
