@@ -239,10 +239,12 @@ struct Rates {
   }
 };
 
-// The kernels of a layer on N rows at the table's own rates.
-double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const Rates& rates) {
+// The kernels of a layer on N rows at the table's own rates (gemms false: its element-wise
+// kernels only).
+double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const Rates& rates, bool gemms = true) {
   double t = 0;
-  for (const LayerOp& op : layer_ops(s, N, backward)) t += op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op);
+  for (const LayerOp& op : layer_ops(s, N, backward))
+    t += op.ops.empty() ? rates.elem(op.elem, op.values) : gemms ? rates.gemm(op) : 0.0;
   return t;
 }
 
@@ -254,14 +256,9 @@ double factor_of(const model::Shape& s, int64_t N, bool backward, const Rates& r
   const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
   if (!(measured > 0)) return 1;
   const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
-  double own = 0;  // the table's, unscaled
-  if (gemm_beside > 0) {
-    own = gemm_beside;
-    for (const LayerOp& op : layer_ops(s, l->rows, backward))
-      if (op.ops.empty()) own += rates.elem(op.elem, op.values) * rates.m.rate_scale;
-  } else {
-    own = own_layer_seconds(s, l->rows, backward, rates) * rates.m.rate_scale;
-  }
+  // The table's, unscaled; the GEMMs timed beside the row when it has them.
+  const double own = (gemm_beside > 0 ? gemm_beside : 0.0) +
+                     own_layer_seconds(s, l->rows, backward, rates, !(gemm_beside > 0)) * rates.m.rate_scale;
   return own > 0 ? measured / own : 1;
 }
 
