@@ -113,6 +113,13 @@ TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
   EXPECT_GT(checked, P == 1 ? 0 : 5);
 }
 
+// cpu-small's layer shape, as the table rows below spell it.
+model::Shape small_ffn() {
+  model::Shape s{};
+  s.hidden = 1024, s.heads = 8, s.kv_heads = 2, s.head_dim = 128, s.ffn = 2816;
+  return s;
+}
+
 TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   const std::string text =
       "# a comment\n"
@@ -164,6 +171,22 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"), std::runtime_error);
+  // The optional ranks computing at once: kept, written back; a positive integer. The row of
+  // the asked ranks wins over a nearer row count of other ranks; a row without ranks matches any.
+  const perf::Calibration r = perf::parse_calibration(
+      "layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24 2\n"
+      "layer f32 1 1024 1024 256 2816 1024 0.3 0.6 0.25 0.5 1\n", "r");
+  ASSERT_EQ(r.layers.size(), 2u);
+  EXPECT_EQ(r.layers[0].ranks, 2);
+  EXPECT_EQ(perf::parse_calibration(r.text(), "again").text(), r.text());
+  EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 1), &r.layers[1]);
+  EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 900, 2), &r.layers[0]);
+  EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 4), &r.layers[0]);  // the nearest ranks
+  EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 0), &r.layers[0]);  // any ranks: the nearest rows
+  EXPECT_EQ(back.find_layer("f32", 1, small_ffn(), 512, 1), &back.layers[0]);
+  for (const char* bad : {"0", "1.5", "x", "2 3"})
+    EXPECT_THROW(perf::parse_calibration(std::string("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 0.2 ") + bad + "\n", "x"),
+                 std::runtime_error) << bad;
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -281,8 +304,8 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
     return r;
   };
   const perf::Machine twice = with_row(N, 2.0, 1.5);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, twice, sizeof(float)), 2.0);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, true, twice, sizeof(float)), 1.5);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, 0, twice, sizeof(float)), 2.0);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, true, 0, twice, sizeof(float)), 1.5);
   const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), twice, sizeof(float));
   const double kernels = s.layers * (own[0] + own[1]);
   EXPECT_NEAR(plain.phase_s[int(model::Phase::Mlp)] + plain.phase_s[int(model::Phase::Qkv)] +
@@ -293,7 +316,7 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_DOUBLE_EQ(p.attn_compute_s, plain.attn_compute_s);
   // A row more than 2x away in rows is not used.
   EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s, plain.step_s);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, m, sizeof(float)), 1.0);
+  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, 0, m, sizeof(float)), 1.0);
   // With the GEMMs timed beside the layer, the factor is the layer over those GEMMs and the
   // element-wise kernels at the table's rates, whatever the table's GEMM rates say: a row
   // measured while the host ran 1.6x slower gives the factor of its own moment.
@@ -304,9 +327,24 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
     r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
                             N, 1.2 * (slow * gemm[0] + elem[0]), 0.9 * (slow * gemm[1] + elem[1]), slow * gemm[0],
                             slow * gemm[1]});
-    EXPECT_NEAR(perf::layer_factor(s, N, false, r, sizeof(float)), 1.2, 1e-12) << "host " << slow << "x slower";
-    EXPECT_NEAR(perf::layer_factor(s, N, true, r, sizeof(float)), 0.9, 1e-12) << "host " << slow << "x slower";
+    EXPECT_NEAR(perf::layer_factor(s, N, false, 0, r, sizeof(float)), 1.2, 1e-12) << "host " << slow << "x slower";
+    EXPECT_NEAR(perf::layer_factor(s, N, true, 0, r, sizeof(float)), 0.9, 1e-12) << "host " << slow << "x slower";
   }
+  // Rows measured with 1 and with 2 ranks computing: a case takes the row of the ranks that
+  // compute at once on its host (its ranks, at most the ranks per node).
+  perf::Machine two = m;
+  auto add = [&](double x, int ranks) {
+    two.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim,
+                              s.ffn, N, x * own[0], x * own[1], gemm[0], gemm[1], ranks});
+  };
+  add(1.0, 1), add(2.0, 2);
+  const double f1 = perf::layer_factor(s, N, false, 1, two, sizeof(float));
+  const double f2 = perf::layer_factor(s, N, false, 2, two, sizeof(float));
+  EXPECT_NEAR(f2, 2 * f1, 1e-12);
+  const double on_two = perf::predict(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
+  two.topo.ranks_per_node = 1;  // the same 2 ranks, one per node: one computes on each host
+  const double on_one = perf::predict(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
+  EXPECT_GT(on_two - on_one, 0.9 * s.layers * (f2 - f1) * gemm[0]);
 }
 
 // A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the

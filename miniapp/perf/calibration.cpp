@@ -54,7 +54,7 @@ std::string Calibration::text() const {
        "#   attn DTYPE THREADS PASS D TQ TK S/FULL-TILE S/PARTIAL-TILE S/CALL S/TILE-TOUCHED (per tile and head) |\n"
        "#   elem DTYPE THREADS OP S/VALUE | link FABRIC SCOPE ALPHA_S BETA_B/S CPU_B/S [ALLREDUCE_B/S] |\n"
        "#   busy FABRIC SCOPE p2p|allreduce WIRE_B/S CPU_B/S | coll FABRIC SCOPE OP GROUP PAYLOAD_B S/CALL |\n"
-       "#   layer DTYPE THREADS C HD KD F N FWD_S BWD_S [GEMM_FWD_S GEMM_BWD_S] | info KEY VALUE\n";
+       "#   layer DTYPE THREADS C HD KD F N FWD_S BWD_S [GEMM_FWD_S GEMM_BWD_S [RANKS]] | info KEY VALUE\n";
   for (const auto& [k, v] : info) o << "info " << k << " " << v << "\n";
   for (const auto& [t, r] : sgemm) o << "sgemm " << t << " " << num(r) << "\n";
   for (const GemmRate& g : gemm)
@@ -76,7 +76,8 @@ std::string Calibration::text() const {
   for (const LayerTime& l : layers)
     o << "layer " << l.dtype << " " << l.threads << " " << l.hidden << " " << l.q_width << " " << l.kv_width << " "
       << l.ffn << " " << l.rows << " " << num(l.forward_s) << " " << num(l.backward_s)
-      << (l.gemm_forward_s > 0 ? " " + num(l.gemm_forward_s) + " " + num(l.gemm_backward_s) : "") << "\n";
+      << (l.gemm_forward_s > 0 ? " " + num(l.gemm_forward_s) + " " + num(l.gemm_backward_s) : "")
+      << (l.gemm_forward_s > 0 && l.ranks > 0 ? " " + std::to_string(l.ranks) : "") << "\n";
   return o.str();
 }
 
@@ -135,13 +136,17 @@ const BusyRate* Calibration::find_busy(const std::string& fabric, const std::str
 }
 
 const LayerTime* Calibration::find_layer(const std::string& dtype, int threads, const model::Shape& s,
-                                         int64_t rows) const {
+                                         int64_t rows, int ranks) const {
+  // Ranks first: a layer with every core of the host busy runs slower than alone on it.
+  auto key = [&](const LayerTime& l) {
+    return std::pair{l.ranks > 0 && ranks > 0 ? log_distance(l.ranks, ranks) : 0.0, log_distance(l.rows, rows)};
+  };
   const LayerTime* best = nullptr;
   for (const LayerTime& l : layers)
     if (l.dtype == dtype && l.threads == threads && l.hidden == s.hidden &&
         l.q_width == int64_t(s.heads) * s.head_dim && l.kv_width == int64_t(s.kv_heads) * s.head_dim &&
         l.ffn == s.ffn && log_distance(l.rows, rows) <= std::log(2.0) + 1e-9 &&
-        (!best || log_distance(l.rows, rows) <= log_distance(best->rows, rows)))  // the last row wins a tie
+        (!best || key(l) <= key(*best)))  // the last row wins a tie
       best = &l;
   return best;
 }
@@ -229,6 +234,10 @@ Calibration parse_calibration(const std::string& text, const std::string& source
         std::istringstream g(more);
         ok = bool(g >> l.gemm_forward_s) && bool(ls >> l.gemm_backward_s) && l.gemm_forward_s > 0 &&
              l.gemm_backward_s >= 0 && l.gemm_forward_s < 3600 && l.gemm_backward_s < 3600;
+        if (ok && ls >> more) {  // the ranks computing at once (optional: tables written before had none)
+          std::istringstream r(more);
+          ok = bool(r >> l.ranks) && r.eof() && l.ranks > 0 && !(ls >> more);
+        }
       }
       if (ok) c.layers.push_back(l);
     } else {
@@ -699,6 +708,9 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     out.colls = time_collectives(*busy_comm, world, plan, topo);
   }
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
+  // The drift reference read as a run reads a case's (the larger of a reading before and one
+  // after): one reading in a slow spell would scale every prediction of the run down.
+  out.sgemm[threads] = std::max(out.sgemm[threads], kernels::blas_gemm_rate({2048, 2048, 2048}, sync));
   // Rank 0's values stand for all: send them round so every rank predicts the same.
   const std::string text = out.text();
   int n = int(text.size());

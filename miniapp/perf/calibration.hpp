@@ -33,7 +33,8 @@
 //                                                   PAYLOAD: comm::bytes_leaving's argument): the
 //                                                   mean seconds of its slowest member per call
 //   layer   DTYPE THREADS C HD KD F N FWD_S BWD_S   one layer of the model as it runs (compute-only
-//           [GEMM_FWD_S GEMM_BWD_S]                 mode, every rank computing): the seconds of its
+//           [GEMM_FWD_S GEMM_BWD_S [RANKS]]         mode, RANKS ranks computing at once, all when
+//                                                   absent): the seconds of its
 //                                                   phases other than attention, forward and backward
 //                                                   (0: not measured), at N rows per rank, for hidden
 //                                                   C, query width HD = heads x head_dim, key/value
@@ -119,6 +120,7 @@ struct LayerTime {
   int64_t rows = 0;                                         // N, tokens per rank
   double forward_s = 0, backward_s = 0;                     // one layer; backward 0: not measured
   double gemm_forward_s = 0, gemm_backward_s = 0;           // its GEMMs alone, beside it; 0: not measured
+  int ranks = 0;  // ranks computing at once on the host while it was measured; 0: not recorded
 };
 
 struct Calibration {
@@ -144,7 +146,10 @@ struct Calibration {
   const LinkRate* find_link(const std::string& fabric, const std::string& scope) const;
   const BusyRate* find_busy(const std::string& fabric, const std::string& scope, const std::string& kind) const;
   // The layer row of this shape whose rows are nearest N (log distance), within 2x of N.
-  const LayerTime* find_layer(const std::string& dtype, int threads, const model::Shape& shape, int64_t rows) const;
+  // The row of this shape nearest `rows` (within 2x) among those measured with `ranks`
+  // computing at once, else with the nearest number (a row that records none matches any).
+  const LayerTime* find_layer(const std::string& dtype, int threads, const model::Shape& shape, int64_t rows,
+                              int ranks = 0) const;
   // The thread counts the table has rates for.
   std::vector<int> threads() const;
 };

@@ -251,8 +251,8 @@ double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const 
 // The layer as it ran over its kernels at their own rates: its GEMMs as timed beside it (the
 // same seconds: the host's drift cancels) and the element-wise kernels at the table's rates;
 // for a row without those GEMMs, every kernel at the table's rates.
-double factor_of(const model::Shape& s, int64_t N, bool backward, const Rates& rates) {
-  const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N);
+double factor_of(const model::Shape& s, int64_t N, bool backward, int ranks, const Rates& rates) {
+  const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N, ranks);
   const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
   if (!(measured > 0)) return 1;
   const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
@@ -362,7 +362,7 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
     double layer = 0;
-    const double in_layer = factor_of(cfg.shape, N, b == 1, rates);
+    const double in_layer = factor_of(cfg.shape, N, b == 1, std::min(c.ranks, std::max(1, m.topo.ranks_per_node)), rates);
     for (const LayerOp& op : layer_ops(cfg.shape, N, b == 1)) {
       const double t = in_layer * (op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op));
       out.phase_s[int(op.phase)] += L * t;
@@ -412,10 +412,10 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   return out;
 }
 
-double layer_factor(const model::Shape& s, int64_t N, bool backward, const Machine& m, size_t elem) {
+double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, const Machine& m, size_t elem) {
   std::vector<std::string> notes;
   std::mutex lock;
-  return factor_of(s, N, backward, Rates{m, dtype_of(elem), notes, &lock});
+  return factor_of(s, N, backward, ranks, Rates{m, dtype_of(elem), notes, &lock});
 }
 
 std::string explain(const Prediction& p) {

@@ -90,11 +90,12 @@ Beside beside_compute(const CommCall& c, const Link& l);
 // the rest moves after at the link's own rate. Returns {compute's end, the transfers' end}.
 std::pair<double, double> overlap(double compute_s, double alone_s, const Beside& beside);
 
-// The table's layer row for N rows (Calibration::find_layer) over the kernels' own rates at
-// the row's N, forward or backward: what running inside a layer costs the kernels of
-// layer_ops beyond their own loops. The GEMMs' own time is the row's (timed beside the layer)
-// when it has one, else the table's rates. 1 without a row.
-double layer_factor(const model::Shape& s, int64_t N, bool backward, const Machine& m, size_t elem);
+// The table's layer row for N rows and `ranks` computing at once on a host
+// (Calibration::find_layer) over the kernels' own rates at the row's N, forward or backward:
+// what running inside a layer costs the kernels of layer_ops beyond their own loops. The
+// GEMMs' own time is the row's (timed beside the layer) when it has one, else the table's
+// rates. 1 without a row.
+double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, const Machine& m, size_t elem);
 
 struct Prediction {
   double step_s = 0, forward_s = 0, backward_s = 0;  // backward_s 0 without a backward

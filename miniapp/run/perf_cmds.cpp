@@ -211,11 +211,12 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   }
   // The layer rows of the deck's shape: how much slower the kernels run in a layer than alone.
   for (const perf::LayerTime& l : m.cal.layers) {
-    if (m.cal.find_layer(l.dtype, m.threads, p.deck.shape, l.rows) != &l || l.dtype != p.deck.dtype) continue;
+    if (m.cal.find_layer(l.dtype, m.threads, p.deck.shape, l.rows, l.ranks) != &l || l.dtype != p.deck.dtype) continue;
     const size_t elem = elem_of(p.deck);
-    std::printf("  layer kernels as run at %lld rows: %.3fx forward, %.3fx backward their own rates (measured)\n",
-                (long long)l.rows, perf::layer_factor(p.deck.shape, l.rows, false, m, elem),
-                perf::layer_factor(p.deck.shape, l.rows, true, m, elem));
+    const std::string on = l.ranks > 0 ? ", " + std::to_string(l.ranks) + " rank" + (l.ranks > 1 ? "s" : "") + " computing" : "";
+    std::printf("  layer kernels as run at %lld rows%s: %.3fx forward, %.3fx backward their own rates (measured)\n",
+                (long long)l.rows, on.c_str(), perf::layer_factor(p.deck.shape, l.rows, false, l.ranks, m, elem),
+                perf::layer_factor(p.deck.shape, l.rows, true, l.ranks, m, elem));
   }
 }
 
@@ -284,7 +285,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
         });
       if (!old.layers.empty())
         out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) {
-          return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows);
+          return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows, l.ranks);
         });
       out.info = old.info;
     } catch (const std::exception& e) {
