@@ -145,6 +145,12 @@ def check_layers(f, table):
     for want in (("train", 1), ("train", 2), ("decode", 2)):
         if want not in checked:
             fail(f"no {want[0]} case on {want[1]} rank(s) with compute-only reps to check the layer rows with")
+    # The rows are measured again in every round: the table says over how many.
+    rounds = {int(g.attrs["rounds"]) for g in f["cases"].values()}
+    said = [r[2] for r in table_rows(table) if r[0] == "info" and r[1] == "layer_rows_rounds"]
+    if max(rounds) > 1 and said != [str(max(rounds))]:
+        fail(f"the run had {max(rounds)} rounds; the table says its layer rows are the median of {said} "
+             "(want one 'info layer_rows_rounds' row naming the rounds)")
 
 
 def advise_groups(minicp, deck, table, sets):

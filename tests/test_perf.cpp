@@ -347,6 +347,31 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_GT(on_two - on_one, 0.9 * s.layers * (f2 - f1) * gemm[0]);
 }
 
+// Samples of one row (pieces, rounds) become one row per shape, rows and ranks: per pass the
+// sample whose layer over its GEMMs is the median, whatever the host's speed of each sample.
+TEST(PerfModel, MedianLayerRowsTakeTheMedianRatioPerPass) {
+  auto row = [](int64_t rows, int ranks, double fwd, double bwd, double gf, double gb) {
+    return perf::LayerTime{"f32", 1, 1024, 1024, 256, 2816, rows, fwd, bwd, gf, gb, ranks};
+  };
+  // Forward ratios 1.5, 1.1 (at half speed), 1.2: the median 1.2; backward 1.0, 1.3, 2.0: 1.3.
+  const std::vector<perf::LayerTime> samples = {row(512, 2, 0.15, 0.2, 0.1, 0.2), row(4, 2, 0.004, 0, 0.004, 0),
+                                                row(512, 2, 0.44, 0.52, 0.4, 0.4), row(512, 1, 0.1, 0.2, 0.1, 0.2),
+                                                row(512, 2, 0.12, 0.4, 0.1, 0.2)};
+  const std::vector<perf::LayerTime> m = perf::median_layer_rows(samples);
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].rows, 512);
+  EXPECT_EQ(m[0].ranks, 2);
+  EXPECT_DOUBLE_EQ(m[0].forward_s, 0.12);
+  EXPECT_DOUBLE_EQ(m[0].gemm_forward_s, 0.1);
+  EXPECT_DOUBLE_EQ(m[0].backward_s, 0.52);
+  EXPECT_DOUBLE_EQ(m[0].gemm_backward_s, 0.4);
+  EXPECT_EQ(m[1].rows, 4);
+  EXPECT_DOUBLE_EQ(m[1].forward_s, 0.004);
+  EXPECT_DOUBLE_EQ(m[1].backward_s, 0.0);
+  EXPECT_EQ(m[2].ranks, 1);
+  EXPECT_DOUBLE_EQ(m[2].forward_s, 0.1);
+}
+
 // A scheme whose attention waits for all-to-alls (ulysses) predicts a longer step when the
 // table measures them slower, and the difference is those calls' time.
 TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {

@@ -722,6 +722,35 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
   return c;
 }
 
+std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples) {
+  auto key = [](const LayerTime& l) {
+    return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows, l.ranks);
+  };
+  std::vector<LayerTime> out;
+  std::set<decltype(key(samples.front()))> done;
+  for (const LayerTime& first : samples) {
+    if (!done.insert(key(first)).second) continue;
+    std::vector<LayerTime> same;
+    for (const LayerTime& l : samples)
+      if (key(l) == key(first)) same.push_back(l);
+    // Per pass, by layer / GEMMs without dividing by a 0 (a decode row's backward).
+    auto median = [&](double LayerTime::*layer, double LayerTime::*gemm) {
+      std::vector<LayerTime> v = same;
+      std::sort(v.begin(), v.end(), [&](const LayerTime& x, const LayerTime& y) {
+        return x.*layer * y.*gemm < y.*layer * x.*gemm;
+      });
+      return v[v.size() / 2];
+    };
+    const LayerTime f = median(&LayerTime::forward_s, &LayerTime::gemm_forward_s);
+    const LayerTime b = median(&LayerTime::backward_s, &LayerTime::gemm_backward_s);
+    LayerTime row = first;
+    row.forward_s = f.forward_s, row.gemm_forward_s = f.gemm_forward_s;
+    row.backward_s = b.backward_s, row.gemm_backward_s = b.gemm_backward_s;
+    out.push_back(row);
+  }
+  return out;
+}
+
 std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype,
                                              bool backward, comm::Communicator& comm) {
   MPI_Comm world = *static_cast<MPI_Comm*>(comm.world().native);

@@ -177,6 +177,13 @@ struct CalibrationPlan {
 // (the ranks' rates agree within the machine's noise; rank 0 stands for all).
 Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose);
 
+// Layer rows measured more than once (the pieces of one row, the rounds of a run): one row per
+// shape, rows and ranks, in order of first appearance, taking per pass the sample whose layer
+// over its GEMMs timed beside it is the median (the upper one of an even count). The host's
+// speed drifts from minute to minute; a median of samples taken at several moments is the
+// row of a typical one.
+std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples);
+
 // The GEMMs of one layer at N rows (layer_ops), each timed in its own loop as the gemm rows
 // are, now: seconds per layer forward and (backward true) backward, rank 0's on every rank.
 // Collective over comm's world.

@@ -371,6 +371,7 @@ struct RunState {
   NoneTimes none;
   output::Results* results = nullptr;
   perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
+  std::vector<perf::LayerTime> layer_samples;  // the layer rows measured again in each round (rank 0)
   double write_s = 0;
   std::string summary;  // the tokens of the closing MINICP line
   std::atomic<int> round{0};  // the round in progress (run.rounds; the stall watchdog reads it)
@@ -450,6 +451,30 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
   }
 }
 
+// A run's layer rows, measured again (one piece each) at the start of each round after the
+// first. The host's speed drifts by up to 30% from minute to minute, and a layer's over its
+// own GEMMs with it (one fabric's rows read 1.03x in one run and 1.17-1.22x in the next; a
+// decode step, streaming the weights from memory, 3.8-5.0 ms per layer over three runs where
+// its cases read 11.9-12.0 ms a step). The cases' reps are spread over the rounds; so are the
+// rows' samples, and each row becomes the median of the start-up row and the rounds'
+// (perf::median_layer_rows), in place before the last round's cases are predicted. The
+// file's table is written again at the end.
+void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round) {
+  const Plan& p = rs.p;
+  if (round == 0 || rs.model.cal.source != "measured at start-up") return;
+  if (rs.a.rank() == 0 && !p.o.quiet) std::printf("minicp: measuring the layer rows again (round %d)\n", round + 1);
+  std::fflush(stdout);
+  perf::Calibration again;
+  measure_layer_rows(p, world, again, 1);
+  if (rs.a.rank() != 0) return;
+  rs.layer_samples.insert(rs.layer_samples.end(), again.layers.begin(), again.layers.end());
+  if (round < p.deck.rounds - 1) return;
+  std::vector<perf::LayerTime> all = rs.model.cal.layers;
+  all.insert(all.end(), rs.layer_samples.begin(), rs.layer_samples.end());
+  rs.model.cal.layers = perf::median_layer_rows(all);
+  rs.model.cal.info.push_back({"layer_rows_rounds", std::to_string(p.deck.rounds)});
+}
+
 }  // namespace
 
 int execute(const hn::Args& a, const Plan& p) {
@@ -499,6 +524,7 @@ int execute(const hn::Args& a, const Plan& p) {
   const double t_start = MPI_Wtime();
   for (int round = 0; round < R; ++round) {
     rs.round = round;
+    measure_layer_rows_again(rs, *world, round);
     for (size_t i = 0; i < todo.size(); ++i) {
       const double elapsed = MPI_Wtime() - t_start;
       const std::string left = eta.start(*todo[i], elapsed);
@@ -519,6 +545,7 @@ int execute(const hn::Args& a, const Plan& p) {
     end.text["end_time"] = iso_time_utc();
     end.real["run_time_s"] = run_s;
     end.real["results_write_time_s"] = rs.write_s;
+    end.text["calibration"] = rs.model.cal.text();  // the layer rows of every round (rank 0's)
     results->finish(end);
   }
   hn::Watchdog::instance().stop();

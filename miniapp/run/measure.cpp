@@ -235,14 +235,14 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 
 // One layer's phases other than attention, as the stack runs them (forward, backward; backward
 // 0 for decode), the slowest rank's, over the same layer's GEMMs each in its own loop
-// (perf::layer_gemm_seconds), in three pieces: a piece runs layer steps, then the GEMMs, so
+// (perf::layer_gemm_seconds), in pieces (3 at start-up): a piece runs layer steps, then the GEMMs, so
 // that both are read in the same seconds. After a warm-up step, a piece runs at least 2 steps,
 // more while they add up to under 0.25 s (a decode step of a few ms: its rank-to-rank jitter
 // needs more samples than a training step's). Each pass keeps the piece whose layer over its
-// GEMMs is the median of the three: a slow spell of the host that covers one piece's steps
+// GEMMs is the median of the pieces: a slow spell of the host that covers one piece's steps
 // and not its GEMMs (or the reverse) skews that piece only.
 template <class T>
-perf::LayerTime time_layer(const Case& c, int64_t rows, comm::Communicator& world) {
+perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
   MPI_Comm g = *static_cast<MPI_Comm*>(world.world().native);
   model::Stack<T> st(c.stack, cp::find(c.scheme), world);
   cp::Context ctx{world, model::attention_config(c.stack)};
@@ -274,38 +274,27 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, comm::Communicator& worl
   };
   double t[3];
   step(t);  // warm-up
-  struct Piece {
-    double layer[2], gemm[2];  // forward, backward
-  };
-  std::vector<Piece> pieces;
-  for (int k = 0; k < 3; ++k) {
+  const model::Shape& s = c.stack.shape;
+  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
+  std::vector<perf::LayerTime> pieces;
+  for (int k = 0; k < npieces; ++k) {
     std::vector<double> fwd, bwd;
     double spent = 0;
     for (int i = 0; i < 2 || (spent < 0.25 && i < 15); ++i) {
       step(t);
       fwd.push_back(t[0]), bwd.push_back(t[1]), spent += t[2];
     }
-    const auto [gf, gb] = perf::layer_gemm_seconds(c.stack.shape, rows, dtype, train, world);
-    pieces.push_back({{hn::median(fwd), hn::median(bwd)}, {gf, gb}});
+    const auto [gf, gb] = perf::layer_gemm_seconds(s, rows, dtype, train, world);
+    pieces.push_back({dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
+                      rows, hn::median(fwd), hn::median(bwd), gf, gb, world.world().size});
   }
   cp::release_scratch();
-  auto median_piece = [&](int b) {
-    std::vector<Piece> v = pieces;
-    std::sort(v.begin(), v.end(), [b](const Piece& x, const Piece& y) {
-      return x.layer[b] * y.gemm[b] < y.layer[b] * x.gemm[b];  // layer / GEMMs, without dividing by a 0 backward
-    });
-    return v[v.size() / 2];
-  };
-  const Piece f = median_piece(0), b = median_piece(1);
-  const model::Shape& s = c.stack.shape;
-  const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
-  return {dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn, rows,
-          f.layer[0], b.layer[1], f.gemm[0], b.gemm[1], world.world().size};
+  return perf::median_layer_rows(pieces).front();
 }
 
 }  // namespace
 
-void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out) {
+void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out, int pieces) {
   // Per row count and ranks of the cases (the ranks computing at once: a layer on one rank of
   // an idle host runs faster than on each rank of a full one), the first training case, else
   // the first decode case (forward only). Ranks beyond a case's wait.
@@ -320,7 +309,8 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
     auto group = P == size ? nullptr : comm::make_mpi_comm(comm::Progress::None, 0, {}, comm::Staging::Direct, P);
     comm::Communicator& on = group ? *group : world;
     if (rank < P) {
-      const perf::LayerTime l = p.deck.dtype == "f64" ? time_layer<double>(*c, rows, on) : time_layer<float>(*c, rows, on);
+      const perf::LayerTime l = p.deck.dtype == "f64" ? time_layer<double>(*c, rows, pieces, on)
+                                                      : time_layer<float>(*c, rows, pieces, on);
       if (rank == 0) out.layers.push_back(l);
     }
     MPI_Barrier(MPI_COMM_WORLD);

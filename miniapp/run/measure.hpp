@@ -79,13 +79,13 @@ void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const 
                   CeilingCache& ceiling, CaseRun& out, int round);
 
 // The calibration's layer rows (perf::LayerTime): for each row count and rank count P of the
-// plan's training cases, one such case's layers in compute-only mode on the first P ranks of
-// `world` at once (collective over world; the others wait): the seconds of a layer's phases
-// other than attention, forward and backward, of the slowest rank, and the seconds of the
-// layer's GEMMs each in its own loop, timed between those steps, in three pieces whose median
+// plan's cases, one such case's layers in compute-only mode on the first P ranks of `world`
+// at once (collective over world; the others wait): the seconds of a layer's phases other
+// than attention, forward and backward, of the slowest rank, and the seconds of the layer's
+// GEMMs each in its own loop, timed between those steps, in `pieces` pieces whose median
 // layer-over-GEMMs ratio is kept. Decode cases give forward-only rows (backward 0) at their
 // decode_tokens rows. Appended to `out` on rank 0.
-void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out);
+void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out, int pieces = 3);
 
 // Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
 // layer efficiency and the ETA weigh a case by.
