@@ -259,6 +259,7 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
   };
   // One step: this layer's kernel seconds (mean over layers) and the step's, slowest rank.
   auto step = [&](double t[3]) {
+    hn::Watchdog::instance().progress(c.index, -1);  // rows measured again during a run: steps too
     ctx.reset();
     MPI_Barrier(g);
     const double t0 = MPI_Wtime();
