@@ -643,7 +643,8 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
   out.info.push_back({"host", topo.hosts.empty() ? "" : topo.hosts[0]});
   out.info.push_back({"ranks_measuring", std::to_string(comm.world().size)});
   auto sync = [&] { MPI_Barrier(world); };
-  out.sgemm[threads] = kernels::blas_gemm_rate({2048, 2048, 2048}, sync);
+  auto drift_reference = [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); };
+  out.sgemm[threads] = drift_reference();
   for (const std::string& dt : plan.dtypes) {
     if (dt == "f64") {
       Measure<double> m{plan, world, threads, dt, verbose, rank};
@@ -710,7 +711,7 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
   // The drift reference read as a run reads a case's (the larger of a reading before and one
   // after): one reading in a slow spell would scale every prediction of the run down.
-  out.sgemm[threads] = std::max(out.sgemm[threads], kernels::blas_gemm_rate({2048, 2048, 2048}, sync));
+  out.sgemm[threads] = std::max(out.sgemm[threads], drift_reference());
   // Rank 0's values stand for all: send them round so every rank predicts the same.
   const std::string text = out.text();
   int n = int(text.size());
@@ -723,16 +724,13 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
 }
 
 std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples) {
-  auto key = [](const LayerTime& l) {
-    return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows, l.ranks);
-  };
   std::vector<LayerTime> out;
-  std::set<decltype(key(samples.front()))> done;
+  std::set<decltype(LayerTime{}.key())> done;
   for (const LayerTime& first : samples) {
-    if (!done.insert(key(first)).second) continue;
+    if (!done.insert(first.key()).second) continue;
     std::vector<LayerTime> same;
     for (const LayerTime& l : samples)
-      if (key(l) == key(first)) same.push_back(l);
+      if (l.key() == first.key()) same.push_back(l);
     // Per pass, by layer / GEMMs without dividing by a 0 (a decode row's backward).
     auto median = [&](double LayerTime::*layer, double LayerTime::*gemm) {
       std::vector<LayerTime> v = same;

@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,8 @@ struct LayerTime {
   double forward_s = 0, backward_s = 0;                     // one layer; backward 0: not measured
   double gemm_forward_s = 0, gemm_backward_s = 0;           // its GEMMs alone, beside it; 0: not measured
   int ranks = 0;  // ranks computing at once on the host while it was measured; 0: not recorded
+  // What one row stands for: a newer row of the same key replaces it.
+  auto key() const { return std::make_tuple(dtype, threads, hidden, q_width, kv_width, ffn, rows, ranks); }
 };
 
 struct Calibration {

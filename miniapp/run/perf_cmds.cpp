@@ -284,9 +284,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
           return std::make_tuple(t.fabric, t.scope, t.op, t.group, t.payload);
         });
       if (!old.layers.empty())
-        out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) {
-          return std::make_tuple(l.dtype, l.threads, l.hidden, l.q_width, l.kv_width, l.ffn, l.rows, l.ranks);
-        });
+        out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) { return l.key(); });
       out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
