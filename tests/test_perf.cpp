@@ -347,6 +347,50 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_GT(on_two - on_one, 0.9 * s.layers * (f2 - f1) * gemm[0]);
 }
 
+// Rows of the run's own table hold the run's speed: at the row's N the layer's kernels take
+// the row's seconds whatever the drift scale and the table's GEMM rates (one of them read 2x
+// slow), at another N the row scaled as the table's kernels scale. A table from another run
+// follows the drift scale.
+TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
+  const int64_t N = sc.attn.seq_len / sc.attn.ranks;
+  const model::Shape& s = sc.shape;
+  auto kernels_s = [&](const perf::Prediction& p) {
+    return p.phase_s[int(model::Phase::Mlp)] + p.phase_s[int(model::Phase::Qkv)] +
+           p.phase_s[int(model::Phase::Norm)] + p.phase_s[int(model::Phase::Rope)] +
+           p.phase_s[int(model::Phase::OutProj)];
+  };
+  const double row[2] = {3e-3, 7e-3};  // one layer, forward and backward, as the run measured it
+  perf::Machine r = m;
+  r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
+                          N, row[0], row[1], 1e-3, 2e-3, 2});
+  r.cal.of_the_run = true;
+  for (perf::GemmRate& g : r.cal.gemm)
+    if (g.ops == "NN") g.flops_per_s /= 2;  // a reading at a slow moment
+  for (double scale : {1.0, 1.12}) {
+    r.rate_scale = scale;
+    const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), r, sizeof(float));
+    EXPECT_NEAR(kernels_s(p), s.layers * (row[0] + row[1]), 1e-9) << "drift scale " << scale;
+  }
+  // Twice the rows: the row scaled as the table's kernels scale from N to 2N.
+  r.rate_scale = 1;
+  model::StackConfig twice = sc;
+  twice.attn.seq_len *= 2;
+  const double own_n = perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double own_2n = perf::predict(twice, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double mlp_n = perf::predict(sc, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double mlp_2n = perf::predict(twice, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  EXPECT_NEAR(mlp_2n / mlp_n, own_2n / own_n, 1e-9);
+  // Another run's table: the drift scale applies to its rows.
+  r.cal.of_the_run = false;
+  r.rate_scale = 1;
+  const double at1 = kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float)));
+  r.rate_scale = 1.25;
+  EXPECT_NEAR(kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float))), at1 / 1.25, 1e-9 * at1);
+}
+
 // Samples of one row (pieces, rounds) become one row per shape, rows and ranks: per pass the
 // sample whose layer over its GEMMs is the median, whatever the host's speed of each sample.
 TEST(PerfModel, MedianLayerRowsTakeTheMedianRatioPerPass) {

@@ -128,6 +128,9 @@ struct LayerTime {
 
 struct Calibration {
   std::string source;  // the file, or "measured at start-up"
+  // Measured by the run whose cases are predicted (at its start-up, its layer rows again each
+  // round): the rows hold that run's speed, and the drift scale of its cases is not theirs.
+  bool of_the_run = false;
   std::map<int, double> sgemm;  // threads -> SGEMM 2048^3 FLOP/s per rank
   std::vector<GemmRate> gemm;
   std::vector<AttnRate> attn;

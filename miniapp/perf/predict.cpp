@@ -248,13 +248,19 @@ double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const 
   return t;
 }
 
-// The layer as it ran over its kernels at their own rates: its GEMMs as timed beside it (the
-// same seconds: the host's drift cancels) and the element-wise kernels at the table's rates;
-// for a row without those GEMMs, every kernel at the table's rates.
+// The layer as it ran over its kernels at their own rates. A row of the run's own table holds
+// the run's speed (a median over the moments its cases ran at): the layer at the row's N is
+// the row, at another N the row scaled as the table's kernels scale, and the drift scale of
+// the case, one SGEMM reading against another, is not applied to it (on one host a table's
+// SGEMM read 11% below its own GEMM rows and a GEMM shape 2x below its neighbours: single
+// readings at a slow moment). A row from another run: its GEMMs as timed beside it (the same
+// seconds: the host's drift cancels) and the element-wise kernels at the table's rates, for a
+// row without those GEMMs every kernel at the table's rates, and the drift scale applies.
 double factor_of(const model::Shape& s, int64_t N, bool backward, int ranks, const Rates& rates) {
   const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N, ranks);
   const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
   if (!(measured > 0)) return 1;
+  if (rates.m.cal.of_the_run) return measured / own_layer_seconds(s, l->rows, backward, rates);
   const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
   // The table's, unscaled; the GEMMs timed beside the row when it has them.
   const double own = (gemm_beside > 0 ? gemm_beside : 0.0) +

@@ -92,9 +92,10 @@ std::pair<double, double> overlap(double compute_s, double alone_s, const Beside
 
 // The table's layer row for N rows and `ranks` computing at once on a host
 // (Calibration::find_layer) over the kernels' own rates at the row's N, forward or backward:
-// what running inside a layer costs the kernels of layer_ops beyond their own loops. The
-// GEMMs' own time is the row's (timed beside the layer) when it has one, else the table's
-// rates. 1 without a row.
+// what running inside a layer costs the kernels of layer_ops beyond their own loops. For a
+// table of the run itself (Calibration::of_the_run) the kernels' time is the table's rates
+// at the row's N (the layer at that N is then the row); else the GEMMs' own time is the
+// row's (timed beside the layer) when it has one, else the table's rates. 1 without a row.
 double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, const Machine& m, size_t elem);
 
 struct Prediction {

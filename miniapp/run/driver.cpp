@@ -440,6 +440,7 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
     cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);
     measure_layer_rows(p, world, cal);
     cal.source = "measured at start-up";
+    cal.of_the_run = true;
   }
   try {
     return machine_for(p.deck, cal, int(kernels::Exec().concurrency()), p.local_ranks);

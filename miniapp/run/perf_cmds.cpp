@@ -79,7 +79,9 @@ perf::Calibration table_of(const PerfOptions& o) {
       throw UsageError("--against " + o.against + ": the file holds no calibration table (run.calibration was unset); "
                        "give one with --calibration");
     try {
-      return perf::parse_calibration(text, o.against + " (its calibration attribute)");
+      perf::Calibration cal = perf::parse_calibration(text, o.against + " (its calibration attribute)");
+      cal.of_the_run = output::read_string_attr(o.against, "/", "calibration_source") == "measured at start-up";
+      return cal;
     } catch (const std::exception& e) {
       throw UsageError(std::string("--against ") + e.what());
     }
