@@ -9,6 +9,9 @@ run.calibration = "measure", against the file itself and against `minicp --predi
     with the median of those calls as the file's comm-only reps timed them (a second
     measurement; the median, as a row's mean may or may not hold one of the rare calls that
     wait for a descheduled rank, milliseconds long on oversubscribed cores);
+  - the table holds `posted` rows (non-blocking all-gathers and reduce-scatters timed as the
+    allgather scheme's pipeline posts them beside compute) at every size the file's allgather
+    training cases moved, seconds per call in [0, 0.1);
   - the table holds a `layer` row for the rows per rank of every training case on both ranks,
     and each agrees within 3x with the layer's phases other than attention as the file's
     compute-only reps of those cases timed them (a second measurement of the same kernels; 3x,
@@ -93,6 +96,31 @@ def check_colls(f, table):
             checked += 1
     if not checked:
         fail("no ulysses all-to-all found in the file's comm-only reps")
+
+
+def check_posted(f, table):
+    """The posted rows against the sizes the allgather training cases moved (events of kind
+    allgather and reduce_scatter)."""
+    rows = table_rows(table)
+    posted = {(r[3], int(r[5])): float(r[6]) for r in rows if r[0] == "posted" and r[4] == "2"}
+    checked = 0
+    for cid, g in f["cases"].items():
+        if "_train_allgather_" not in cid or text(g.attrs["status"]) != "ok" or "events" not in g:
+            continue
+        ev = g["events"][:]
+        kinds = text(g["events"].attrs["kind_names"]).split(",")
+        for op in ("allgather", "reduce_scatter"):
+            for size in sorted(set(int(b) for b in ev[ev["kind"] == kinds.index(op)]["bytes"])):
+                if (op, size) not in posted:
+                    fail(f"{cid}: {op} of {size} B: no 'posted ... {op} 2 {size}' row "
+                         f"(rows at {sorted(k for k in posted if k[0] == op)})")
+                    continue
+                s = posted[(op, size)]
+                if not (0 <= s < 0.1 and math.isfinite(s)):
+                    fail(f"calibration: posted {op} of {size} B: {s} s per call out of range")
+                checked += 1
+    if not checked:
+        fail("no allgather training case moved an all-gather or a reduce-scatter")
 
 
 def check_layers(f, table):
@@ -207,6 +235,7 @@ def main():
     with h5py.File(a.file, "r") as f:
         check_table(text(f.attrs["calibration"]))
         check_colls(f, text(f.attrs["calibration"]))
+        check_posted(f, text(f.attrs["calibration"]))
         check_layers(f, text(f.attrs["calibration"]))
         deck_text, table_text = text(f.attrs["deck"]), text(f.attrs["calibration"])
         refused_cases = sum(text(g.attrs["status"]).startswith("refused") for g in f["cases"].values())

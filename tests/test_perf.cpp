@@ -149,6 +149,18 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_THROW(perf::parse_calibration("coll default intra sendrecv 2 1024 1e-5\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 1 1024 1e-5\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 2 1024 0\n", "x"), std::runtime_error);
+  // Posted rows: all-gathers and reduce-scatters, 0 s (all hidden) allowed; kept apart from
+  // the blocking rows and written back as posted.
+  const perf::Calibration nb = perf::parse_calibration(
+      "posted default intra allgather 2 32768 1.5e-3\nposted default intra reduce_scatter 2 32768 0\n", "nb");
+  ASSERT_EQ(nb.colls.size(), 2u);
+  EXPECT_TRUE(nb.colls[0].posted && nb.colls[1].posted);
+  EXPECT_EQ(nb.colls[1].seconds, 0.0);
+  EXPECT_EQ(perf::parse_calibration(nb.text(), "again").text(), nb.text());
+  EXPECT_NE(nb.text().find("posted default intra allgather 2 32768"), std::string::npos);
+  EXPECT_FALSE(back.colls[0].posted);
+  EXPECT_THROW(perf::parse_calibration("posted default intra alltoall 2 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("posted default intra allgather 2 1024 -1e-5\n", "x"), std::runtime_error);
   ASSERT_EQ(back.layers.size(), 1u);
   EXPECT_EQ(back.layers[0].rows, 512);
   EXPECT_EQ(back.layers[0].backward_s, 0.275);
@@ -345,6 +357,54 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   two.topo.ranks_per_node = 1;  // the same 2 ranks, one per node: one computes on each host
   const double on_one = perf::predict(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
   EXPECT_GT(on_two - on_one, 0.9 * s.layers * (f2 - f1) * gemm[0]);
+}
+
+// A step's non-blocking all-gathers and reduce-scatters with posted rows on their link cost
+// the rows' seconds each, not hidden by the compute (the allgather scheme: per layer 12 such
+// gathers forward, 12 gathers and 12 reduce-scatters backward at P = 2, chunks 4); without
+// rows they move beside compute as before; a blocking row of the same op does not count.
+TEST(PerfModel, PostedCallsCostTheirRowsPerCall) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
+  const cp::SchemeInfo& ag = cp::find("allgather");
+  const perf::Prediction plain = perf::predict(sc, ag, m, sizeof(float));
+  int calls[2] = {0, 0};  // posted calls per layer, forward and backward, rank 0's schedule
+  const cp::Config c = model::attention_config(sc);
+  for (int b = 0; b < 2; ++b)
+    for (const perf::Step& st : ag.schedule(c, m.topo, 0, b == 1, sizeof(float)).steps)
+      for (const perf::CommCall& cc : st.overlapped) calls[b] += perf::posted_op(cc.op) ? 1 : 0;
+  EXPECT_EQ(calls[0], 4 * (c.chunks - 1));
+  EXPECT_EQ(calls[1], 8 * (c.chunks - 1));
+  auto with = [&](double ag_s, double rs_s, bool posted) {
+    perf::Machine r = m;
+    for (const int64_t payload : {int64_t(1), int64_t(1) << 40})  // every call's size between two rows
+      for (auto [op, s] : {std::pair{"allgather", ag_s}, std::pair{"reduce_scatter", rs_s}}) {
+        perf::CollTime t{"t", "intra", op, 2, payload, s};
+        t.posted = posted;
+        r.intra.colls.push_back(t);
+      }
+    return perf::predict(sc, ag, r, sizeof(float));
+  };
+  const perf::Prediction zero = with(0, 0, true), some = with(1e-3, 2e-3, true);
+  const int L = sc.shape.layers;
+  // The gathers of the backward's steps before the last: as many as the reduce-scatters.
+  EXPECT_NEAR(some.forward_s - zero.forward_s, L * calls[0] * 1e-3, 1e-9);
+  EXPECT_NEAR(some.step_s - zero.step_s, L * (calls[0] * 1e-3 + calls[1] / 2 * (1e-3 + 2e-3)), 1e-6);
+  EXPECT_LE(zero.step_s, plain.step_s + 1e-12);  // with rows of 0 s nothing moves beside compute
+  EXPECT_GT(some.exposed_attn_comm_s, zero.exposed_attn_comm_s);
+  // Blocking rows (the exposed calls') leave the overlapped ones beside compute.
+  perf::Link blocking = m.intra;
+  blocking.colls.push_back({"t", "intra", "allgather", 2, 1024, 1e-3});
+  const perf::CommCall gather{comm::EventKind::AllGather, 1024, 2, false};
+  EXPECT_EQ(perf::posted_seconds(gather, blocking), -1.0);
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(gather, blocking), 1e-3);
+  perf::CollTime posted{"t", "intra", "allgather", 2, 1024, 4e-4};
+  posted.posted = true;
+  blocking.colls.push_back(posted);
+  EXPECT_DOUBLE_EQ(perf::posted_seconds(gather, blocking), 4e-4);
+  EXPECT_DOUBLE_EQ(perf::exposed_seconds(gather, blocking), 1e-3);
+  EXPECT_EQ(perf::posted_seconds({comm::EventKind::SendRecv, 1024, 2, false}, blocking), -1.0);
 }
 
 // Rows of the run's own table hold the run's speed: at the row's N the layer's kernels take

@@ -145,15 +145,19 @@ double comm_seconds(const CommCall& c, const Link& l) {
   return hops * l.alpha_s + (l.beta_Bps > 0 ? bytes / l.beta_Bps : 0);
 }
 
-double exposed_seconds(const CommCall& c, const Link& l) {
+namespace {
+// The link's rows of the call's op and group, blocking (coll) or posted: the measured time at
+// its size, linear between two sizes, else the nearest size's scaled as alpha-beta scales it;
+// -1 without rows.
+double measured_seconds(const CommCall& c, const Link& l, bool posted) {
   // The nearest measured sizes either side (of rows of one size, the last: a later measurement).
   const CollTime *below = nullptr, *above = nullptr;
   for (const CollTime& t : l.colls) {
-    if (t.op != comm::to_string(c.op) || t.group != c.group) continue;
+    if (t.posted != posted || t.op != comm::to_string(c.op) || t.group != c.group) continue;
     if (t.payload <= c.payload && (!below || t.payload >= below->payload)) below = &t;
     if (t.payload >= c.payload && (!above || t.payload <= above->payload)) above = &t;
   }
-  if (!below && !above) return comm_seconds(c, l);
+  if (!below && !above) return -1;
   if (below && above) {
     if (below->payload == above->payload) return below->seconds;
     const double f = double(c.payload - below->payload) / double(above->payload - below->payload);
@@ -163,6 +167,16 @@ double exposed_seconds(const CommCall& c, const Link& l) {
   const double model_there = comm_seconds({c.op, t.payload, c.group, c.inter}, l);
   return model_there > 0 ? t.seconds * comm_seconds(c, l) / model_there : t.seconds;
 }
+}  // namespace
+
+double exposed_seconds(const CommCall& c, const Link& l) {
+  const double t = measured_seconds(c, l, false);
+  return t >= 0 ? t : comm_seconds(c, l);
+}
+
+bool posted_op(comm::EventKind op) { return op == comm::EventKind::AllGather || op == comm::EventKind::ReduceScatter; }
+
+double posted_seconds(const CommCall& c, const Link& l) { return posted_op(c.op) ? measured_seconds(c, l, true) : -1; }
 
 Beside beside_compute(const CommCall& c, const Link& l) {
   const bool big_allreduce = c.op == comm::EventKind::AllReduce && c.payload >= (64 << 10);
@@ -298,6 +312,11 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
       for (const AttnCall& a : st.attn) comp += rates.attn(c, a, backward);
       for (const CommCall& cc : st.overlapped) {
         const Link& l = cc.inter ? m.inter : m.intra;
+        const double posted = posted_seconds(cc, l);
+        if (posted >= 0) {  // timed as the step posts it: what its compute does not hide
+          exp += posted;
+          continue;
+        }
         const Beside b = beside_compute(cc, l);
         alone += comm_seconds(cc, l), beside.wire_s += b.wire_s, beside.cpu_s += b.cpu_s;
       }

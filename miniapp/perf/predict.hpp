@@ -64,7 +64,7 @@ struct Link {
   struct Busy {
     double wire_Bps = 0, cpu_Bps = 0;
   } busy_p2p, busy_allreduce;
-  std::vector<CollTime> colls;  // blocking collectives timed on this link (the table's coll rows)
+  std::vector<CollTime> colls;  // collectives timed on this link (the table's coll and posted rows)
 };
 struct Machine {
   Calibration cal;
@@ -79,6 +79,13 @@ double comm_seconds(const CommCall& c, const Link& l);
 // group when it has them (the measured time at its size, linear between two sizes, else the
 // nearest size's time scaled as alpha-beta scales it), else comm_seconds.
 double exposed_seconds(const CommCall& c, const Link& l);
+// The collectives a step posts non-blocking beside its compute and the table times so
+// (`posted` rows): all-gathers and reduce-scatters.
+bool posted_op(comm::EventKind op);
+// Such a call beside compute: the seconds per call its compute did not hide, from the link's
+// posted rows of its op and group (interpolated as exposed_seconds does); -1 without rows
+// (the call then moves beside compute as the busy rows say).
+double posted_seconds(const CommCall& c, const Link& l);
 // The same call beside compute: its seconds, and the compute seconds it takes if all of it
 // moves beside compute.
 struct Beside {

@@ -115,7 +115,7 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
   const auto prof = profile_of(d);
   plan.cpu_copy_inter = !prof || prof->kind != "cluster";
   plan.progress_thread = comm::parse_progress(d.progress) == comm::Progress::Thread;
-  std::set<std::tuple<int, int64_t, int, bool>> seen;
+  std::set<std::tuple<int, int64_t, int, bool>> seen, seen_posted;
   for (const Case& c : cases) {
     if (!c.refused.empty()) continue;
     const cp::SchemeInfo& s = cp::find(c.scheme);
@@ -124,9 +124,13 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
     const cp::Config cfg = model::attention_config(c.stack);
     for (bool bwd : {false, true}) {
       if (bwd && c.stack.pass != model::Pass::Train) continue;
-      for (const perf::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps)
+      for (const perf::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps) {
         for (const perf::CommCall& e : st.exposed)
           if (seen.insert({int(e.op), e.payload, e.group, e.inter}).second) plan.exposed.push_back(e);
+        for (const perf::CommCall& e : st.overlapped)
+          if (perf::posted_op(e.op) && seen_posted.insert({int(e.op), e.payload, e.group, e.inter}).second)
+            plan.posted.push_back(e);
+      }
     }
   }
   return plan;
@@ -195,21 +199,22 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
       if (const perf::BusyRate* b = m.cal.find_busy(fabric, scope, kind))
         std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, what, gbs(b->wire_Bps).c_str(),
                     b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
-  // The blocking collectives timed, one line per scope, op and group: the smallest and the largest size.
-  std::map<std::tuple<std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
+  // The collectives timed, one line per kind, scope, op and group: the smallest and the largest size.
+  std::map<std::tuple<bool, std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
   for (const perf::CollTime& t : m.cal.colls) {
     if (t.fabric != fabric) continue;
-    auto& [lo, hi] = span.insert({{t.scope, t.op, t.group}, {t, t}}).first->second;
+    auto& [lo, hi] = span.insert({{t.posted, t.scope, t.op, t.group}, {t, t}}).first->second;
     if (t.payload < lo.payload) lo = t;
     if (t.payload > hi.payload) hi = t;
   }
   for (const auto& [key, lh] : span) {
     const auto& [lo, hi] = lh;
-    std::printf("  blocking %s over %d ranks, %s-node: %s at %s", lo.op.c_str(), lo.group, lo.scope.c_str(),
-                us(lo.seconds).c_str(), hn::human_bytes(double(lo.payload)).c_str());
+    std::printf("  %s %s over %d ranks, %s-node: %s at %s", lo.posted ? "posted beside compute," : "blocking",
+                lo.op.c_str(), lo.group, lo.scope.c_str(), us(lo.seconds).c_str(),
+                hn::human_bytes(double(lo.payload)).c_str());
     if (hi.payload != lo.payload)
       std::printf(" .. %s at %s", us(hi.seconds).c_str(), hn::human_bytes(double(hi.payload)).c_str());
-    std::printf(" per call (measured)\n");
+    std::printf(lo.posted ? " per call not hidden (measured)\n" : " per call (measured)\n");
   }
   // The layer rows of the deck's shape: how much slower the kernels run in a layer than alone.
   for (const perf::LayerTime& l : m.cal.layers) {
@@ -305,7 +310,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   std::filesystem::rename(tmp, path);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
-              "%zu blocking collectives, %zu layers as run in %.1f s; table in %s\n",
+              "%zu collectives (blocking and posted), %zu layers as run in %.1f s; table in %s\n",
               fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(),
               fresh.layers.size(), s,
               path.c_str());
