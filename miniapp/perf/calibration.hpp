@@ -117,6 +117,8 @@ struct CollTime {
   // posted beside 2.5 ms of compute took 13 ms more than the compute (ob1: 2 ms), where one
   // such gather alone, waited for at once, takes 34 us: the cost is the library's, per call.
   bool posted = false;
+  // What one row stands for: a newer row of the same key replaces it.
+  auto key() const { return std::make_tuple(fabric, scope, posted, op, group, payload); }
 };
 
 // One layer's kernels other than attention, timed as the layer runs them: between the kernels

@@ -287,9 +287,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
       if (!old.busy.empty())
         out.busy = kept(old.busy, fresh.busy, [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
       if (!old.colls.empty())
-        out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) {
-          return std::make_tuple(t.fabric, t.scope, t.op, t.group, t.payload);
-        });
+        out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) { return t.key(); });
       if (!old.layers.empty())
         out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) { return l.key(); });
       out.info = old.info;
