@@ -72,8 +72,8 @@ std::string Calibration::text() const {
   for (const BusyRate& b : busy)
     o << "busy " << b.fabric << " " << b.scope << " " << b.kind << " " << num(b.wire_Bps) << " " << num(b.cpu_Bps) << "\n";
   for (const CollTime& t : colls)
-    o << (t.posted ? "posted " : "coll ") << t.fabric << " " << t.scope << " " << t.op << " " << t.group << " " << t.payload << " "
-      << num(t.seconds) << "\n";
+    o << (t.posted ? "posted " : "coll ") << t.fabric << " " << t.scope << " " << t.op << " " << t.group << " "
+      << t.payload << " " << num(t.seconds) << "\n";
   for (const LayerTime& l : layers)
     o << "layer " << l.dtype << " " << l.threads << " " << l.hidden << " " << l.q_width << " " << l.kv_width << " "
       << l.ffn << " " << l.rows << " " << num(l.forward_s) << " " << num(l.backward_s)
@@ -554,11 +554,12 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   return {wire, cpu};
 }
 
-// The blocking collectives of plan.exposed, each at once on every group of its size (split as
-// the schemes split: consecutive ranks, else strided when only those span nodes as the call
-// does), a barrier before each call, the slowest member's time, averaged over 20-200 calls
-// (about 0.1 s) after 2 that set up the connections: a step pays each call's mean, the rare
-// call that waits milliseconds for a descheduled rank included.
+// The collectives of `calls`, each at once on every group of its size (split as the schemes
+// split: consecutive ranks, else strided when only those span nodes as the call does).
+// Without `beside` (plan.exposed), blocking: a barrier before each call, the slowest
+// member's time, averaged over 20-200 calls (about 0.1 s) after 2 that set up the
+// connections: a step pays each call's mean, the rare call that waits milliseconds for a
+// descheduled rank included.
 // Per op, group and scope at most 6 sizes, spread over the range (the model interpolates).
 // With `beside` (the posted calls): each size as the allgather scheme's pass posts it: the
 // first chunk's 4 calls (K and V, two halves) posted, then per step the next chunk's 4 posted,
