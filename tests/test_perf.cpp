@@ -290,6 +290,12 @@ TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
   EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 1.5e-3);
 }
 
+// The predicted phases of the layer's kernels other than attention.
+double layer_kernels_s(const perf::Prediction& p) {
+  return p.phase_s[int(model::Phase::Mlp)] + p.phase_s[int(model::Phase::Qkv)] + p.phase_s[int(model::Phase::Norm)] +
+         p.phase_s[int(model::Phase::Rope)] + p.phase_s[int(model::Phase::OutProj)];
+}
+
 // A layer row scales the layer's kernels (not attention, not comm) by what it measured over
 // the kernels' own rates, at row counts within 2x of its own.
 TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
@@ -320,10 +326,7 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, true, 0, twice, sizeof(float)), 1.5);
   const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), twice, sizeof(float));
   const double kernels = s.layers * (own[0] + own[1]);
-  EXPECT_NEAR(plain.phase_s[int(model::Phase::Mlp)] + plain.phase_s[int(model::Phase::Qkv)] +
-                  plain.phase_s[int(model::Phase::Norm)] + plain.phase_s[int(model::Phase::Rope)] +
-                  plain.phase_s[int(model::Phase::OutProj)],
-              kernels, 1e-9 * kernels);
+  EXPECT_NEAR(layer_kernels_s(plain), kernels, 1e-9 * kernels);
   EXPECT_NEAR(p.step_s - plain.step_s, s.layers * (own[0] + 0.5 * own[1]), 1e-6 * p.step_s);
   EXPECT_DOUBLE_EQ(p.attn_compute_s, plain.attn_compute_s);
   // A row more than 2x away in rows is not used.
@@ -417,11 +420,6 @@ TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
   m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
   const int64_t N = sc.attn.seq_len / sc.attn.ranks;
   const model::Shape& s = sc.shape;
-  auto kernels_s = [&](const perf::Prediction& p) {
-    return p.phase_s[int(model::Phase::Mlp)] + p.phase_s[int(model::Phase::Qkv)] +
-           p.phase_s[int(model::Phase::Norm)] + p.phase_s[int(model::Phase::Rope)] +
-           p.phase_s[int(model::Phase::OutProj)];
-  };
   const double row[2] = {3e-3, 7e-3};  // one layer, forward and backward, as the run measured it
   perf::Machine r = m;
   r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
@@ -432,7 +430,7 @@ TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
   for (double scale : {1.0, 1.12}) {
     r.rate_scale = scale;
     const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), r, sizeof(float));
-    EXPECT_NEAR(kernels_s(p), s.layers * (row[0] + row[1]), 1e-9) << "drift scale " << scale;
+    EXPECT_NEAR(layer_kernels_s(p), s.layers * (row[0] + row[1]), 1e-9) << "drift scale " << scale;
   }
   // Twice the rows: the row scaled as the table's kernels scale from N to 2N.
   r.rate_scale = 1;
@@ -446,9 +444,9 @@ TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
   // Another run's table: the drift scale applies to its rows.
   r.cal.of_the_run = false;
   r.rate_scale = 1;
-  const double at1 = kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float)));
+  const double at1 = layer_kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float)));
   r.rate_scale = 1.25;
-  EXPECT_NEAR(kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float))), at1 / 1.25, 1e-9 * at1);
+  EXPECT_NEAR(layer_kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float))), at1 / 1.25, 1e-9 * at1);
 }
 
 // Samples of one row (pieces, rounds) become one row per shape, rows and ranks: per pass the

@@ -554,6 +554,51 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   return {wire, cpu};
 }
 
+// Seconds per call of op at payload on group g, posted beside compute as the allgather
+// scheme's pass posts it (time_collectives, below), the slowest member's mean.
+double time_posted(comm::Communicator& c, MPI_Comm world, const comm::Group& g, comm::EventKind op, int64_t payload,
+                   GemmLoop& beside) {
+  constexpr int kPosted = 4, kSteps = 4;  // a chunk's calls (K and V, two halves); a pass's chunks
+  const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
+  const size_t each = size_t(payload) * size_t(g.size) + sizeof(float);  // one call's buffers
+  std::vector<char> send(each * 2 * kPosted, 1), recv(each * 2 * kPosted, 0);
+  std::vector<comm::Request> slot[2];
+  auto post = [&](int s) {
+    for (int j = 0; j < kPosted; ++j) {
+      char* sb = send.data() + size_t(s * kPosted + j) * each;
+      char* rb = recv.data() + size_t(s * kPosted + j) * each;
+      slot[s].push_back(op == comm::EventKind::AllGather ? c.iallgather(sb, rb, size_t(payload), g)
+                                                         : c.ireduce_scatter(sb, rb, count, comm::DType::F32, g));
+    }
+  };
+  auto wait = [&](int s) {
+    for (comm::Request& r : slot[s]) c.wait(r);
+    slot[s].clear();
+  };
+  auto pass = [&](bool with_calls) {
+    MPI_Barrier(world);
+    const double t0 = MPI_Wtime();
+    if (with_calls) post(0);
+    for (int k = 0; k < kSteps; ++k) {
+      if (with_calls && k + 1 < kSteps) post((k + 1) % 2);
+      if (with_calls) wait(k % 2);
+      beside.run();
+    }
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
+    return t;
+  };
+  pass(true), pass(false);  // connections set up
+  int reps = int(std::clamp(0.3 / std::max(pass(true), 1e-7), 10.0, 50.0));
+  MPI_Bcast(&reps, 1, MPI_INT, 0, world);
+  double with = 0, alone = 0;
+  for (int i = 0; i < reps; ++i) with += pass(true), alone += pass(false);
+  // Per call posted beside compute (the model's overlapped calls); the first chunk's, which
+  // the model charges as blocking calls, are in the sum: under UCX here a pass took 15 ms
+  // beyond its compute, its first chunk's 4 calls 0.6 ms when blocking.
+  return std::max(0.0, (with - alone) / reps / (kPosted * (kSteps - 1)));
+}
+
 // The collectives of `calls`, each at once on every group of its size (split as the schemes
 // split: consecutive ranks, else strided when only those span nodes as the call does).
 // Without `beside` (plan.exposed), blocking: a barrier before each call, the slowest
@@ -571,7 +616,6 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
 std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, const CalibrationPlan& plan,
                                        const comm::Topology& topo, const std::vector<CommCall>& calls,
                                        GemmLoop* beside) {
-  constexpr int kPosted = 4, kSteps = 4;
   const int P = c.world().size;
   auto spans = [&](int base, int size, int stride) {
     for (int i = 1; i < size; ++i)
@@ -611,48 +655,11 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, co
     }
     for (const int64_t payload : pick) {
       const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
-      const size_t each = size_t(payload) * size_t(G) + sizeof(float);  // one call's buffers
-      send.assign(each * (beside ? 2 * kPosted : 1), 1);
-      recv.assign(each * (beside ? 2 * kPosted : 1), 0);
+      send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
+      recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
       const std::string scope = inter ? "inter" : "intra";
       if (beside) {
-        std::vector<comm::Request> slot[2];
-        auto post = [&](int s) {
-          for (int j = 0; j < kPosted; ++j) {
-            char* sb = send.data() + size_t(s * kPosted + j) * each;
-            char* rb = recv.data() + size_t(s * kPosted + j) * each;
-            slot[s].push_back(op == comm::EventKind::AllGather
-                                  ? c.iallgather(sb, rb, size_t(payload), g)
-                                  : c.ireduce_scatter(sb, rb, count, comm::DType::F32, g));
-          }
-        };
-        auto wait = [&](int s) {
-          for (comm::Request& r : slot[s]) c.wait(r);
-          slot[s].clear();
-        };
-        auto pass = [&](bool with_calls) {
-          MPI_Barrier(world);
-          const double t0 = MPI_Wtime();
-          if (with_calls) post(0);
-          for (int k = 0; k < kSteps; ++k) {
-            if (with_calls && k + 1 < kSteps) post((k + 1) % 2);
-            if (with_calls) wait(k % 2);
-            beside->run();
-          }
-          double t = MPI_Wtime() - t0;
-          MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
-          return t;
-        };
-        pass(true), pass(false);  // connections set up
-        int reps = int(std::clamp(0.3 / std::max(pass(true), 1e-7), 10.0, 50.0));
-        MPI_Bcast(&reps, 1, MPI_INT, 0, world);
-        double with = 0, alone = 0;
-        for (int i = 0; i < reps; ++i) with += pass(true), alone += pass(false);
-        // Per call posted beside compute (the model's overlapped calls); the first chunk's,
-        // which the model charges as blocking calls, are in the sum: under UCX here a pass
-        // took 15 ms beyond its compute, its first chunk's 4 calls 0.6 ms when blocking.
-        const double per_call = (with - alone) / reps / (kPosted * (kSteps - 1));
-        CollTime t{plan.fabric, scope, comm::to_string(op), G, payload, std::max(0.0, per_call)};
+        CollTime t{plan.fabric, scope, comm::to_string(op), G, payload, time_posted(c, world, g, op, payload, *beside)};
         t.posted = true;
         out.push_back(t);
         c.trace().clear();
