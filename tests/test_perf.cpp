@@ -495,26 +495,4 @@ TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
   EXPECT_NEAR(step("zigzag", 1e-3) - step("zigzag", 1e-5), 2 * 1 * (1e-3 - 1e-5), 1e-9);  // its one small all-reduce
 }
 
-TEST(PerfModel, AdviceTakesLessExposedCommWithinTheTie) {
-  auto pred = [](double step, double exposed) {
-    perf::Prediction p;
-    p.step_s = step, p.exposed_attn_comm_s = exposed;
-    return p;
-  };
-  const double tie = 1 + perf::kAdviseTie;
-  // fastest first in the list or not; a tied scheme that exposes less is advised
-  const perf::Prediction blocking = pred(1.0, 0.05), hidden = pred(0.999 * tie, 0.0), slow = pred(1.001 * tie, 0.0);
-  EXPECT_EQ(perf::advised({&blocking, &hidden}), 1u);
-  EXPECT_EQ(perf::advised({&hidden, &blocking}), 0u);
-  // beyond the tie the fastest stands, whatever it exposes
-  EXPECT_EQ(perf::advised({&blocking, &slow}), 0u);
-  // equal exposure: the fastest of the tied
-  const perf::Prediction a = pred(1.0, 0.01), b = pred(1.01, 0.01), c = pred(1.005, 0.02);
-  EXPECT_EQ(perf::advised({&b, &c, &a}), 2u);
-  // the least exposed of several tied, not the first found
-  const perf::Prediction d = pred(1.01, 0.005), e = pred(1.015, 0.001);
-  EXPECT_EQ(perf::advised({&a, &d, &e}), 2u);
-  EXPECT_THROW(perf::advised({}), std::runtime_error);
-}
-
 }  // namespace

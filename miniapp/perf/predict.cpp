@@ -469,18 +469,4 @@ std::string explain(const Prediction& p) {
   return s;
 }
 
-size_t advised(const std::vector<const Prediction*>& p) {
-  if (p.empty()) throw std::runtime_error("perf::advised: no predictions");
-  size_t fastest = 0;
-  for (size_t i = 1; i < p.size(); ++i)
-    if (p[i]->step_s < p[fastest]->step_s) fastest = i;
-  size_t pick = fastest;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i]->step_s > (1 + kAdviseTie) * p[fastest]->step_s) continue;
-    const double a = p[i]->exposed_attn_comm_s, b = p[pick]->exposed_attn_comm_s;
-    if (a < b || (a == b && p[i]->step_s < p[pick]->step_s)) pick = i;
-  }
-  return pick;
-}
-
 }  // namespace minicp::perf

@@ -123,14 +123,4 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& scheme, 
 // One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
 std::string explain(const Prediction& p);
 
-// The scheme to advise among the predictions of one case (an index into `p`): the fastest,
-// unless others are predicted within kAdviseTie of it; of those, the one with the least
-// attention communication exposed per step (then the fastest). An exposed call is a blocking
-// one: every rank waits there for the last to arrive, a wait the model does not charge (the
-// coll rows time calls that start together). In the fabric study here the model put ulysses
-// 0.1-0.5% ahead of zigzag at S = 512 in three profiles where ulysses, its 18 all-to-alls a
-// step blocking, was measured 5-13% behind; zigzag hides its exchanges behind compute.
-constexpr double kAdviseTie = 0.02;
-size_t advised(const std::vector<const Prediction*>& p);
-
 }  // namespace minicp::perf

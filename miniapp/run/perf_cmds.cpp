@@ -329,7 +329,7 @@ void run_predict(const Plan& p) {
   double worst = 1;
   std::string worst_id;
   int within = 0, compared = 0;
-  std::map<std::string, std::vector<std::tuple<perf::Prediction, double, std::string>>> groups;  // key -> (pred, meas, scheme)
+  std::map<std::string, std::vector<std::tuple<double, double, std::string>>> groups;  // key -> (pred, meas, scheme)
   for (size_t i = 0; i < p.cases.size(); ++i) {
     const Case& c = p.cases[i];
     if (!c.refused.empty()) {
@@ -355,7 +355,7 @@ void run_predict(const Plan& p) {
       if (c.scheme != "none")
         groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) + " P=" +
                std::to_string(c.stack.attn.ranks)]
-            .push_back({r, it->second.time_s, c.scheme});
+            .push_back({r.step_s, it->second.time_s, c.scheme});
     }
     std::printf("\n");
     for (const std::string& n : r.notes) std::printf("    note: %s\n", n.c_str());
@@ -366,14 +366,12 @@ void run_predict(const Plan& p) {
     int hits = 0, n = 0;
     for (const auto& [key, v] : groups) {
       if (v.size() < 2) continue;
-      std::vector<const perf::Prediction*> preds;
-      for (const auto& e : v) preds.push_back(&std::get<0>(e));
-      const auto best_pred = v.begin() + std::ptrdiff_t(perf::advised(preds));
+      const auto best_pred = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<0>(x) < std::get<0>(y); });
       const auto best_meas = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<1>(x) < std::get<1>(y); });
       const bool hit = std::get<1>(*best_pred) <= 1.05 * std::get<1>(*best_meas);
       hits += hit ? 1 : 0;
       ++n;
-      std::printf("  advise %-22s advised %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
+      std::printf("  advise %-22s predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
                   std::get<2>(*best_pred).c_str(), std::get<2>(*best_meas).c_str(),
                   100 * (std::get<1>(*best_pred) / std::get<1>(*best_meas) - 1), hit ? "hit" : "miss");
     }
@@ -412,17 +410,6 @@ void run_advise(const Plan& p) {
     for (size_t i = 0; i < ok.size(); ++i)
       std::printf("  %zu. %-10s %10.4g s/step  %+6.1f%%  %s\n", i + 1, ok[i].second->scheme.c_str(), ok[i].first.step_s,
                   100 * (ok[i].first.step_s / ok[0].first.step_s - 1), perf::explain(ok[i].first).c_str());
-    if (ok.empty()) continue;
-    std::vector<const perf::Prediction*> preds;
-    for (const auto& e : ok) preds.push_back(&e.first);
-    const size_t pick = perf::advised(preds);
-    if (pick == 0)
-      std::printf("     advised: %s\n", ok[0].second->scheme.c_str());
-    else
-      std::printf("     advised: %s, within %.0f%% of %s with less communication exposed (%.3g s a step against "
-                  "%.3g s: blocking calls wait for the slowest rank, which the model does not charge)\n",
-                  ok[pick].second->scheme.c_str(), 100 * perf::kAdviseTie, ok[0].second->scheme.c_str(),
-                  ok[pick].first.exposed_attn_comm_s, ok[0].first.exposed_attn_comm_s);
     // Closer than the model's own accuracy (docs/measurements.md): not a ranking to act on.
     std::string close;
     for (size_t i = 1; i < ok.size(); ++i)
