@@ -53,9 +53,16 @@ build: deps configure
 # those labelled quick time nothing (dry runs, the analysis checks): they run 2 x $(JOBS) at
 # a time, the others one at a time (their timings and oversubscription checks assume the
 # machine to themselves); `long` ones are left to test-long.
+# Open MPI makes its session directory (/tmp/ompi.<host>.<uid>) at a job's start and removes
+# it when the last job ends; two mpiruns that start together while it is absent race to make
+# it, and one fails ("mkdir ... File exists", orte_init failed). A job that sleeps through
+# the parallel stage keeps the directory in place.
 test: build
 	cd $(BUILD) && rc=0; \
+	  $(MPIRUN) -np 1 sleep 900 & keeper=$$!; \
+	  for i in $$(seq 50); do ls -d /tmp/ompi.*.$$(id -u)/pid.* >/dev/null 2>&1 && break; sleep 0.1; done; \
 	  ctest --output-on-failure --timeout 600 -L 'badinput|quick' -j $$(( 2 * $(JOBS) )) || rc=1; \
+	  kill $$keeper 2>/dev/null; wait $$keeper 2>/dev/null; \
 	  ctest --output-on-failure --timeout 600 -LE 'long|badinput|quick' || rc=1; \
 	  exit $$rc
 
