@@ -10,7 +10,7 @@
 #                      (emulated nodes: slurm/vcluster, as root; about 75 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
-#   make model-check  the model's predictions against results/default.h5 and the fabric study's files
+#   make model-check  the model's predictions against results/default.h5 and the fabric study's files, those there
 #                     (each with the table its run measured; not the 2x2 layouts: 4 ranks on 2 cores)
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
@@ -91,9 +91,11 @@ calibrate: build
 	mkdir -p results
 	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) --calibrate --calibration results/calibration.txt
 
+# Those of the two studies that are there.
+MODEL_FILES = $(wildcard results/default.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
 model-check: build
-	$(PY) miniapp/bench/model_check.py --minicp $(BUILD)/bin/minicp results/default.h5 \
-	  $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5)) $(MODEL_ARGS)
+	@test -n "$(strip $(MODEL_FILES))" || { echo "make model-check: no results yet: make run writes results/default.h5, make fabric-study results/fabric/" >&2; exit 2; }
+	$(PY) miniapp/bench/model_check.py --minicp $(BUILD)/bin/minicp $(MODEL_FILES) $(MODEL_ARGS)
 
 fabric-study: build
 	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)

@@ -133,6 +133,8 @@ void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
     if (v < 1) throw UsageError(std::string(f) + " " + std::to_string(v) + ": must be at least 1");
   }
   if (!pf.against.empty()) {
+    if (::access(pf.against.c_str(), F_OK) != 0)
+      throw UsageError("--against " + pf.against + ": no such file (a results file minicp wrote with --out)");
     const std::string why = output::not_a_results_file(pf.against);
     if (!why.empty()) throw UsageError("--against " + pf.against + ": " + why);
     // The layout the file was measured with, unless given.
