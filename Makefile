@@ -10,7 +10,7 @@
 #                      (emulated nodes: slurm/vcluster, as root; about 75 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
-#   make model-check  the model's predictions against results/default.h5 and the fabric study's files, those there
+#   make model-check  the model's predictions against results/default.h5 and the fabric study's files (those present)
 #                     (each with the table its run measured; not the 2x2 layouts: 4 ranks on 2 cores)
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
