@@ -654,17 +654,17 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, co
       if (pick.empty() || pick.back() != v) pick.push_back(v);
     }
     for (const int64_t payload : pick) {
-      const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
-      send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
-      recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
       const std::string scope = inter ? "inter" : "intra";
-      if (beside) {
+      if (beside) {  // time_posted holds its own buffers (two chunks of calls)
         CollTime t{plan.fabric, scope, comm::to_string(op), G, payload, time_posted(c, world, g, op, payload, *beside)};
         t.posted = true;
         out.push_back(t);
         c.trace().clear();
         continue;
       }
+      const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
+      send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
+      recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
       auto call = [&] {
         MPI_Barrier(world);
         const double t0 = MPI_Wtime();
