@@ -7,7 +7,7 @@
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
-#                      (emulated nodes: slurm/vcluster, as root; about 75 minutes), into results/fabric/
+#                      (emulated nodes: slurm/vcluster, as root; about 105 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
 #   make model-check  the model's predictions against results/default.h5 and the fabric study's files (those present)

@@ -41,7 +41,7 @@ def parse_args():
     p.add_argument("--rounds-2x2", type=int, default=3,
                    help="run.rounds of the 2x2 layouts (default: %(default)s; the deck's for the others). "
                         "Their 4 ranks share 2 cores here, so the model is not checked on them and fewer "
-                        "rounds keep the study to about 75 minutes here; 0: the deck's")
+                        "rounds keep the study to about 105 minutes here (70 without the 2x2 layouts); 0: the deck's")
     p.add_argument("--layouts", default="1x2,2x1,2x2",
                    help="comma-separated layouts to run (default: %(default)s; 1x2 under local profiles, "
                         "2x1 and 2x2 under emulated ones); the index keeps the other layouts' rows")
