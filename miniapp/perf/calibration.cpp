@@ -282,6 +282,12 @@ double median_time(MPI_Comm comm, int reps, Fn&& fn) {
   return t[t.size() / 2];
 }
 
+// How many copies of `bytes` of operands fill 256 MiB, from 1 to `cap`: calls cycled through
+// them read from memory, not from a cache the previous call warmed.
+int copies_filling_memory(double bytes, double cap) {
+  return int(std::max(1.0, std::min(cap, double(256 << 20) / bytes)));
+}
+
 // FLOP/s of one GEMM shape on this rank (OPS: "NN", "NT", "TN"), the median of 3 timed loops
 // after one untimed. Short calls are repeated, cycling through operands and outputs that fill
 // 256 MiB: a layer's calls read their weights from memory, not from a cache the previous call
@@ -292,7 +298,7 @@ double gemm_rate(MPI_Comm world, const std::string& ops, int64_t m, int64_t n, i
   const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
   const double flops = 2.0 * double(m) * double(n) * double(k);
   const double bytes = double(m * k + k * n + m * n) * sizeof(T);
-  const int copies = int(std::clamp(std::min(double(256 << 20) / bytes, 2e9 / flops), 1.0, 32.0));
+  const int copies = copies_filling_memory(bytes, std::min(32.0, 2e9 / flops));
   const int inner = std::max(copies, int(std::clamp(2e8 / flops, 1.0, 200.0)));
   std::vector<kernels::View2<T>> A, B, C;
   for (int i = 0; i < copies; ++i) {
@@ -371,8 +377,11 @@ struct Measure {
     const int H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
     const kernels::AttnTiles tiles = kernels::attention_default_tiles(bwd);
     std::vector<std::array<double, 5>> rows;  // call, full area, partial area, tiles, seconds
-    // One call of queries at qs against keys at ks, timed (median of reps) as a row of the fit.
-    auto time_call = [&](const Spans& qs, const Spans& ks, int reps) {
+    // One call of queries at qs against keys at ks, timed (median of reps) as a row of the fit;
+    // `cold`: its K and V are read from memory, cycling through copies, as a decode call in a
+    // layer reads its cache a layer of weights after the last read (timed warm, the same call
+    // read 7-16% faster than cold and than the layer's).
+    auto time_call = [&](const Spans& qs, const Spans& ks, int reps, bool cold) {
       const int64_t nq = layout::count(qs), nk = layout::count(ks);
       kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", nk, Hkv, D), v("cal_v", nk, Hkv, D), o("cal_o", nq, H, D),
           dq("cal_dq", nq, H, D), dk("cal_dk", nk, Hkv, D), dv("cal_dv", nk, Hkv, D);
@@ -386,12 +395,7 @@ struct Measure {
       kernels::AttnMask mask;
       mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
       kernels::attention_fwd<T>(q, k, v, mask, o, lse);
-      // A decode call streams its cache: in a layer the cache was last read a whole layer of
-      // weights ago, so these calls cycle through copies of K and V that fill 256 MiB
-      // (timed warm, the same call read 7-16% faster than cold and than the layer's).
-      const bool decode = !bwd && nq <= 16;  // decode runs forward only
-      const double kv_bytes = 2.0 * double(nk * Hkv * D) * sizeof(T);
-      const int copies = decode ? int(std::clamp(double(256 << 20) / kv_bytes, 1.0, 64.0)) : 1;
+      const int copies = cold ? copies_filling_memory(2.0 * double(nk * Hkv * D) * sizeof(T), 64) : 1;
       std::vector<kernels::View3<T>> kc{k}, vc{v};  // (copies) x (nk, Hkv, D)
       for (int i = 1; i < copies; ++i) {
         kc.emplace_back("cal_k", nk, Hkv, D), vc.emplace_back("cal_v", nk, Hkv, D);
@@ -407,10 +411,11 @@ struct Measure {
       const TileCount n = count_tiles(c, qs, ks, tiles);
       rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
     };
-    // Decode-sized calls (a few queries against a cache) weigh the per-call cost.
-    for (int64_t m : {1024, 4096}) time_call({{m, 4, 1}}, {{0, m, 1}}, 5);
+    // Decode-sized calls (a few queries against a cache) weigh the per-call cost; decode runs
+    // forward only, so only the forward's are read cold.
+    for (int64_t m : {1024, 4096}) time_call({{m, 4, 1}}, {{0, m, 1}}, 5, !bwd);
     for (int64_t m : {256, 512, 1024})
-      for (bool diag : {false, true}) time_call({{diag ? 0 : m, m, 1}}, {{0, m, 1}}, 3);
+      for (bool diag : {false, true}) time_call({{diag ? 0 : m, m, 1}}, {{0, m, 1}}, 3, false);
     const auto x = fit(rows);
     return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
   }
