@@ -560,6 +560,8 @@ int execute(const hn::Args& a, const Plan& p) {
     if (say && results)
       std::printf("minicp: results in %s (writing took %.3f s, %.2f%% of the run)\n", p.o.out.c_str(), rs.write_s,
                   100.0 * rs.write_s / run_s);
+    else if (say)
+      std::printf("minicp: no results file written (the deck has no [output] file; --out FILE.h5 writes one)\n");
   }
   return 0;
 }
