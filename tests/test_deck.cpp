@@ -104,6 +104,38 @@ TEST(DeckKeys, EveryKeyRefusesAnotherType) {
   }
 }
 
+// --set overrides: spaces around '=' and '.' are allowed; a line break (which TOML would read
+// as a second key, silently dropped), a key given twice, and a value that is not TOML where
+// the key takes numbers are refused, each naming the override.
+TEST(DeckSets, SpacesAroundTheSignsAreAllowed) {
+  EXPECT_EQ(tiny({"run.reps = 3"}).reps, 3);
+  EXPECT_EQ(tiny({" run . reps=4 "}).reps, 4);
+}
+
+TEST(DeckSets, ALineBreakIsRefused) {
+  EXPECT_EQ(usage_error({"run.reps=1\nbogus=1"}),
+            "--set run.reps=1\nbogus=1: holds a line break; give one key=value per --set");
+}
+
+TEST(DeckSets, AKeyGivenTwiceIsRefused) {
+  EXPECT_EQ(usage_error({"run.reps=1", "run.reps = 2"}),
+            "--set run.reps = 2: run.reps is set twice (also --set run.reps=1); give each key once");
+}
+
+TEST(DeckSets, ANumberThatIsNotTomlIsNamedSo) {
+  EXPECT_EQ(usage_error({"run.reps=1 2"}),
+            "--set run.reps=1 2: 1 2 is not a TOML value; run.reps takes an integer (e.g. run.reps=5)");
+  EXPECT_EQ(usage_error({"sweep.seq_len=64 128"}),
+            "--set sweep.seq_len=64 128: 64 128 is not a TOML value; sweep.seq_len takes an integer or an array of "
+            "them (e.g. sweep.seq_len=[64, 128])");
+  // An integer TOML cannot hold is out of range, alone or in an array.
+  EXPECT_NE(usage_error({"run.seed=99999999999999999999"}).find("integer out of range"), std::string::npos);
+  EXPECT_NE(usage_error({"sweep.seq_len=[64, 99999999999999999999]"}).find("integer out of range"),
+            std::string::npos);
+  // A bare word is still a string for a string key.
+  EXPECT_EQ(tiny({"run.pass=train"}).passes.size(), 1u);
+}
+
 TEST(DeckKeys, EveryKeyIsInTheResolvedDeckUnlessLeftOut) {
   for (const DeckKey& k : run::deck_keys()) {
     switch (k.resolved) {

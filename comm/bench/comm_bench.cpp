@@ -204,6 +204,7 @@ void parse_args(const hn::Args& a, Options& o) {
     while (k < std::size(kOps) && item != kOps[k].name) ++k;
     if (k == std::size(kOps))
       throw UsageError("--ops '" + ops + "': unknown op '" + item + "'; allowed: " + all_op_names());
+    if (want[k]) throw UsageError("--ops '" + ops + "': op '" + item + "' is listed twice; name each op once");
     want[k] = any = true;
   }
   if (!any) throw UsageError("--ops '" + ops + "': no op named; allowed: " + all_op_names());

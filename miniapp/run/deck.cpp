@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <stdexcept>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -181,33 +184,84 @@ toml::table read_file(const std::string& path) {
   }
 }
 
-// Whether a --set value that TOML refused is integers only (one or an array): then an integer
-// is beyond 64 bits, and the value is out of range rather than a word.
+// Whether a --set value that TOML refused is integers only (one, or an array of them): then an
+// integer is beyond 64 bits, and the value is out of range rather than a word. "1 2" is not:
+// two integers without an array are a malformed value.
 bool integer_text(const std::string& v) {
-  return v.find_first_of("0123456789") != std::string::npos &&
-         v.find_first_not_of("0123456789+-_,[] ") == std::string::npos;
+  static const std::regex integers(R"(\s*([+-]?[0-9][0-9_]*|\[\s*[+-]?[0-9][0-9_]*(\s*,\s*[+-]?[0-9][0-9_]*)*\s*,?\s*\])\s*)");
+  return std::regex_match(v, integers);
 }
 
-// "section.key=value": value as TOML (a bare word that is not TOML is taken as a string).
-// too_big gets "section.key" -> value when the value is an integer TOML cannot hold.
-void apply_set(toml::table& t, const std::string& set, std::map<std::string, std::string>& too_big) {
-  const size_t eq = set.find('='), dot = set.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
-    throw UsageError("--set " + set + ": expected section.key=value (e.g. --set run.reps=5)");
-  const std::string section = set.substr(0, dot), key = set.substr(dot + 1, eq - dot - 1), value = set.substr(eq + 1);
-  const std::string bad = unknown_key(section, key);
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+const DeckKey& key_of(const std::string& id) {
+  for (const DeckKey& k : deck_keys())
+    if (k.id() == id) return k;
+  throw std::logic_error("no deck key " + id);
+}
+
+// What a key of this type is written as, for the message on a value that is not TOML.
+std::string written_as(const DeckKey& k) {
+  switch (k.type) {
+    case KeyType::Integer: return "an integer (e.g. " + k.id() + "=5)";
+    case KeyType::Number: return "a number (e.g. " + k.id() + "=2.5)";
+    case KeyType::Integers: return "an integer or an array of them (e.g. " + k.id() + "=[64, 128])";
+    default: return "a string";
+  }
+}
+
+}  // namespace
+
+SetOverride parse_set(const std::string& set) {
+  const std::string form = "expected section.key=value (e.g. --set run.reps=5)";
+  if (set.find_first_of("\n\r") != std::string::npos)
+    throw UsageError("--set " + set + ": holds a line break; give one key=value per --set");
+  const size_t eq = set.find('=');
+  const size_t dot = set.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) throw UsageError("--set " + set + ": " + form);
+  SetOverride o{trimmed(set.substr(0, dot)), trimmed(set.substr(dot + 1, eq - dot - 1)), trimmed(set.substr(eq + 1))};
+  if (o.section.empty() || o.key.empty()) throw UsageError("--set " + set + ": " + form);
+  const std::string bad = unknown_key(o.section, o.key);
   if (!bad.empty()) throw UsageError("--set " + set + ": " + bad);
+  return o;
+}
+
+namespace {
+
+// "section.key=value": value as TOML (for a string key, a bare word that is not TOML is taken as
+// the string). too_big gets "section.key" -> value when the value is an integer TOML cannot hold.
+void apply_set(toml::table& t, const std::string& set, std::map<std::string, std::string>& too_big) {
+  const SetOverride o = parse_set(set);
+  const DeckKey& k = key_of(o.id());
   toml::table parsed;
   try {
-    parsed = parse_value(value);
+    parsed = parse_value(o.value);
   } catch (const toml::parse_error&) {
-    parsed.insert_or_assign("v", value);
-    if (integer_text(value)) too_big[section + "." + key] = value;
+    const bool numeric = k.type == KeyType::Integer || k.type == KeyType::Number || k.type == KeyType::Integers;
+    if (numeric && !integer_text(o.value))
+      throw UsageError("--set " + set + ": " + o.value + " is not a TOML value; " + o.id() + " takes " + written_as(k));
+    parsed.insert_or_assign("v", o.value);
+    if (integer_text(o.value)) too_big[o.id()] = o.value;
   }
-  if (!t.contains(section)) t.insert(section, toml::table{});
-  toml::table* sec = t[section].as_table();
-  if (!sec) throw UsageError("--set " + set + ": [" + section + "] in the deck is not a table");
-  sec->insert_or_assign(key, *parsed.get("v"));
+  if (!t.contains(o.section)) t.insert(o.section, toml::table{});
+  toml::table* sec = t[o.section].as_table();
+  if (!sec) throw UsageError("--set " + set + ": [" + o.section + "] in the deck is not a table");
+  sec->insert_or_assign(o.key, *parsed.get("v"));
+}
+
+// Each key once: a second --set of one key would silently win over the first.
+void check_sets_once(const std::vector<std::string>& sets) {
+  std::map<std::string, std::string> seen;
+  for (const std::string& s : sets) {
+    const SetOverride o = parse_set(s);
+    const auto [at, fresh] = seen.emplace(o.id(), s);
+    if (!fresh)
+      throw UsageError("--set " + s + ": " + o.id() + " is set twice (also --set " + at->second +
+                       "); give each key once");
+  }
 }
 
 void check_keys(const toml::table& t, const std::string& path) {
@@ -336,6 +390,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   toml::table t = path.empty() ? toml::table{} : read_file(path);
   check_keys(t, path);
   std::map<std::string, std::string> too_big;
+  check_sets_once(sets);
   for (const std::string& s : sets) apply_set(t, s, too_big);
   const Reader r(t, too_big);
   check_shape_given(r);

@@ -81,6 +81,15 @@ struct DeckKey {
 // [output]), in the order --help and the unknown-key message list them.
 const std::vector<DeckKey>& deck_keys();
 
+// One --set override, "section.key=value", split and trimmed (spaces around the dot and the
+// '=' are allowed). Throws harness::UsageError naming the override when it is malformed, holds a
+// line break, or names no deck key.
+struct SetOverride {
+  std::string section, key, value;  // value: the TOML text after '='
+  std::string id() const { return section + "." + key; }
+};
+SetOverride parse_set(const std::string& set);
+
 // Reads the deck at path (empty: only the defaults and the sets) and applies the --set
 // overrides ("section.key=<TOML value>"), then validates every key. world: ranks of the MPI
 // job (sweep.ranks' default, and its limit unless any_ranks: a dry run plans for any job

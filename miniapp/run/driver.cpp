@@ -74,9 +74,14 @@ bool predict_only(int argc, char** argv) {
 hn::FabricRequest requested_fabric(int argc, char** argv) {
   if (std::string f = hn::flag_value(argc, argv, "--fabric"); !f.empty()) return {f, "--fabric"};
   std::string from_set, deck = hn::flag_value(argc, argv, "--deck");
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--set" && std::string(argv[i + 1]).rfind("run.fabric=", 0) == 0)
-      from_set = std::string(argv[i + 1]).substr(11);
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) != "--set") continue;
+    try {
+      const SetOverride o = parse_set(argv[i + 1]);
+      if (o.id() == "run.fabric") from_set = o.value;
+    } catch (const UsageError&) {  // the parse step says what is wrong with it
+    }
+  }
   if (!from_set.empty()) {
     if (from_set.size() >= 2 && from_set.front() == '"' && from_set.back() == '"')
       from_set = from_set.substr(1, from_set.size() - 2);
@@ -94,7 +99,7 @@ hn::FabricRequest requested_fabric(int argc, char** argv) {
 double parse_size(const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || !(v > 0)) return -1;
+  if (end == s.c_str() || !std::isfinite(v) || v < 0) return -1;
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
   const std::pair<const char*, double> units[] = {{"B", 1},         {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
@@ -238,6 +243,7 @@ Plan parse(const hn::Args& a) {
   }
   if (!rank_memory.empty()) {
     o.rank_memory = parse_size(rank_memory);
+    if (o.rank_memory == 0) throw UsageError("--rank-memory " + rank_memory + ": must be more than 0");
     if (!(o.rank_memory > 0))
       throw UsageError("--rank-memory " + rank_memory + ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
     if (!o.dry_run) throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
@@ -250,7 +256,12 @@ Plan parse(const hn::Args& a) {
   // A dry run plans for any job size (a cluster deck can be checked on a laptop).
   // --fabric is the deck's run.fabric, so the resolved deck (and a resume's check) records it.
   std::vector<std::string> sets = o.sets;
-  if (!o.fabric.empty()) sets.push_back("run.fabric=\"" + o.fabric + "\"");
+  if (!o.fabric.empty()) {
+    for (const std::string& s : sets)
+      if (parse_set(s).id() == "run.fabric")
+        throw UsageError("--fabric " + o.fabric + " with --set " + s + ": give the fabric once");
+    sets.push_back("run.fabric=\"" + o.fabric + "\"");
+  }
   p.deck = load_deck(o.deck, sets, a.size(), o.dry_run || predicting);
   if (o.deck.rfind("/tmp/minicp_against_deck.", 0) == 0) std::remove(o.deck.c_str()), o.deck = pf.against;
   if (const std::string from = !pf.calibration.empty() ? pf.calibration : p.deck.calibration;

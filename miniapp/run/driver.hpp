@@ -59,7 +59,8 @@ bool predict_only(int argc, char** argv);
 // parse() reports it).
 harness::FabricRequest requested_fabric(int argc, char** argv);
 
-// A size with a unit ("80GiB", "512MiB", "1.5TiB", "80GB"), in bytes; -1 when malformed.
+// A size with a unit ("80GiB", "512MiB", "1.5TiB", "80GB"), in bytes (0 for "0GiB": the caller
+// says it is too small); -1 when malformed.
 double parse_size(const std::string& s);
 
 // The registry, for --list-schemes: name, problems, summary, settings, refusals.
