@@ -17,6 +17,9 @@
                     (partial file, Slurm output cancelled at the time limit, scontrol's
                     FAILED state; sacct without accounting): collect exits 1, names each
                     status and reason, and writes index.csv.
+  --mode manifest   a hand-damaged manifest.json (not JSON, not UTF-8, a list, tasks of the
+                    wrong type or missing fields): collect and submit exit 2 with one message
+                    naming the file and what is wrong; the study is left as it was.
   --mode sbatch     minicp.sbatch outside Slurm refused; the header (ranks, threads, launcher,
                     command) under a Slurm-like environment; the per-rank GPU wrapper sets
                     CUDA_VISIBLE_DEVICES from the local rank.
@@ -31,20 +34,14 @@ import shutil
 import subprocess
 import sys
 
+from checks import check, verdict
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SUBMIT = os.path.join(ROOT, "slurm", "submit")
 SBATCH = os.path.join(ROOT, "slurm", "minicp.sbatch")
 ONE_CASE = ["--set", "run.pass=train", "--set", 'sweep.schemes=["zigzag"]', "--set", "sweep.seq_len=[64]",
             "--set", "run.reps=1"]
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def run(cmd, env=None, show=True):
@@ -304,6 +301,38 @@ def mode_collect(a):
     check(p.returncode == 2 and "no manifest.json" in p.stdout, "collect of a directory without a manifest")
 
 
+def mode_manifest(a):
+    """A study whose manifest.json was damaged by hand: collect and a submission to it exit
+    2 with one message naming the file and what is wrong, no traceback, nothing written."""
+    study = os.path.join(a.dir, "manifest")
+    shutil.rmtree(study, ignore_errors=True)
+    os.makedirs(study)
+    path = os.path.join(study, "manifest.json")
+    task = {"nodes": 1, "fabric": "none", "ranks": 2, "file": "N1_none.h5"}
+    for body, why in ((b"", "not a readable manifest"), (b"{\"tasks\": {", "not a readable manifest"),
+                      (b"\xff\xfe\x00", "not a readable manifest"), (b"[1, 2]", "a JSON list, expected an object"),
+                      (json.dumps({"sweep": {}, "tasks": [], "submissions": []}).encode(), "tasks is [], expected"),
+                      (json.dumps({"sweep": {}, "tasks": {"N1_none": dict(task, nodes="one")}, "submissions": []})
+                       .encode(), 'task N1_none: nodes is "one", expected a node count'),
+                      (json.dumps({"sweep": {}, "tasks": {"N1_none": {"fabric": "none"}}, "submissions": []})
+                       .encode(), "task N1_none: nodes is null"),
+                      (json.dumps({"sweep": {}, "tasks": {"N1_none": dict(task, job_id="7")}, "submissions": []})
+                       .encode(), "task N1_none: job_id without array_task_id"),
+                      (json.dumps({"sweep": {}, "tasks": {}, "submissions": [{"time": "x"}]}).encode(),
+                       "submissions[0]")):
+        with open(path, "wb") as f:
+            f.write(body)
+        for cmd in ([SUBMIT, "collect", "--study", study],
+                    [SUBMIT, a.deck, "--study", study, "--bin", a.bin, "--no-check", "--dry-run"]):
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [x for x in p.stderr.splitlines() if x.strip()]
+            one = len(lines) == 1 and f"{path}: {why}" in lines[0] and "Traceback" not in p.stderr
+            check(p.returncode == 2 and one,
+                  f"{shlex.join(cmd)} with manifest {body[:60]!r}: exit {p.returncode}, stderr {p.stderr[-400:]!r}")
+            check(open(path, "rb").read() == body and sorted(os.listdir(study)) == ["manifest.json"],
+                  f"{shlex.join(cmd)} with manifest {body[:60]!r}: the study changed: {os.listdir(study)}")
+
+
 def mode_sbatch(a):
     p = run(["bash", SBATCH, "--deck", a.deck], env={"SLURM_JOB_ID": ""})
     check(p.returncode == 2 and "not inside a Slurm job" in p.stdout, "outside Slurm not refused")
@@ -350,7 +379,7 @@ def mode_sbatch(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", required=True, choices=["dryrun", "resubmit", "collect", "sbatch"])
+    ap.add_argument("--mode", required=True, choices=["dryrun", "resubmit", "collect", "sbatch", "manifest"])
     ap.add_argument("--dir", required=True)
     ap.add_argument("--deck", required=True)
     ap.add_argument("--bin", required=True)
@@ -360,9 +389,9 @@ def main():
     a.dir = os.path.abspath(a.dir)
     a.bin = os.path.abspath(a.bin)
     os.makedirs(a.dir, exist_ok=True)
-    {"dryrun": mode_dryrun, "resubmit": mode_resubmit, "collect": mode_collect, "sbatch": mode_sbatch}[a.mode](a)
-    print(f"check_slurm_submit --mode {a.mode}: {'FAIL' if FAILS else 'ok'} ({len(FAILS)} failures)")
-    return 1 if FAILS else 0
+    {"dryrun": mode_dryrun, "resubmit": mode_resubmit, "collect": mode_collect, "sbatch": mode_sbatch,
+     "manifest": mode_manifest}[a.mode](a)
+    return verdict("check_slurm_submit", a.mode)
 
 
 if __name__ == "__main__":

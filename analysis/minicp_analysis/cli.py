@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from . import UsageError
+from .outputs import OVERWRITE, OVERWRITE_HELP
 
 PROG = "minicp_analysis"
 
@@ -13,6 +14,7 @@ def _commands():
     """Each command: its one-line help, its description, and its arguments as
     (flags, add_argument keywords), in the order --help lists them."""
     from .plots import PLOTS
+    overwrite = ((OVERWRITE,), dict(action="store_true", help=OVERWRITE_HELP))
     report = [
         (("files",), dict(nargs="+", metavar="FILE",
                           help="minicp results .h5 files, or a study index .csv (slurm/submit collect) or the fabric "
@@ -36,19 +38,23 @@ def _commands():
                                    "exposed comm, imbalance, bytes sent, peak and predicted memory, predicted time "
                                    "and ratio when present)")),
         (("--csv",), dict(metavar="FILE", help="also write the table as CSV to FILE; '-' writes only the CSV, to "
-                                               "stdout (default: none)")),
+                                               "stdout; an existing FILE must be a table this command wrote "
+                                               "(default: none)")),
+        overwrite,
     ]
     plots = [
         (("inputs",), dict(nargs="+", metavar="INPUT",
                            help="minicp results .h5 files, a study index .csv, or the fabric study .csv (required)")),
         (("--out",), dict(metavar="DIR",
-                          help="folder for the PNGs (default: results/plots/<stem of the first input>/)")),
+                          help="folder for the PNGs; an existing one may hold only what this command writes (PNGs, "
+                               "fabric.csv) (default: results/plots/<stem of the first input>/)")),
         (("--case",), dict(metavar="ID", help="the case of the timeline (default: the first ring-family case at the "
                                               "largest seq_len with a full-mode rep)")),
         (("--only",), dict(action="append", metavar="LIST",
                            help=f"make only these plots (a comma list, repeatable; of {', '.join(PLOTS)}; "
                                 f"default: all)")),
         (("--dpi",), dict(type=int, default=120, metavar="N", help="resolution of the PNGs (default: %(default)s)")),
+        overwrite,
     ]
     trace = [
         (("file",), dict(metavar="FILE", help="a minicp results .h5 (required)")),
@@ -58,8 +64,10 @@ def _commands():
                           help="the rep, 0-based, warm-ups excluded (default: the median rep of the mode)")),
         (("--mode",), dict(default="full", choices=["full", "compute-only", "comm-only"],
                            help="the mode (default: %(default)s)")),
-        (("--out",), dict(metavar="FILE", help="the JSON file, '-' for stdout (default: "
+        (("--out",), dict(metavar="FILE", help="the JSON file, '-' for stdout; an existing FILE must be a trace "
+                                               "this command wrote (default: "
                                                "results/traces/<file stem>/<case>_rep<N>_<mode>.json)")),
+        overwrite,
     ]
     return {
         "report": ("the summary table of every case (text, or CSV)",

@@ -48,9 +48,15 @@ class Source:
     missing: str = None
 
 
+# Why a results file gives no row of figures: a run that ended before its first case was
+# written keeps a file without cases.
+NO_CASE = "holds no complete case (a run stopped in its first case?)"
+
+
 @dataclass
 class Inputs:
     sources: list
+    given: list = field(default_factory=list)  # the paths as given
     fabric: pd.DataFrame = None      # the fabric study table, when one was given
     indexes: list = field(default_factory=list)  # study index paths given
     first_stem: str = ""             # the stem of the first input path (the default plot folder)
@@ -77,7 +83,8 @@ def _find_listed(listed, csv_path):
 
 
 def check_results_file(path, flag):
-    """Refuses (exit 2) a path that is not a readable minicp results file, naming why."""
+    """Refuses (exit 2) a path that is not a readable minicp results file, naming why;
+    returns the number of cases it holds."""
     if not os.path.exists(path):
         raise UsageError(f"{flag} {path}: no such file")
     if os.path.isdir(path):
@@ -90,6 +97,8 @@ def check_results_file(path, flag):
             kind = text(f.attrs.get("file_kind", ""))
             if kind != "minicp results" and not (kind == "" and "minicp_version" in f.attrs and "cases" in f):
                 raise UsageError(f"{flag} {path}: not a minicp results file (file_kind {kind!r})")
+            cases = f.get("cases")
+            return len(cases) if isinstance(cases, h5py.Group) else 0
     except OSError as e:
         raise UsageError(f"{flag} {path}: not a minicp results file (cannot be opened: {e})")
 
@@ -126,8 +135,8 @@ def _csv_sources(path, flag):
         elif found is None:
             missing = f"no file {r.get('file', '')!r} (listed in {path})"
         shown = r.get("file", "") if found is None else os.path.relpath(found)
-        if found is not None and missing is None:
-            check_results_file(found, f"{flag} {path}: file")
+        if found is not None and missing is None and not check_results_file(found, f"{flag} {path}: file"):
+            missing = NO_CASE
         sources.append(Source(path=found, shown=shown, label=label, meta=meta, missing=missing))
     table = None
     if kind == "fabric":
@@ -162,8 +171,9 @@ def load_inputs(paths, flag="INPUT"):
             else:
                 indexes.append(p)
         else:
-            check_results_file(p, flag)
-            listed = [Source(path=p, shown=p, label=os.path.splitext(os.path.basename(p))[0])]
+            empty = not check_results_file(p, flag)
+            listed = [Source(path=p, shown=p, label=os.path.splitext(os.path.basename(p))[0],
+                             missing=NO_CASE if empty else None)]
         for s in listed:
             real = os.path.realpath(s.path) if s.path else None
             if real in by_real:  # the same file again: merge what the tables say of it
@@ -174,14 +184,25 @@ def load_inputs(paths, flag="INPUT"):
             if real:
                 by_real[real] = s
             sources.append(s)
+    refuse_without_cases(sources, flag)
     seen = {}
     for s in sources:  # unique labels: a second N1_none becomes N1_none_2
         n = seen.get(s.label, 0)
         seen[s.label] = n + 1
         if n:
             s.label = f"{s.label}_{n + 1}"
-    return Inputs(sources=sources, fabric=fabric, indexes=indexes,
+    return Inputs(sources=sources, given=list(paths), fabric=fabric, indexes=indexes,
                   first_stem=os.path.splitext(os.path.basename(paths[0]))[0])
+
+
+def refuse_without_cases(sources, flag):
+    """Refuses (exit 2) inputs of which no results file holds a case while one is a file
+    without cases; with a case elsewhere, such a file is only a row (or a line) saying so."""
+    empty = [s for s in sources if s.missing == NO_CASE]
+    if empty and all(s.missing is not None for s in sources):
+        raise UsageError(f"{flag} {empty[0].shown}: {NO_CASE}" +
+                         (f" (and {len(empty) - 1} more such files, no results file with a case)"
+                          if len(empty) > 1 else ""))
 
 
 def _deck_name(f):
@@ -284,6 +305,9 @@ def listing(ids, most=40):
 def open_case(path, case, flag="--case"):
     """The case group's file handle and group; refuses an unknown or refused case (exit 2)."""
     f = h5py.File(path, "r")
+    if "cases" not in f or not len(f["cases"]):
+        f.close()
+        raise UsageError(f"FILE {path}: {NO_CASE}")
     if case not in f["cases"]:
         ran = [c for c, g in f["cases"].items() if text(g.attrs.get("status", "")) == "ok"]
         f.close()

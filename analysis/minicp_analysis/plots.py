@@ -18,6 +18,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from . import UsageError  # noqa: E402
 from .data import (RING_FAMILY, case_table, default_timeline_case, load_inputs, median_rep,  # noqa: E402
                    TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events, text)
+from .outputs import OVERWRITE, check_not_input, input_files, write_whole  # noqa: E402
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
@@ -624,8 +625,46 @@ def model_figure(df, title):
 # -------------------------------------------------------------------------------------- run
 def _say_saved(fig, out, name, dpi):
     path = os.path.join(out, name)
-    fig.savefig(path, dpi=dpi)
+    write_whole("--out", path, lambda fh: fig.savefig(fh, dpi=dpi, format="png"), binary=True)
     print(f"wrote {path}")
+
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FABRIC_CSV = "fabric.csv"
+
+
+def _own_entry(folder, name):
+    """Whether an entry of the plots folder is a file this command writes: a PNG, or the
+    fabric comparison table."""
+    path = os.path.join(folder, name)
+    if name.startswith(".") and name.endswith(".tmp"):  # a temporary of an interrupted write
+        return True
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    if name == FABRIC_CSV:
+        want = ",".join(FABRIC_HEADERS.get(c, c) for c in FABRIC_COLUMNS)
+        return head.split(b"\n", 1)[0].decode(errors="replace").rstrip("\r") == want
+    return name.endswith(".png") and head.startswith(PNG_MAGIC)
+
+
+def check_out_folder(out, names, inputs, overwrite):
+    """Refuses a plots folder that is a file, that holds (without --overwrite) anything this
+    command does not write, or where a file it would write is one of the inputs."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out}: exists and is not a directory (give a folder for the PNGs)")
+    for name in names:
+        check_not_input("--out", os.path.join(out, name), inputs)
+    if overwrite or not os.path.isdir(out):
+        return
+    foreign = sorted(n for n in os.listdir(out) if not _own_entry(out, n))
+    if foreign:
+        raise UsageError(f"--out {out}: holds files this command does not write ({listing(foreign, 5)}; it writes "
+                         f"PNGs and {FABRIC_CSV}); give {OVERWRITE} to write into it, or another folder")
 
 
 def _want(args):
@@ -662,12 +701,6 @@ def run(args):
         if s.missing is not None:
             print(f"skipped {s.shown or s.label}: {s.missing}")
     out = args.out or os.path.join("results", "plots", inputs.first_stem)
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot be made ({e.strerror})")
-    if not os.access(out, os.W_OK):
-        raise UsageError(f"--out {out}: not writable")
     readable = [i for i, s in enumerate(inputs.sources) if s.missing is None]
     several = len(readable) > 1
     title_all = describe(df[df["status"] == "ok"], args.inputs)
@@ -702,14 +735,23 @@ def run(args):
     if "fabric" in want:
         def fabric():
             table = fabric_table(df, inputs.fabric)
-            csv_path = os.path.join(out, "fabric.csv")
-            table.drop(columns="config").rename(columns=FABRIC_HEADERS).to_csv(csv_path, index=False, na_rep="NaN")
+            csv_path = os.path.join(out, FABRIC_CSV)
+            shown = table.drop(columns="config").rename(columns=FABRIC_HEADERS)
+            write_whole("--out", csv_path, lambda fh: shown.to_csv(fh, index=False, na_rep="NaN"))
             print(fabric_text(table))
             print(f"wrote {csv_path}")
             return fabric_figure(table, title_all)
         jobs.append(("fabric", "fabric.png", fabric))
     if "model" in want:
         jobs.append(("model", "model.png", lambda: model_figure(df, title_all)))
+    check_out_folder(out, [name for _, name, _ in jobs] + [FABRIC_CSV], input_files(inputs, "INPUT"),
+                     args.overwrite)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot be made ({e.strerror})")
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"--out {out}: not writable")
     for kind, name, make in jobs:
         try:
             fig = make()

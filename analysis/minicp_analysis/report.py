@@ -1,5 +1,6 @@
 """The summary table of the cases: one row per case, the figures of merit with their units in
 the column headers (`measured_time_s [s]`), filtered and sorted as asked."""
+import csv
 import math
 import re
 import sys
@@ -8,6 +9,7 @@ import pandas as pd
 
 from . import UsageError
 from .data import PASSES, case_table, load_inputs
+from .outputs import check_output, input_files, write_whole
 
 # The columns shown by default, in order; predicted_* only when some case has them.
 DEFAULT_COLUMNS = ["file", "case", "scheme", "pass", "mask", "seq_len", "ranks", "status", "measured_time_s",
@@ -118,9 +120,9 @@ def sort_table(df, column, desc):
     return df.sort_values(b, ascending=not desc, kind="stable", na_position="last")
 
 
-def build(paths, schemes=None, passes=None, seq_lens=None, sort=None, desc=False, columns=None):
+def build(paths, schemes=None, passes=None, seq_lens=None, sort=None, desc=False, columns=None, inputs=None):
     """The report table (a DataFrame whose headers carry units) of the inputs."""
-    inputs = load_inputs(paths, flag="FILE")
+    inputs = inputs or load_inputs(paths, flag="FILE")
     df = case_table(inputs)
     df = apply_filters(df, schemes, passes, seq_lens)
     df = sort_table(df, sort, desc)
@@ -159,16 +161,29 @@ def render(table, filtered=False):
         return shown.to_string(index=False)
 
 
+def is_report_csv(path):
+    """Whether a file is a table this command wrote: a CSV header whose every column is
+    spelt as `header` spells it (units in brackets), so that a study index or a fabric
+    study table (columns without units) is not one."""
+    try:
+        with open(path, newline="") as f:
+            cols = next(csv.reader([f.readline()]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return bool(cols) and all(c and header(bare(c)) == c for c in cols)
+
+
 def run(args):
-    table = build(args.files, args.scheme, args.pass_, args.seq_len, args.sort, args.desc, args.columns)
+    inputs = load_inputs(args.files, flag="FILE")
+    if args.csv not in (None, "-"):
+        check_output("--csv", args.csv, input_files(inputs, "FILE"), is_report_csv,
+                     "a CSV table written by minicp_analysis report", args.overwrite)
+    table = build(args.files, args.scheme, args.pass_, args.seq_len, args.sort, args.desc, args.columns, inputs)
     if args.csv == "-":
         table.to_csv(sys.stdout, index=False, na_rep="NaN")
         return 0
     print(render(table, filtered=bool(args.scheme or args.pass_ or args.seq_len)))
     if args.csv:
-        try:
-            table.to_csv(args.csv, index=False, na_rep="NaN")
-        except OSError as e:
-            raise UsageError(f"--csv {args.csv}: cannot be written ({e.strerror})")
+        write_whole("--csv", args.csv, lambda fh: table.to_csv(fh, index=False, na_rep="NaN"))
         print(f"wrote {args.csv}")
     return 0

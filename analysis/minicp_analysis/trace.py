@@ -6,7 +6,8 @@ import os
 import sys
 
 from . import UsageError
-from .data import MODES, TRACKS, check_results_file, lanes, mode_code, median_rep, open_case, read_events
+from .data import MODES, NO_CASE, TRACKS, check_results_file, lanes, mode_code, median_rep, open_case, read_events
+from .outputs import check_output, write_whole
 
 def event_name(row):
     kind = row.kind_name
@@ -73,24 +74,40 @@ def default_out(path, case, rep, mode):
     return os.path.join("results", "traces", stem, f"{case}_rep{rep}_{mode}.json")
 
 
+def is_trace(path):
+    """Whether a file is a trace this command wrote (its traceEvents and otherData)."""
+    try:
+        with open(path) as fh:
+            t = json.load(fh)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(t, dict) and isinstance(t.get("traceEvents"), list) and \
+        isinstance(t.get("otherData"), dict) and "case" in t["otherData"]
+
+
+def check_trace_out(out, args):
+    check_output("--out", out, [("FILE", args.file)], is_trace, "a trace written by minicp_analysis trace",
+                 args.overwrite)
+
+
 def run(args):
     if args.rep is not None and args.rep < 0:
         raise UsageError(f"--rep {args.rep}: must be 0 or more (0-based, warm-ups excluded)")
-    check_results_file(args.file, "FILE")
+    if not check_results_file(args.file, "FILE"):
+        raise UsageError(f"FILE {args.file}: {NO_CASE}")
+    if args.out not in (None, "-"):
+        check_trace_out(args.out, args)
     trace = build(args.file, args.case, args.rep, args.mode)
     rep = trace["otherData"]["rep"]
     if args.out == "-":
         json.dump(trace, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    out = args.out or default_out(args.file, args.case, rep, args.mode)
-    try:
-        if os.path.dirname(out):
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(trace, fh)
-    except OSError as e:
-        raise UsageError(f"--out {out}: cannot be written ({e.strerror})")
+    out = args.out
+    if out is None:  # its name holds the rep, known only now
+        out = default_out(args.file, args.case, rep, args.mode)
+        check_trace_out(out, args)
+    write_whole("--out", out, lambda fh: json.dump(trace, fh))
     n = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     ranks = sum(1 for e in trace["traceEvents"] if e["name"] == "process_name")
     print(f"wrote {out}: {args.case} rep {rep} ({'median' if args.rep is None else 'chosen'}), {args.mode} mode, "
