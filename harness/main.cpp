@@ -2,6 +2,7 @@
 #include "harness/main.hpp"
 
 #include "harness/blas.hpp"
+#include "harness/watchdog.hpp"
 
 #include <mpi.h>
 
@@ -26,7 +27,7 @@ constexpr int kContinue = -1;  // guarded(parse) succeeded: go on to run
 
 // The one place errors become messages and exit codes (main.hpp). Returns fn's value, 0
 // after --help, 2 after a UsageError; aborts the MPI job (or returns 1 without MPI) on
-// anything else.
+// anything else; 1 after an AgreedError, on every rank.
 int guarded(const Args& a, const std::function<int()>& fn) {
   std::string fatal;
   bool once = false;  // a JobError: printed by its reporting rank alone, without a rank number
@@ -38,6 +39,11 @@ int guarded(const Args& a, const std::function<int()>& fn) {
     if (a.rank() == 0) std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), e.what());
     std::fflush(stderr);
     return 2;
+  } catch (const AgreedError& e) {
+    if (a.rank() == e.reporter) std::fprintf(stderr, "%s: %s\n", a.prog().c_str(), e.what());
+    std::fflush(stderr);
+    Watchdog::instance().stop();  // collective, and every rank is here: its thread must not outlive MPI
+    return 1;
   } catch (const JobError& e) {
     if (a.mpi() && a.rank() != e.reporter) {
       std::this_thread::sleep_for(std::chrono::seconds(30));  // the reporter's abort ends us first
@@ -115,12 +121,25 @@ void check_on_root(const Args& a, const std::function<std::string()>& check) {
   if (!msg.empty()) throw UsageError(msg);
 }
 
-std::string bcast_string(std::string s, MPI_Comm comm) {
+std::string bcast_string(std::string s, MPI_Comm comm, int root) {
   int64_t n = int64_t(s.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm);
+  MPI_Bcast(&n, 1, MPI_INT64_T, root, comm);
   s.resize(size_t(n));
-  if (n > 0) MPI_Bcast(s.data(), int(n), MPI_CHAR, 0, comm);
+  if (n > 0) MPI_Bcast(s.data(), int(n), MPI_CHAR, root, comm);
   return s;
+}
+
+void agree(const std::string& why, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int first = why.empty() ? size : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  int reporter = 0;  // in MPI_COMM_WORLD, where guarded() compares it
+  MPI_Comm_rank(MPI_COMM_WORLD, &reporter);
+  MPI_Bcast(&reporter, 1, MPI_INT, first, comm);
+  throw AgreedError(bcast_string(why, comm, first), reporter);
 }
 
 }  // namespace minicp::harness

@@ -9,6 +9,10 @@
 //                                through check_on_root().
 //   --help                    -> parse() prints the help on rank 0; exit code 0; Kokkos is
 //                                never initialised, so the help lists the program's options.
+//   AgreedError               -> a failure every rank agreed on at one point (agree()):
+//                                "<prog>: <what>" from its reporting rank only; every rank
+//                                unwinds (its temporaries go, the output locks are released),
+//                                stops the stall watchdog and returns 1 (after MPI_Finalize).
 //   JobError                  -> a failure every rank was told about: "<prog>: <what>" from
 //                                its reporting rank only, which then calls MPI_Abort.
 //   any other std::exception  -> "<prog> (rank r): <what>" and MPI_Abort(MPI_COMM_WORLD, 1),
@@ -35,6 +39,14 @@ struct UsageError : std::runtime_error {
 struct JobError : std::runtime_error {
   explicit JobError(const std::string& what, int reporter = 0) : std::runtime_error(what), reporter(reporter) {}
   int reporter;
+};
+
+// A failure that every rank throws at the same point of the program, with nothing collective
+// left in flight (no rank is inside a collective call that another has left), so that the
+// job can end cleanly rather than abort: `reporter` prints it, every rank returns 1. Made by
+// agree(); the same text on every rank.
+struct AgreedError : JobError {
+  using JobError::JobError;
 };
 
 // Thrown by parse() once the help has been printed: the program ends with exit code 0.
@@ -81,7 +93,12 @@ int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, c
 // writes its outputs).
 void check_on_root(const Args& a, const std::function<std::string()>& check);
 
-// Rank 0's s on every rank of comm. Collective.
-std::string bcast_string(std::string s, MPI_Comm comm);
+// Rank root's s on every rank of comm. Collective.
+std::string bcast_string(std::string s, MPI_Comm comm, int root = 0);
+
+// Collective over comm: `why` is this rank's failure ("" when none). When any rank has one,
+// every rank throws AgreedError with the message of the lowest such rank, which reports it;
+// otherwise it returns on every rank.
+void agree(const std::string& why, MPI_Comm comm);
 
 }  // namespace minicp::harness

@@ -12,5 +12,13 @@ int main(int argc, char** argv) {
   minicp::run::Plan plan;
   return minicp::harness::main(
       argc, argv, "minicp", [&](const minicp::harness::Args& a) { plan = minicp::run::parse(a); },
-      [&](const minicp::harness::Args& a) { return minicp::run::execute(a, plan); });
+      [&](const minicp::harness::Args& a) {
+        // The output locks go before MPI_Finalize however the run ends: once one rank exits with
+        // an error code, mpirun ends the others, rank 0 with its lock files among them.
+        struct Release {
+          minicp::run::Plan& plan;
+          ~Release() { plan.locks.clear(); }
+        } release{plan};
+        return minicp::run::execute(a, plan);
+      });
 }

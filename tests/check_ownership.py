@@ -8,11 +8,16 @@
              lock file left by a dead run are removed by the next run of FILE; files that only
              look alike stay.
   disk-full  a transaction whose copy fills the disk (--resume of a file larger than a 300 KiB
-             tmpfs, --out on it) is reported once, naming the file and "No space left on
-             device", and leaves no temporary and no half-written FILE; exit 77 (a skip) where a
-             tmpfs cannot be mounted.
+             tmpfs, --out on it) ends the run by itself (it is killed after 45 s) with exit 1 and
+             one message from one rank naming the file and "No space left on device" (nothing
+             from Open MPI), and leaves no temporary, no lock file and no half-written FILE.
+  disk-full-dump  the same for a --dump that does not fit a 200 KiB tmpfs (--out elsewhere),
+             where rank 0 alone would fail inside a collective write (the others waiting in it).
+  disk-full-new  the same for a new --out on an 8 KiB tmpfs.
+The disk-full modes exit 77 (a skip) where a tmpfs cannot be mounted.
 Usage: check_ownership.py --mode MODE --dir DIR -- MPIRUN... MINICP --deck ... [--set ...]"""
 import argparse
+import contextlib
 import glob
 import os
 import re
@@ -27,13 +32,21 @@ from check_resume import descendants
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
-TMPFS = "300k"
+HANG_S = 45  # a run on a full disk that has not ended by then hangs
 
 
-def run(cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    sys.stdout.write(r.stdout)
-    return r
+def run(cmd, timeout=120):
+    """The finished run (returncode None: still running after timeout s, then killed with its ranks)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = p.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        for q in reversed(descendants(p.pid)):
+            with contextlib.suppress(OSError):
+                os.kill(q, signal.SIGKILL)
+        out, p.returncode = p.communicate()[0], None
+    sys.stdout.write(out)
+    return subprocess.CompletedProcess(cmd, p.returncode, out)
 
 
 def ranks_of(pid):
@@ -117,37 +130,68 @@ def mode_stale(cmd, d):
     return fails + check_results(out, "--complete")
 
 
-def mode_disk_full(cmd, d):
-    src, full = os.path.join(d, "src.h5"), os.path.join(d, "full")
-    os.makedirs(full)
-    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS}", "tmpfs", full], stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def tmpfs(path, size):
+    """A tmpfs of `size` mounted on the new directory path while in the block (exit 77 where it cannot be)."""
+    os.makedirs(path)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True)
     if m.returncode != 0:
-        print(f"skipped: cannot mount a {TMPFS} tmpfs to fill ({m.stdout.strip()}); needs root")
+        print(f"skipped: cannot mount a {size} tmpfs to fill ({m.stdout.strip()}); needs root")
         sys.exit(SKIP)
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", path])
+
+
+def out_of_space(r, path, outputs):
+    """What is wrong with run r that found no room for path: it must end by itself with exit 1 and
+    one message (one rank) naming path and the full disk, and leave none of outputs' temporaries or
+    lock files, nor a half-written path."""
+    if r.returncode is None:
+        return [f"the run on a full disk hung: killed after {HANG_S} s"]
+    fails = [] if r.returncode == 1 else [f"the run on a full disk exited {r.returncode}, expected 1"]
+    said = [line for line in r.stdout.splitlines() if "No space left on device" in line]
+    if len(said) != 1 or path not in said[0]:
+        fails.append(f"expected one message naming {path} and 'No space left on device', got {said}")
+    for bad in ("minicp (rank", "mca_fbtl", "MPI_ABORT", "truncated"):
+        if bad in r.stdout:
+            fails.append(f"the output holds {bad!r}: the failure is not reported once, by minicp, as a full disk")
+    left = [path] + [p for o in outputs for p in glob.glob(o + ".tmp.*") + [o + ".lock"]]
+    return fails + [f"{p} is left behind" for p in left if os.path.exists(p)]
+
+
+def mode_disk_full(cmd, d):
+    src = os.path.join(d, "src.h5")
+    with tmpfs(os.path.join(d, "full"), "300k") as full:
         r = run(cmd + ["--out", src, "--quiet"])
         if r.returncode != 0:
             return [f"making the file to resume failed (exit {r.returncode})"]
         if os.path.getsize(src) <= 300 * 1024:
-            return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the {TMPFS} tmpfs; give a longer sweep"]
+            return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the 300 KiB tmpfs; give a longer sweep"]
         out = os.path.join(full, "r.h5")
-        r = run(cmd + ["--resume", src, "--out", out])
-        fails = [] if r.returncode not in (0, 2) else [f"the run on a full disk exited {r.returncode}"]
-        said = [line for line in r.stdout.splitlines() if "No space left on device" in line]
-        if len(said) != 1 or out not in said[0]:
-            fails.append(f"expected one message naming {out} and 'No space left on device', got {said}")
-        if "truncated" in r.stdout:
-            fails.append("the message blames a truncated file, not the full disk")
-        fails += [f"{p} is left behind" for p in glob.glob(out + ".tmp.*") + [out] if os.path.exists(p)]
-        return fails
-    finally:
-        subprocess.run(["umount", full])
+        return out_of_space(run(cmd + ["--resume", src, "--out", out], HANG_S), out, [out])
+
+
+def mode_disk_full_dump(cmd, d):
+    out = os.path.join(d, "x.h5")
+    with tmpfs(os.path.join(d, "full"), "200k") as full:
+        dump = os.path.join(full, "d.h5")
+        return out_of_space(run(cmd + ["--out", out, "--dump", dump], HANG_S), dump, [out, dump])
+
+
+def mode_disk_full_new(cmd, d):
+    with tmpfs(os.path.join(d, "full"), "8k") as full:
+        out = os.path.join(full, "r.h5")
+        return out_of_space(run(cmd + ["--out", out], HANG_S), out, [out])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", required=True, choices=["lock", "stale", "disk-full"])
+    modes = {"lock": mode_lock, "stale": mode_stale, "disk-full": mode_disk_full, "disk-full-dump": mode_disk_full_dump,
+             "disk-full-new": mode_disk_full_new}
+    ap.add_argument("--mode", required=True, choices=sorted(modes))
     ap.add_argument("--dir", required=True, help="scratch directory (emptied first)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -156,7 +200,7 @@ def main():
         subprocess.run(["umount", os.path.join(args.dir, "full")])
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
-    fails = {"lock": mode_lock, "stale": mode_stale, "disk-full": mode_disk_full}[args.mode](cmd, args.dir)
+    fails = modes[args.mode](cmd, args.dir)
     for f in fails:
         print("FAIL:", f)
     return 1 if fails else 0

@@ -2,7 +2,8 @@
 //   H5File.*  at the rank count it runs with: rows given in any order (scrambled, striped,
 //             none on some rank) land at their global index; a file destroyed without
 //             commit() leaves nothing under its final name (and an older file there intact);
-//             errors name the file and the dataset.
+//             errors name the file and the dataset, and a failure one rank sees is every
+//             rank's (harness::AgreedError, reported by that rank), the file still removed.
 //   Dump.WriteStack  writes the dump of the small stack of test_layer.cpp (fp64, scheme
 //             --scheme at this rank count) to $MINICP_DUMP_FILE (skipped when unset): pass
 //             $MINICP_DUMP_PASS (train | prefill | decode, default train), mask
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "harness/main.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/h5.hpp"
@@ -185,6 +187,27 @@ TEST(H5File, FailedWriteKeepsTheOlderFileAndNamesTheDataset) {
   }
   expect_all(file, "/old", 3, 2);
   remove_on_rank0(file);
+}
+
+TEST(H5File, FailureOnOneRankIsEveryRanks) {
+  const std::string file = scratch("h5_agreed");
+  const int me = test::world_rank(), last = test::world_size() - 1;
+  // The last rank alone gives a row out of range: every rank throws the same error, which
+  // names that rank and has it report, and every rank then removes the file together.
+  const std::vector<int64_t> mine = me == last ? std::vector<int64_t>{0, 7} : std::vector<int64_t>{};
+  std::string temp;
+  try {
+    output::H5File f(file, MPI_COMM_WORLD);
+    temp = f.temp_path();
+    f.write_rows("/x", 2, 1, mine, rows_data<double>(mine, 1).data());
+    ADD_FAILURE() << "a row out of range must throw";
+  } catch (const harness::AgreedError& e) {
+    EXPECT_EQ(e.reporter, last);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(last) + ": row 7 outside [0, 2)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(exists_on_rank0(temp));
+  EXPECT_FALSE(exists_on_rank0(file));
 }
 
 TEST(H5File, MissingDirectoryIsNamed) {

@@ -7,9 +7,26 @@
 //
 // Every member is COLLECTIVE over the communicator the file was created on: every rank calls
 // it, in the same order, with the same names, shapes and attribute values (HDF5 metadata is
-// written by all ranks alike); only the data of a write differs per rank. The destructor of
-// an uncommitted file is collective too: a rank that fails alone must abort the job.
-// Errors throw std::runtime_error naming the file and the object.
+// written by all ranks alike); only the data of a write differs per rank.
+//
+// A full disk is an error, never a hang. Parallel HDF5 writes its metadata from rank 0 only,
+// so a write that fails for want of space fails on one rank, inside a call the other ranks
+// are still in. Hence, before each member writes, rank 0 reserves on disk (fallocate, the
+// file's size kept) all the file may take once the member is done: what it started with
+// (nothing, or the copy) plus, for each member so far, a safe estimate of what it adds (its
+// data exactly; for its object headers, heaps and links about twice what HDF5 was measured
+// to add, see docs/results-file.md) plus a margin for what HDF5 allocates in blocks; every rank learns
+// the verdict before any collective write, and writes below the reserved end cannot run out
+// of space. Where the file system cannot reserve (no fallocate), its free space is checked
+// instead. After each member the ranks agree on its success. Either failure is a
+// harness::AgreedError on every rank ("HDF5 file 'P': no room for dataset '/x': its
+// temporary 'T' needs N bytes: No space left on device", or HDF5's reason); the file is then
+// closed and removed collectively and the job ends cleanly (harness/main.hpp). commit()
+// gives back what was reserved beyond the file's end.
+//
+// The destructor of an uncommitted file is collective too, except while an error that was
+// not agreed on unwinds one rank: that rank then leaves the file (the job aborts, and the
+// next run removes the temporary) rather than wait in a call the others never make.
 #pragma once
 #include <mpi.h>
 
@@ -73,8 +90,8 @@ class H5File {
   // Creates the table `dset` (a 1-D compound dataset with `columns`, rows of `row_bytes`) and
   // writes it collectively: each rank appends its n rows, rank 0's first, then rank 1's, ...
   // Returns the total rows. A rank may have none; it still takes part.
-  int64_t write_table(const std::string& dset, const std::vector<Column>& columns, size_t row_bytes,
-                      const void* rows, int64_t n);
+  int64_t write_table(const std::string& dset, const std::vector<Column>& columns, size_t row_bytes, const void* rows,
+                      int64_t n);
 
   // Closes the file and renames the temporary to the final path (rank 0, after every rank
   // has closed it); afterwards the object holds nothing. Throws if the rename failed.
@@ -82,8 +99,20 @@ class H5File {
   bool committed() const { return committed_; }
 
  private:
-  void close_file();  // collective; safe to call twice
+  std::string close_file();  // "" or HDF5's reason; collective; safe to call twice
   [[noreturn]] void fail(const std::string& what, const std::string& object) const;
+  // A member's steps: the reservation of what it may add, `bytes` (for `what`, named in the
+  // message), the body (HDF5 calls that throw on failure), the agreement.
+  template <class Body>
+  void collective(const std::string& what, int64_t bytes, Body&& body);
+  void reserve(const std::string& what, int64_t bytes);
+  void put_attr(const std::string& object, const std::string& name, int64_t type, const void* value,
+                const std::string* text);  // text: a string's value, else null
+  void agree(const std::string& why);      // harness::agree, remembering that the ranks failed together
+  // What HDF5 may add to the file (bytes) for the links and groups of `path` that do not
+  // exist yet (the last component a group when `group`).
+  int64_t new_path_bytes(const std::string& path, bool group);
+  int64_t link_bytes(const std::string& parent, const std::string& name, bool parent_exists);
   template <class T>
   void write_selected(const std::string& dset, int64_t rows, int64_t cols, const std::vector<int64_t>& sorted_rows,
                       const T* packed);
@@ -91,8 +120,12 @@ class H5File {
   std::string path_, temp_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  int64_t file_ = -1;  // hid_t
+  int64_t file_ = -1;     // hid_t
+  int64_t planned_ = 0;   // what the file may take once the members so far are done (every rank alike)
+  int64_t reserved_ = 0;  // the temporary's first bytes allocated on disk (every rank knows it)
   bool committed_ = false;
+  bool failed_ = false;  // an AgreedError was thrown: every rank unwinds past the file together
+  int uncaught_ = 0;     // std::uncaught_exceptions() at construction
 };
 
 // Removes the temporaries "<path>.tmp.<pid>" that runs killed in the middle of a transaction
