@@ -4,11 +4,15 @@
              surely running), a second run given FILE, and a third given D, are refused at once:
              exit 2, one message naming the holder (pid of its rank 0, host). The first run then
              ends normally with its own deck and cases only, and no lock file stays behind.
+  links      while a run writes FILE (held stopped, as in `lock`), a second run given a symbolic
+             link to FILE is refused as FILE's lock holder, and a third given a hard link to FILE
+             (a second name of its file) is refused naming the hard links. A run given the
+             symbolic link afterwards writes FILE through it: the link stays a link.
   stale      temporaries left by runs killed in a transaction (FILE.tmp.<pid>, D.tmp.<pid>) and a
              lock file left by a dead run are removed by the next run of FILE; files that only
              look alike stay.
   disk-full  a transaction whose copy fills the disk (--resume of a file larger than a 300 KiB
-             tmpfs, --out on it) is reported once, naming the file and "No space left on
+             tmpfs, marked unfinished so that it is resumed, --out on it) is reported once, naming the file and "No space left on
              device", and leaves no temporary and no half-written FILE; exit 77 (a skip) where a
              tmpfs cannot be mounted.
 Usage: check_ownership.py --mode MODE --dir DIR -- MPIRUN... MINICP --deck ... [--set ...]"""
@@ -22,6 +26,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import h5py
 
 from check_resume import descendants
 
@@ -65,39 +71,80 @@ def refused(r, text, fails):
         fails.append("a refused run started its cases")
 
 
+class Held:
+    """A run writing args' files, its ranks held stopped (so that it is surely running, its
+    locks taken in the parse step) until finish()."""
+
+    def __init__(self, cmd, args):
+        self.p = subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        self.seen, self.cases = [], None
+        for line in self.p.stdout:  # the locks are taken in the parse step, before "[1/"
+            self.seen.append(line)
+            m = re.match(r"minicp: .*, (\d+) cases,", line)
+            self.cases = int(m.group(1)) if m else self.cases
+            if line.startswith("[1/"):
+                break
+        self.ranks = ranks_of(self.p.pid)
+        for q in self.ranks.values():
+            os.kill(q, signal.SIGSTOP)
+        self.holder = f"(pid {self.ranks.get(0)} on host {socket.gethostname()}, since "
+
+    def resume(self):
+        for q in self.ranks.values():
+            os.kill(q, signal.SIGCONT)
+
+    def finish(self, out, fails):
+        """Lets the run go on; it must end normally with its own cases in out."""
+        self.resume()
+        rest = self.p.communicate(timeout=240)[0]
+        sys.stdout.write("".join(self.seen) + rest)
+        if self.p.returncode != 0:
+            fails.append(f"the run that owns the files exited {self.p.returncode}")
+        fails += check_results(out, "--complete", "--cases", str(self.cases))
+
+
 def mode_lock(cmd, d):
     out, dump, other = (os.path.join(d, n) for n in ("r.h5", "d.h5", "other.h5"))
     fails = []
-    a = subprocess.Popen(cmd + ["--out", out, "--dump", dump], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    seen, cases = [], None
-    for line in a.stdout:  # the locks are taken in the parse step, before "[1/"
-        seen.append(line)
-        m = re.match(r"minicp: .*, (\d+) cases,", line)
-        cases = int(m.group(1)) if m else cases
-        if line.startswith("[1/"):
-            break
-    ranks = ranks_of(a.pid)
+    a = Held(cmd, ["--out", out, "--dump", dump])
     try:
-        for q in ranks.values():
-            os.kill(q, signal.SIGSTOP)
-        holder = f"(pid {ranks.get(0)} on host {socket.gethostname()}, since "
         # Another deck: had it run, the file would hold the cases of two decks.
         b = run(cmd + ["--set", "run.seed=2", "--out", out])
-        refused(b, f"minicp: --out {out}: in use by another minicp run {holder}", fails)
+        refused(b, f"minicp: --out {out}: in use by another minicp run {a.holder}", fails)
         c = run(cmd + ["--out", other, "--dump", dump])
-        refused(c, f"minicp: --dump {dump}: in use by another minicp run {holder}", fails)
+        refused(c, f"minicp: --dump {dump}: in use by another minicp run {a.holder}", fails)
     finally:
-        for q in ranks.values():
-            os.kill(q, signal.SIGCONT)
-    rest = a.communicate(timeout=240)[0]
-    sys.stdout.write("".join(seen) + rest)
-    if a.returncode != 0:
-        fails.append(f"the run that owns the files exited {a.returncode}")
-    fails += check_results(out, "--complete", "--cases", str(cases))
+        a.resume()
+    a.finish(out, fails)
     for p in (out + ".lock", dump + ".lock", other, other + ".lock"):
         if os.path.exists(p):
             fails.append(f"{p} is left behind")
+    return fails
+
+
+def mode_links(cmd, d):
+    out, sym, hard = (os.path.join(d, n) for n in ("r.h5", "s.h5", "h.h5"))
+    fails = []
+    a = Held(cmd, ["--out", out])
+    try:
+        os.symlink("r.h5", sym)
+        b = run(cmd + ["--set", "run.seed=2", "--out", sym])
+        refused(b, f"minicp: --out {out}: in use by another minicp run {a.holder}", fails)
+        os.link(out, hard)
+        c = run(cmd + ["--set", "run.seed=2", "--out", hard])
+        refused(c, f"minicp: --out {hard}: the file has 2 names (hard links)", fails)
+        os.unlink(hard)
+    finally:
+        a.resume()
+    a.finish(out, fails)
+    r = run(cmd + ["--out", sym, "--quiet"])
+    if r.returncode != 0:
+        fails.append(f"the run through the symbolic link exited {r.returncode}")
+    if not os.path.islink(sym) or os.readlink(sym) != "r.h5":
+        fails.append(f"{sym} is no longer the symbolic link to r.h5")
+    fails += check_results(out, "--complete", "--cases", str(a.cases))
+    fails += [f"{p} is left behind" for p in (out + ".lock", sym + ".lock", hard) if os.path.lexists(p)]
     return fails
 
 
@@ -131,6 +178,8 @@ def mode_disk_full(cmd, d):
             return [f"making the file to resume failed (exit {r.returncode})"]
         if os.path.getsize(src) <= 300 * 1024:
             return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the {TMPFS} tmpfs; give a longer sweep"]
+        with h5py.File(src, "r+") as f:  # as if stopped before its end record: a finished file is left alone
+            f.attrs.modify("complete", "no")
         out = os.path.join(full, "r.h5")
         r = run(cmd + ["--resume", src, "--out", out])
         fails = [] if r.returncode not in (0, 2) else [f"the run on a full disk exited {r.returncode}"]
@@ -147,7 +196,7 @@ def mode_disk_full(cmd, d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", required=True, choices=["lock", "stale", "disk-full"])
+    ap.add_argument("--mode", required=True, choices=["lock", "links", "stale", "disk-full"])
     ap.add_argument("--dir", required=True, help="scratch directory (emptied first)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -156,7 +205,7 @@ def main():
         subprocess.run(["umount", os.path.join(args.dir, "full")])
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(args.dir)
-    fails = {"lock": mode_lock, "stale": mode_stale, "disk-full": mode_disk_full}[args.mode](cmd, args.dir)
+    fails = {"lock": mode_lock, "links": mode_links, "stale": mode_stale, "disk-full": mode_disk_full}[args.mode](cmd, args.dir)
     for f in fails:
         print("FAIL:", f)
     return 1 if fails else 0
