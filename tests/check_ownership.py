@@ -90,13 +90,13 @@ class Held:
             os.kill(q, signal.SIGSTOP)
         self.holder = f"(pid {self.ranks.get(0)} on host {socket.gethostname()}, since "
 
-    def resume(self):
+    def go_on(self):
         for q in self.ranks.values():
             os.kill(q, signal.SIGCONT)
 
     def finish(self, out, fails):
         """Lets the run go on; it must end normally with its own cases in out."""
-        self.resume()
+        self.go_on()
         rest = self.p.communicate(timeout=240)[0]
         sys.stdout.write("".join(self.seen) + rest)
         if self.p.returncode != 0:
@@ -115,7 +115,7 @@ def mode_lock(cmd, d):
         c = run(cmd + ["--out", other, "--dump", dump])
         refused(c, f"minicp: --dump {dump}: in use by another minicp run {a.holder}", fails)
     finally:
-        a.resume()
+        a.go_on()
     a.finish(out, fails)
     for p in (out + ".lock", dump + ".lock", other, other + ".lock"):
         if os.path.exists(p):
@@ -136,7 +136,7 @@ def mode_links(cmd, d):
         refused(c, f"minicp: --out {hard}: the file has 2 names (hard links)", fails)
         os.unlink(hard)
     finally:
-        a.resume()
+        a.go_on()
     a.finish(out, fails)
     r = run(cmd + ["--out", sym, "--quiet"])
     if r.returncode != 0:

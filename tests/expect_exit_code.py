@@ -9,7 +9,7 @@ Output:
   --once=TEXT       TEXT appears exactly once (a message printed by one rank only)
   --lacks=TEXT      TEXT does not appear (e.g. a line the program prints when work starts)
   --within=SECONDS  the command ends within SECONDS (refused at once, not after allocating);
-                    one still running 10 s later is killed (its whole process group)
+                    one still running 10 s later is killed (with every process it started)
 Set-up, before the command runs (in this order):
   --make-dir=PATH   PATH is made an empty directory (parents created; an old one removed)
   --make-file=PATH  PATH is made a file holding a fixed text (parents created)
@@ -61,13 +61,20 @@ def snapshot(path):
 
 
 def run(cmd, within):
-    """(exit code, output, seconds); past within + 10 s the process group is killed."""
+    """(exit code, output, seconds); past within + 10 s the command is killed, and every
+    process it started (mpirun gives each rank a process group of its own)."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out = p.communicate(timeout=None if within is None else within + 10)[0]
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
+        from check_resume import descendants  # here only: it loads h5py, which the other runs need not
+
+        for q in reversed(descendants(p.pid)):
+            try:
+                os.kill(q, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         out = p.communicate()[0] + f"\n(killed: still running after {within + 10:g} s)\n"
     return p.returncode, out, time.monotonic() - t0
 
