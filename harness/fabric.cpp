@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 
+#include "harness/input.hpp"
 #include "harness/main.hpp"
 
 extern "C" int minicp_ompi_selection(char* pml, size_t pml_len, char* btls, size_t btls_len);
@@ -273,8 +274,14 @@ FabricProfile load_fabric(const std::string& name_or_path, const std::string& fl
   if (!exists(p.path))
     throw UsageError(flag + " " + name_or_path + ": no such fabric profile" +
                      (is_path ? std::string() : " (known in " + fabric_dir() + ": " + join(fabric_names()) + ")"));
+  std::string text;
   try {
-    read_profile(p, toml::parse_file(p.path));
+    text = read_input_file(p.path, kFabricFile);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(flag + " " + name_or_path + ": " + e.what());
+  }
+  try {
+    read_profile(p, toml::parse(text, p.path));
   } catch (const toml::parse_error& e) {
     throw UsageError(flag + " " + name_or_path + ": " + p.path + ":" + std::to_string(e.source().begin.line) +
                      ": malformed TOML: " + std::string(e.description()));

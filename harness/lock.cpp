@@ -40,7 +40,18 @@ struct flock whole_file(short type) {
 bool still_there(int fd, const std::string& path) {
   struct stat a {};
   struct stat b {};
-  return ::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  return ::fstat(fd, &a) == 0 && ::lstat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// The lock file is truncated and written: one planted as another name of some file (a symbolic
+// link, which O_NOFOLLOW refuses to open, or a hard link) would have that file overwritten.
+// "" for a regular file of one name, else what it is.
+std::string not_own_file(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "is not a regular file";
+  if (st.st_nlink != 1) return "has " + std::to_string(st.st_nlink) + " names (a hard link to another file)";
+  return "";
 }
 
 std::string read_all(int fd) {
@@ -62,8 +73,14 @@ std::string OutputLock::take(const std::string& prog, const std::string& flag, c
   release();
   const std::string file = lock_file_of(path), at = flag + " " + path + ": ";
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == ELOOP)
+      return at + "its lock file " + file + " is a symbolic link; a lock file is never followed: remove the link";
     if (fd < 0) return at + "cannot open its lock file " + file + ": " + std::strerror(errno);
+    if (const std::string why = not_own_file(fd); !why.empty()) {
+      ::close(fd);
+      return at + "its lock file " + file + " " + why + "; it is never written through: remove it";
+    }
     struct flock l = whole_file(F_WRLCK);
     if (::fcntl(fd, F_SETLK, &l) != 0) {
       const int e = errno;

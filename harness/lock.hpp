@@ -4,7 +4,9 @@
 // (fcntl F_SETLK, write lock) on "<path>.lock" beside the output: the kernel drops it when
 // the process ends in any way (a killed run leaves no lock behind, only the lock file, which
 // the next run simply takes), and it works on NFS. The lock file holds the owner's pid, host
-// and UTC start, so a refused run can say who holds it.
+// and UTC start, so a refused run can say who holds it. A lock file that is a symbolic link,
+// a hard link or no regular file is refused, never followed or written through (a link
+// planted there would have its target overwritten with the record).
 //
 // POSIX record locks belong to the process and go with ANY descriptor of the file that the
 // process closes: nothing else in the process may open the lock file while it is held.

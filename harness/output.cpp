@@ -68,6 +68,9 @@ std::string output_path_problem(const std::string& flag, const std::string& path
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) return at + "is a directory; give the name of a file to write";
     if (!S_ISREG(st.st_mode)) return at + "exists and is not a regular file";
+    if (st.st_nlink > 1)
+      return at + "the file has " + std::to_string(st.st_nlink) + " names (hard links); a run writing it by another " +
+             "name would go unseen: give " + flag + " a file of one name, or remove the other names";
   } else if (errno != ENOENT && errno != ENOTDIR) {
     return at + errno_text();
   }
@@ -101,12 +104,31 @@ void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs) {
       throw std::runtime_error(o.flag + " " + o.path + ": cannot remove the old file: " + errno_text());
 }
 
+std::string output_target(const std::string& path) {
+  std::string at = path;
+  for (int hop = 0; hop < 40; ++hop) {  // as the kernel's limit: a loop is left to stat to report
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at;
+    std::string to(size_t(st.st_size > 0 ? st.st_size : 4096), '\0');
+    const ssize_t n = ::readlink(at.c_str(), to.data(), to.size());
+    if (n <= 0) return at;
+    to.resize(size_t(n));
+    const std::string dir = parent_dir(at);
+    at = to.front() == '/' || at.find('/') == std::string::npos ? to : (dir == "/" ? "" : dir) + "/" + to;
+  }
+  return at;
+}
+
 void write_json(const std::string& flag, const std::string& path, const Json& doc, int indent) {
-  const std::string text = doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  write_text(flag, path, doc.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+void write_text(const std::string& flag, const std::string& path, const std::string& text) {
   const std::string at = flag + " " + path + ": ";
   std::string tmp;
   const int fd = make_temp(path, "tmp", tmp);
-  if (fd < 0) throw std::runtime_error(at + "cannot create a temporary file in " + parent_dir(path) + ": " + errno_text());
+  if (fd < 0)
+    throw std::runtime_error(at + "cannot create a temporary file in " + parent_dir(path) + ": " + errno_text());
   // mkstemp creates mode 0600; give the file the mode a plain create would (0666 & ~umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);

@@ -1,7 +1,9 @@
 // Output files: checked before any work, written whole or not at all. An output flag's path
-// must name a regular file (or nothing yet) in an existing directory this process can create
-// files in; a directory, a missing directory or an unwritable one is refused at start, not
-// after the run.
+// must name a regular file of one name (or nothing yet) in an existing directory this process
+// can create files in; a directory, a missing directory, an unwritable one or a file with
+// other names (hard links) is refused at start, not after the run. A file is replaced by a
+// rename, which gives its name a new file: another name of the old one would keep the old
+// contents, and another program could write them meanwhile by that name.
 //
 // Policy for an old file at the path: check_outputs() leaves it alone (a refused run changes
 // nothing); remove_old_outputs(), the first step of the run, deletes it, so a run that fails
@@ -29,12 +31,22 @@ struct OutputFile {
 // tested by creating and removing a uniquely named file in the target directory.
 std::string output_path_problem(const std::string& flag, const std::string& path);
 
+// The file an output path writes: path, or where the symbolic link at its last component leads
+// (links to links followed; a relative link read from the link's directory). An output is
+// locked and written there, so the link stays a link to the new file, and two names of one
+// file have one lock. A directory part is the kernel's to follow: its links lead to one file.
+std::string output_target(const std::string& path);
+
 // Rank 0 checks every given output (output_path_problem); a problem throws UsageError on
 // every rank. Call from the parse step.
 void check_outputs(const Args& a, const std::vector<OutputFile>& outs);
 
 // Rank 0 deletes the files at the given outputs' paths (see the policy above).
 void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs);
+
+// Writes text to path through a temporary file in its directory, renamed into place; throws
+// std::runtime_error "<flag> <path>: ..." when that fails, leaving no temporary behind.
+void write_text(const std::string& flag, const std::string& path, const std::string& text);
 
 // Writes doc (pretty-printed with indent spaces; NaN and infinities as null) to path through
 // a temporary file in its directory; throws std::runtime_error "<flag> <path>: ..." when

@@ -4,13 +4,18 @@
              surely running), a second run given FILE, and a third given D, are refused at once:
              exit 2, one message naming the holder (pid of its rank 0, host). The first run then
              ends normally with its own deck and cases only, and no lock file stays behind.
+  links      while a run writes FILE (held stopped, as in `lock`), a second run given a symbolic
+             link to FILE is refused as FILE's lock holder, and a third given a hard link to FILE
+             (a second name of its file) is refused naming the hard links. A run given the
+             symbolic link afterwards writes FILE through it: the link stays a link.
   stale      temporaries left by runs killed in a transaction (FILE.tmp.<pid>, D.tmp.<pid>) and a
              lock file left by a dead run are removed by the next run of FILE; files that only
              look alike stay.
   disk-full  a transaction whose copy fills the disk (--resume of a file larger than a 300 KiB
-             tmpfs, --out on it) ends the run by itself (it is killed after 45 s) with exit 1 and
-             one message from one rank naming the file and "No space left on device" (nothing
-             from Open MPI), and leaves no temporary, no lock file and no half-written FILE.
+             tmpfs, marked unfinished so that it is resumed, --out on it) ends the run by itself (it
+             is killed after 45 s) with exit 1 and one message from one rank naming the file and
+             "No space left on device" (nothing from Open MPI), and leaves no temporary, no lock
+             file and no half-written FILE.
   disk-full-dump  the same for a --dump that does not fit a 200 KiB tmpfs (--out elsewhere),
              where rank 0 alone would fail inside a collective write (the others waiting in it).
   disk-full-new  the same for a new --out on an 8 KiB tmpfs.
@@ -27,6 +32,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import h5py
 
 from check_resume import descendants
 
@@ -78,39 +85,80 @@ def refused(r, text, fails):
         fails.append("a refused run started its cases")
 
 
+class Held:
+    """A run writing args' files, its ranks held stopped (so that it is surely running, its
+    locks taken in the parse step) until finish()."""
+
+    def __init__(self, cmd, args):
+        self.p = subprocess.Popen(cmd + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        self.seen, self.cases = [], None
+        for line in self.p.stdout:  # the locks are taken in the parse step, before "[1/"
+            self.seen.append(line)
+            m = re.match(r"minicp: .*, (\d+) cases,", line)
+            self.cases = int(m.group(1)) if m else self.cases
+            if line.startswith("[1/"):
+                break
+        self.ranks = ranks_of(self.p.pid)
+        for q in self.ranks.values():
+            os.kill(q, signal.SIGSTOP)
+        self.holder = f"(pid {self.ranks.get(0)} on host {socket.gethostname()}, since "
+
+    def go_on(self):
+        for q in self.ranks.values():
+            os.kill(q, signal.SIGCONT)
+
+    def finish(self, out, fails):
+        """Lets the run go on; it must end normally with its own cases in out."""
+        self.go_on()
+        rest = self.p.communicate(timeout=240)[0]
+        sys.stdout.write("".join(self.seen) + rest)
+        if self.p.returncode != 0:
+            fails.append(f"the run that owns the files exited {self.p.returncode}")
+        fails += check_results(out, "--complete", "--cases", str(self.cases))
+
+
 def mode_lock(cmd, d):
     out, dump, other = (os.path.join(d, n) for n in ("r.h5", "d.h5", "other.h5"))
     fails = []
-    a = subprocess.Popen(cmd + ["--out", out, "--dump", dump], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    seen, cases = [], None
-    for line in a.stdout:  # the locks are taken in the parse step, before "[1/"
-        seen.append(line)
-        m = re.match(r"minicp: .*, (\d+) cases,", line)
-        cases = int(m.group(1)) if m else cases
-        if line.startswith("[1/"):
-            break
-    ranks = ranks_of(a.pid)
+    a = Held(cmd, ["--out", out, "--dump", dump])
     try:
-        for q in ranks.values():
-            os.kill(q, signal.SIGSTOP)
-        holder = f"(pid {ranks.get(0)} on host {socket.gethostname()}, since "
         # Another deck: had it run, the file would hold the cases of two decks.
         b = run(cmd + ["--set", "run.seed=2", "--out", out])
-        refused(b, f"minicp: --out {out}: in use by another minicp run {holder}", fails)
+        refused(b, f"minicp: --out {out}: in use by another minicp run {a.holder}", fails)
         c = run(cmd + ["--out", other, "--dump", dump])
-        refused(c, f"minicp: --dump {dump}: in use by another minicp run {holder}", fails)
+        refused(c, f"minicp: --dump {dump}: in use by another minicp run {a.holder}", fails)
     finally:
-        for q in ranks.values():
-            os.kill(q, signal.SIGCONT)
-    rest = a.communicate(timeout=240)[0]
-    sys.stdout.write("".join(seen) + rest)
-    if a.returncode != 0:
-        fails.append(f"the run that owns the files exited {a.returncode}")
-    fails += check_results(out, "--complete", "--cases", str(cases))
+        a.go_on()
+    a.finish(out, fails)
     for p in (out + ".lock", dump + ".lock", other, other + ".lock"):
         if os.path.exists(p):
             fails.append(f"{p} is left behind")
+    return fails
+
+
+def mode_links(cmd, d):
+    out, sym, hard = (os.path.join(d, n) for n in ("r.h5", "s.h5", "h.h5"))
+    fails = []
+    a = Held(cmd, ["--out", out])
+    try:
+        os.symlink("r.h5", sym)
+        b = run(cmd + ["--set", "run.seed=2", "--out", sym])
+        refused(b, f"minicp: --out {out}: in use by another minicp run {a.holder}", fails)
+        os.link(out, hard)
+        c = run(cmd + ["--set", "run.seed=2", "--out", hard])
+        refused(c, f"minicp: --out {hard}: the file has 2 names (hard links)", fails)
+        os.unlink(hard)
+    finally:
+        a.go_on()
+    a.finish(out, fails)
+    r = run(cmd + ["--out", sym, "--quiet"])
+    if r.returncode != 0:
+        fails.append(f"the run through the symbolic link exited {r.returncode}")
+    if not os.path.islink(sym) or os.readlink(sym) != "r.h5":
+        fails.append(f"{sym} is no longer the symbolic link to r.h5")
+    fails += check_results(out, "--complete", "--cases", str(a.cases))
+    fails += [f"{p} is left behind" for p in (out + ".lock", sym + ".lock", hard) if os.path.lexists(p)]
     return fails
 
 
@@ -170,6 +218,8 @@ def mode_disk_full(cmd, d):
             return [f"making the file to resume failed (exit {r.returncode})"]
         if os.path.getsize(src) <= 300 * 1024:
             return [f"{src} has {os.path.getsize(src)} bytes: too small to fill the 300 KiB tmpfs; give a longer sweep"]
+        with h5py.File(src, "r+") as f:  # as if stopped before its end record: a finished file is left alone
+            f.attrs.modify("complete", "no")
         out = os.path.join(full, "r.h5")
         return out_of_space(run(cmd + ["--resume", src, "--out", out], HANG_S), out, [out])
 
@@ -189,8 +239,8 @@ def mode_disk_full_new(cmd, d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    modes = {"lock": mode_lock, "stale": mode_stale, "disk-full": mode_disk_full, "disk-full-dump": mode_disk_full_dump,
-             "disk-full-new": mode_disk_full_new}
+    modes = {"lock": mode_lock, "links": mode_links, "stale": mode_stale, "disk-full": mode_disk_full,
+             "disk-full-dump": mode_disk_full_dump, "disk-full-new": mode_disk_full_new}
     ap.add_argument("--mode", required=True, choices=sorted(modes))
     ap.add_argument("--dir", required=True, help="scratch directory (emptied first)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)

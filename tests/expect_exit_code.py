@@ -8,19 +8,27 @@ Output:
   --contains=TEXT   TEXT appears in the output
   --once=TEXT       TEXT appears exactly once (a message printed by one rank only)
   --lacks=TEXT      TEXT does not appear (e.g. a line the program prints when work starts)
-  --within=SECONDS  the command ends within SECONDS (refused at once, not after allocating)
-Set-up, before the command runs:
+  --within=SECONDS  the command ends within SECONDS (refused at once, not after allocating);
+                    one still running 10 s later is killed (with every process it started)
+Set-up, before the command runs (in this order):
   --make-dir=PATH   PATH is made an empty directory (parents created; an old one removed)
   --make-file=PATH  PATH is made a file holding a fixed text (parents created)
+  --make-fifo=PATH  PATH is made a FIFO (a named pipe: opening it to read blocks)
+  --make-sparse=PATH:BYTES  PATH is made a file of BYTES zero bytes (sparse: takes no room)
   --copy=SRC:DST[:BYTES]  DST is made a copy of SRC (parents created), cut to its first BYTES
                     bytes when given (a truncated file)
+  --symlink=TARGET:LINK, --hardlink=TARGET:LINK  LINK is made a symbolic (hard) link to TARGET
 Checks, after it ran:
   --absent=PATH     PATH does not exist (checked before the run too)
   --unchanged=PATH  PATH is as before the run: a file's bytes, a directory's entries
-                    (recursively, names and file contents), or still absent"""
+                    (recursively, names and file contents; a link as a link, a FIFO as one),
+                    or still absent"""
 import argparse
+import hashlib
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -29,16 +37,50 @@ OLD_TEXT = b"an old result that a refused run must leave alone\n"
 
 
 def snapshot(path):
-    """What --unchanged compares: None (absent), bytes (file) or a sorted tree of entries."""
-    if os.path.isdir(path) and not os.path.islink(path):
+    """What --unchanged compares: None (absent), a file's bytes (their hash past 1 MiB), a
+    link's target, another kind of file's kind, or a sorted tree of entries."""
+    if os.path.islink(path):
+        return f"symbolic link to {os.readlink(path)}"
+    if os.path.isdir(path):
         return sorted((name, snapshot(os.path.join(path, name))) for name in os.listdir(path))
-    if os.path.lexists(path):
-        try:
-            with open(path, "rb") as f:
+    if not os.path.lexists(path):
+        return None
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # never opened: a FIFO would block
+        return f"not a regular file (mode {stat.S_IFMT(st.st_mode):o})"
+    try:
+        with open(path, "rb") as f:
+            if st.st_size <= 1 << 20:
                 return f.read()
-        except OSError as e:
-            return f"unreadable: {e}"
-    return None
+            h = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+            return f"{st.st_size} bytes, sha256 {h.hexdigest()}"
+    except OSError as e:
+        return f"unreadable: {e}"
+
+
+def run(cmd, within):
+    """(exit code, output, seconds); past within + 10 s the command is killed, and every
+    process it started (mpirun gives each rank a process group of its own)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = p.communicate(timeout=None if within is None else within + 10)[0]
+    except subprocess.TimeoutExpired:
+        from check_resume import descendants  # here only: it loads h5py, which the other runs need not
+
+        for q in reversed(descendants(p.pid)):
+            try:
+                os.kill(q, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        out = p.communicate()[0] + f"\n(killed: still running after {within + 10:g} s)\n"
+    return p.returncode, out, time.monotonic() - t0
+
+
+def make_parent(path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
 def main():
@@ -50,7 +92,11 @@ def main():
     ap.add_argument("--within", type=float)
     ap.add_argument("--make-dir", action="append", default=[])
     ap.add_argument("--make-file", action="append", default=[])
+    ap.add_argument("--make-fifo", action="append", default=[])
+    ap.add_argument("--make-sparse", action="append", default=[])
     ap.add_argument("--copy", action="append", default=[])
+    ap.add_argument("--symlink", action="append", default=[])
+    ap.add_argument("--hardlink", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[])
     ap.add_argument("--unchanged", action="append", default=[])
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
@@ -62,40 +108,51 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
     for f in args.make_file:
-        os.makedirs(os.path.dirname(os.path.abspath(f)), exist_ok=True)
+        make_parent(f)
         with open(f, "wb") as out:
             out.write(OLD_TEXT)
+    for f in args.make_fifo:
+        make_parent(f)
+        os.mkfifo(f)
+    for s in args.make_sparse:
+        path, size = s.rsplit(":", 1)
+        make_parent(path)
+        with open(path, "wb") as out:
+            out.truncate(int(size))
     for c in args.copy:
         src, dst, *cut = c.split(":")
-        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        make_parent(dst)
         with open(src, "rb") as f:
             data = f.read()
         with open(dst, "wb") as out:
             out.write(data[:int(cut[0])] if cut else data)
+    for links, make in ((args.symlink, os.symlink), (args.hardlink, os.link)):
+        for pair in links:
+            target, link = pair.split(":")
+            make_parent(link)
+            make(target, link)
     ok = True
     for p in args.absent:
         if os.path.lexists(p):
             print(f"FAIL: set-up: {p} exists before the run")
             ok = False
     before = {p: snapshot(p) for p in args.unchanged}
-    t0 = time.monotonic()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seconds = time.monotonic() - t0
-    sys.stdout.write(p.stdout)
-    if p.returncode != args.code:
-        print(f"FAIL: exit code {p.returncode}, expected {args.code}")
+    code, output, seconds = run(cmd, args.within)
+    sys.stdout.write(output)
+    if code != args.code:
+        print(f"FAIL: exit code {code}, expected {args.code}")
         ok = False
     for text in args.contains:
-        if text not in p.stdout:
+        if text not in output:
             print(f"FAIL: output does not contain {text!r}")
             ok = False
     for text in args.once:
-        n = p.stdout.count(text)
+        n = output.count(text)
         if n != 1:
             print(f"FAIL: output contains {text!r} {n} times, expected once")
             ok = False
     for text in args.lacks:
-        if text in p.stdout:
+        if text in output:
             print(f"FAIL: output contains {text!r}")
             ok = False
     if args.within is not None and seconds > args.within:

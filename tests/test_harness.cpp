@@ -15,6 +15,7 @@
 
 #include "harness/blas.hpp"
 #include "harness/cli.hpp"
+#include "harness/input.hpp"
 #include "harness/lock.hpp"
 #include "harness/main.hpp"
 #include "harness/memory.hpp"
@@ -215,6 +216,11 @@ TEST(HarnessOutput, PathProblems) {
     ::chmod(d.path.c_str(), 0700);
   }
   EXPECT_EQ(d.entries(), 1);  // the write test left nothing behind
+  ASSERT_EQ(::link(file.c_str(), (d.path + "/other.json").c_str()), 0);  // a second name: a run by it goes unseen
+  EXPECT_EQ(hn::output_path_problem("--json", file),
+            "--json " + file + ": the file has 2 names (hard links); a run writing it by another name would go "
+            "unseen: give --json a file of one name, or remove the other names");
+  ::unlink((d.path + "/other.json").c_str());
   EXPECT_EQ(hn::parent_dir("x.json"), ".");
   EXPECT_EQ(hn::parent_dir("/x.json"), "/");
 }
@@ -254,6 +260,38 @@ TEST(HarnessOutput, SameFileHoweverSpelt) {
   EXPECT_FALSE(hn::same_file(f, d.path + "/s.h5"));
 }
 
+// A link at an output's last component is followed to the file it names, however many.
+TEST(HarnessOutput, LinksFollowedToTheirFile) {
+  TempDir d;
+  const std::string f = d.path + "/r.h5";
+  EXPECT_EQ(hn::output_target(f), f);  // nothing there yet: the path itself
+  ASSERT_EQ(::symlink("r.h5", (d.path + "/a.h5").c_str()), 0);
+  ASSERT_EQ(::symlink((d.path + "/a.h5").c_str(), (d.path + "/b.h5").c_str()), 0);
+  EXPECT_EQ(hn::output_target(d.path + "/a.h5"), f);  // relative: from the link's directory
+  EXPECT_EQ(hn::output_target(d.path + "/b.h5"), f);
+  ASSERT_EQ(::symlink("loop.h5", (d.path + "/loop.h5").c_str()), 0);
+  EXPECT_EQ(hn::output_target(d.path + "/loop.h5"), d.path + "/loop.h5");  // left to stat to report
+}
+
+TEST(HarnessInput, OnlyRegularFilesOfASaneSize) {
+  TempDir d;
+  const std::string f = d.path + "/d.toml", fifo = d.path + "/f.toml";
+  EXPECT_EQ(hn::input_file_problem(f, hn::kDeckFile), "no such file");
+  { std::ofstream(f) << "[run]\n"; }
+  EXPECT_EQ(hn::input_file_problem(f, hn::kDeckFile), "");
+  EXPECT_EQ(hn::read_input_file(f, hn::kDeckFile), "[run]\n");
+  EXPECT_EQ(hn::input_file_problem(d.path, hn::kDeckFile), "is a directory; give a file");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(hn::input_file_problem(fifo, hn::kDeckFile), "is not a regular file (a FIFO); give a regular file");
+  EXPECT_THROW(hn::read_input_file(fifo, hn::kDeckFile), std::runtime_error);  // refused, not blocked in open
+  EXPECT_EQ(hn::input_file_problem("/dev/zero", hn::kResultsFile),
+            "is not a regular file (a character device); give a regular file");
+  ASSERT_EQ(::truncate(f.c_str(), off_t(hn::kDeckFile.max_bytes + (1 << 20))), 0);
+  EXPECT_EQ(hn::input_file_problem(f, hn::kDeckFile),
+            "is 17.0 MiB, more than a deck ever has (at most 16.0 MiB); is it the right file?");
+  EXPECT_EQ(hn::input_file_problem(f, hn::kResultsFile), "");  // read in place: any size
+}
+
 // POSIX record locks belong to a process, so the second owner is a child process. (The test
 // never opens the lock file while it holds the lock: closing it would drop the lock.)
 TEST(HarnessLock, OneOwnerAtATime) {
@@ -282,6 +320,17 @@ TEST(HarnessLock, OneOwnerAtATime) {
   EXPECT_EQ(lock.take("prog", "--out", out), "");
   lock.release();
   EXPECT_EQ(d.entries(), 0);
+  // A lock file planted as a link is refused, and what it names is left alone.
+  const std::string victim = d.path + "/victim.txt";
+  { std::ofstream(victim) << "keep"; }
+  ASSERT_EQ(::symlink(victim.c_str(), (out + ".lock").c_str()), 0);
+  EXPECT_EQ(lock.take("prog", "--out", out), "--out " + out + ": its lock file " + out +
+                                                  ".lock is a symbolic link; a lock file is never followed: remove the link");
+  ::unlink((out + ".lock").c_str());
+  ASSERT_EQ(::link(victim.c_str(), (out + ".lock").c_str()), 0);
+  EXPECT_NE(lock.take("prog", "--out", out).find("lock file " + out + ".lock has 2 names"), std::string::npos);
+  EXPECT_FALSE(lock.held());
+  EXPECT_EQ(slurp(victim), "keep");
 }
 
 TEST(HarnessMemory, Messages) {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include <tuple>
 
 #include "comm/comm.hpp"
+#include "harness/input.hpp"
 #include "harness/stats.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/ceiling.hpp"
@@ -252,11 +252,7 @@ Calibration parse_calibration(const std::string& text, const std::string& source
 }
 
 Calibration read_calibration(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(path + ": cannot be read");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return parse_calibration(s.str(), path);
+  return parse_calibration(harness::read_input_file(path, harness::kCalibrationFile), path);
 }
 
 namespace {

@@ -176,6 +176,8 @@ struct Calibration {
 
 // Throws std::runtime_error naming the file, the line and what is wrong.
 Calibration parse_calibration(const std::string& text, const std::string& source);
+// The table in path, refused (std::runtime_error "<path>: <why>") when path is not a regular
+// file of at most harness::kCalibrationFile's size (harness/input.hpp), before it is read.
 Calibration read_calibration(const std::string& path);
 
 // What to measure: the layer shapes and rows per rank of a deck, in the precisions it runs.

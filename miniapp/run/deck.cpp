@@ -4,12 +4,9 @@
 
 #include <toml++/toml.h>
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <stdexcept>
@@ -17,6 +14,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "harness/input.hpp"
 #include "harness/main.hpp"
 
 namespace minicp::run {
@@ -170,13 +168,14 @@ class Reader {
 };
 
 toml::table read_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw UsageError("--deck " + path + ": is a directory; give the deck file (TOML)");
-  std::ifstream f(path);
-  if (!f) throw UsageError("--deck " + path + ": no such file or not readable");
+  std::string text;
   try {
-    return toml::parse(f, path);
+    text = harness::read_input_file(path, harness::kDeckFile);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--deck ") + e.what());
+  }
+  try {
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     throw UsageError("--deck " + path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +

@@ -18,6 +18,7 @@
 #include "harness/blas.hpp"
 #include "harness/cli.hpp"
 #include "harness/clock.hpp"
+#include "harness/input.hpp"
 #include "harness/memory.hpp"
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
@@ -89,7 +90,7 @@ hn::FabricRequest requested_fabric(int argc, char** argv) {
   }
   if (deck.empty()) return {};
   try {
-    const toml::table t = toml::parse_file(deck);
+    const toml::table t = toml::parse(hn::read_input_file(deck, hn::kDeckFile), deck);
     return {t["run"]["fabric"].value_or(std::string()), "run.fabric"};
   } catch (const std::exception&) {
     return {};
@@ -138,8 +139,10 @@ void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
     if (v < 1) throw UsageError(std::string(f) + " " + std::to_string(v) + ": must be at least 1");
   }
   if (!pf.against.empty()) {
-    if (::access(pf.against.c_str(), F_OK) != 0)
-      throw UsageError("--against " + pf.against + ": no such file (a results file minicp wrote with --out)");
+    const std::string unusable = hn::input_file_problem(pf.against, hn::kResultsFile);
+    if (!unusable.empty())
+      throw UsageError("--against " + pf.against + ": " + unusable +
+                       (unusable == "no such file" ? " (a results file minicp wrote with --out)" : ""));
     const std::string why = output::not_a_results_file(pf.against);
     if (!why.empty()) throw UsageError("--against " + pf.against + ": " + why);
     // The layout the file was measured with, unless given.
@@ -187,7 +190,7 @@ Plan parse(const hn::Args& a) {
       ->type_name("FILE.h5");
   app.add_flag("--overwrite", o.overwrite,
                "replace an existing --out or --dump that is not a minicp file of its kind (results, dump); an "
-               "input (--deck, --resume) is never replaced (default: off)");
+               "input (--deck, the calibration table, --resume, --against) is never replaced (default: off)");
   app.add_flag("--dry-run", o.dry_run,
                "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
                "would not fit (default: off)");
@@ -249,6 +252,7 @@ Plan parse(const hn::Args& a) {
     if (!o.dry_run) throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
   check_perf_flags(app, pf, o);
+  if (pf.calibrate && pf.calibration.empty()) pf.calibration = "results/calibration.txt";
   if (!pf.against.empty() && o.deck.empty()) o.deck = deck_of_results(pf.against);
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
   const bool predicting = pf.predict || pf.advise;
@@ -264,15 +268,13 @@ Plan parse(const hn::Args& a) {
   }
   p.deck = load_deck(o.deck, sets, a.size(), o.dry_run || predicting);
   if (o.deck.rfind("/tmp/minicp_against_deck.", 0) == 0) std::remove(o.deck.c_str()), o.deck = pf.against;
-  if (const std::string from = !pf.calibration.empty() ? pf.calibration : p.deck.calibration;
-      !pf.calibrate && !from.empty() && from != "measure") {
-    const std::string key = !pf.calibration.empty() ? "--calibration " : "run.calibration ";
+  if (const FileArg table = calibration_input(p); !table.path.empty()) {
     try {
-      machine_for(p.deck, perf::read_calibration(from), 0, 1);
+      machine_for(p.deck, perf::read_calibration(table.path), 0, 1);
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
-      throw UsageError(key + e.what());
+      throw UsageError(table.flag + " " + e.what());
     }
   }
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
@@ -288,7 +290,8 @@ Plan parse(const hn::Args& a) {
   }
   const comm::Topology topo = comm::Communicator::node_topology();
   p.local_ranks = topo.local_size, p.nodes = topo.nodes;
-  if (pf.any()) return p;  // the model's commands (execute) write no results file
+  if (pf.calibrate) claim_outputs(a, p);  // its table, before the measurement
+  if (pf.any()) return p;                 // the model's commands (execute) write no results file
   if (o.dry_run) {
     const int64_t node = hn::node_available_bytes();
     const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.local_ranks;
@@ -303,7 +306,6 @@ Plan parse(const hn::Args& a) {
   }
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
-  hn::check_outputs(a, {{"--out", o.out}, {"--dump", o.dump}});
   claim_outputs(a, p);
   return p;
 }

@@ -33,7 +33,7 @@ struct Plan {
   int local_ranks = 1;                   // ranks of the job on this node
   int nodes = 1;                         // nodes (distinct host names) of the job
   harness::MpiSelection mpi;             // what MPI selected (checked against the fabric profile)
-  // Rank 0: the locks of --out and --dump, held for the whole run (see claim_outputs).
+  // Rank 0: the locks of the outputs, held for the whole run (see claim_outputs).
   std::vector<std::shared_ptr<harness::OutputLock>> locks;
   // Rank 0, --resume: measured_time_s of the file's complete `none` cases by "<pass>_<S>".
   std::map<std::string, double> resumed_none_time;
@@ -41,12 +41,28 @@ struct Plan {
 };
 
 // Throws harness::UsageError on bad input; prints and throws harness::HelpShown for --help,
-// --list-schemes and --dry-run (which refuses, with UsageError, a case that would not fit).
+// --list-schemes, --dry-run (which refuses, with UsageError, a case that would not fit) and a
+// --resume whose file holds every case already.
 Plan parse(const harness::Args& a);
-// The files of the run, once the plan is known (miniapp/run/files.cpp;
-// docs/results-file.md): refuses (UsageError) an output that is an input under another name, an output in use
-// by another run, an existing output of another kind (unless --overwrite), and a --resume
-// file that is not a results file of this deck; then holds the outputs' locks in p.locks.
+
+// A file named on the command line (or in the deck): the flag or key as the user gave it.
+struct FileArg {
+  std::string flag, path;  // path "": none
+};
+// The calibration table a run or a prediction reads from a file: --calibration, else the
+// deck's run.calibration (path "" when there is none, when it is "measure", and under
+// --calibrate, which writes the table).
+FileArg calibration_input(const Plan& p);
+
+// The files of the run (a run's --out and --dump, or the table of --calibrate), once the plan
+// is known (miniapp/run/files.cpp; docs/results-file.md). Outputs that are symbolic links are
+// replaced in p by the files they name. Refuses (UsageError) an input that is no regular file
+// (--resume), an output that is an input (or the other output) under another name even with
+// --overwrite, an output that cannot be written or has other names (hard links), an output in
+// use by another run, an existing output of another kind (unless --overwrite; a --calibrate
+// table: no table), and a --resume file that is not a results file of this deck; then holds
+// the outputs' locks in p.locks. A --resume file that already holds every case is left as it
+// is: one line says so and HelpShown is thrown (exit 0).
 void claim_outputs(const harness::Args& a, Plan& p);
 int execute(const harness::Args& a, const Plan& p);
 

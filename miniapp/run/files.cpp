@@ -1,18 +1,23 @@
 // The files of a minicp run, checked and claimed in the parse step, before any work (see
 // claim_outputs in driver.hpp). Rank 0 looks at the file system and holds the locks; every
 // rank gets its verdict (harness::check_on_root), so bad input ends the job with one message.
+#include <mpi.h>
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "harness/input.hpp"
 #include "harness/output.hpp"
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/output/results.hpp"
+#include "miniapp/perf/calibration.hpp"
 #include "miniapp/run/driver.hpp"
 
 namespace minicp::run {
@@ -20,31 +25,55 @@ namespace {
 
 namespace hn = minicp::harness;
 
-struct Named {
-  std::string flag, path;
-  bool input;  // never replaced, even with --overwrite
-};
+// The files this run writes: the table of --calibrate, else --out and --dump (a prediction
+// writes none).
+std::vector<FileArg> outputs_of(const Plan& p) {
+  if (p.perf.calibrate) return {{"--calibration", p.perf.calibration}};
+  if (p.perf.any()) return {};
+  return {{"--out", p.o.out}, {"--dump", p.o.dump}};
+}
 
-// An output must not be an input, nor the other output, under another spelling ("r.h5" and
-// "./r.h5", a link): the run would destroy the input, or write one file twice at once.
-std::string same_file_problem(const Options& o) {
-  const Named out{"--out", o.out, false}, dump{"--dump", o.dump, false}, deck{"--deck", o.deck, true},
-      resume{"--resume", o.resume, true};
-  const std::pair<Named, Named> pairs[] = {{out, deck}, {dump, deck}, {dump, resume}, {dump, out}};
-  for (const auto& [a, b] : pairs)
-    if (hn::same_file(a.path, b.path))
-      return a.flag + " " + a.path + ": the same file as " + b.flag + " " + b.path +
-             (b.input ? " (an input is never overwritten, not even with --overwrite)" : "") + "; give " + a.flag +
-             " another name";
+// The files this run reads. --calibrate reads the table it writes (to keep its other rows): it
+// is the output there, checked as a table (table_problem).
+std::vector<FileArg> inputs_of(const Plan& p) {
+  return {{"--deck", p.o.deck}, calibration_input(p), {"--resume", p.o.resume}, {"--against", p.perf.against}};
+}
+
+// An output must not be an input, nor another output, under another spelling ("r.h5" and
+// "./r.h5", a link): the run would destroy the input, or write one file twice at once. The
+// --out of a --resume is its file by default: that one output rewrites its input, case by case.
+std::string same_file_problem(const Plan& p) {
+  const std::vector<FileArg> outs = outputs_of(p), ins = inputs_of(p);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const FileArg& o = outs[i];
+    for (const FileArg& in : ins)
+      if (!(o.flag == "--out" && in.flag == "--resume") && hn::same_file(o.path, in.path))
+        return o.flag + " " + o.path + ": the same file as " + in.flag + " " + in.path +
+               " (an input is never overwritten, not even with --overwrite); give " + o.flag + " another name";
+    for (size_t j = 0; j < i; ++j)
+      if (hn::same_file(o.path, outs[j].path))
+        return o.flag + " " + o.path + ": the same file as " + outs[j].flag + " " + outs[j].path + "; give " + o.flag +
+               " another name";
+  }
+  return "";
+}
+
+// Each output can be written (harness::output_path_problem: a regular file of one name, or
+// nothing yet, in a writable directory).
+std::string path_problem(const Plan& p) {
+  for (const FileArg& f : outputs_of(p)) {
+    const std::string why = f.path.empty() ? "" : hn::output_path_problem(f.flag, f.path);
+    if (!why.empty()) return why;
+  }
   return "";
 }
 
 // Rank 0 takes the lock of each output before anything looks at or removes the outputs.
-std::string lock_outputs(const hn::Args& a, const Options& o, Plan& p) {
-  for (const Named& n : {Named{"--out", o.out, false}, Named{"--dump", o.dump, false}}) {
-    if (n.path.empty()) continue;
+std::string lock_outputs(const hn::Args& a, Plan& p) {
+  for (const FileArg& f : outputs_of(p)) {
+    if (f.path.empty()) continue;
     auto lock = std::make_shared<hn::OutputLock>();
-    const std::string why = lock->take(a.prog(), n.flag, n.path);
+    const std::string why = lock->take(a.prog(), f.flag, f.path);
     if (!why.empty()) return why;
     p.locks.push_back(lock);
   }
@@ -57,20 +86,14 @@ bool exists(const std::string& path) {
   return !path.empty() && ::stat(path.c_str(), &st) == 0;
 }
 
-bool readable(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f) std::fclose(f);
-  return f != nullptr;
-}
-
 // An existing output of another kind (a text file, another program's HDF5 file, a dump given
 // as --out) is replaced only with --overwrite. A minicp file of the right kind is replaced as
 // documented; the --resume file is checked as an input (resume_problem).
 std::string kind_problem(const Options& o) {
   if (o.overwrite) return "";
   const std::string out_kind = o.resume.empty() || !hn::same_file(o.out, o.resume) ? o.out : "";
-  const std::pair<Named, std::string (*)(const std::string&)> outs[] = {
-      {{"--out", out_kind, false}, output::not_a_results_file}, {{"--dump", o.dump, false}, output::not_a_dump_file}};
+  const std::pair<FileArg, std::string (*)(const std::string&)> outs[] = {
+      {{"--out", out_kind}, output::not_a_results_file}, {{"--dump", o.dump}, output::not_a_dump_file}};
   for (const auto& [n, problem] : outs) {
     if (!exists(n.path)) continue;
     const std::string why = problem(n.path);
@@ -83,39 +106,96 @@ std::string kind_problem(const Options& o) {
 
 // --resume: a readable minicp results file of this very deck, checked here so that a wrong
 // file is bad input (not an abort after the run started). Keeps what the file tells the run:
-// the times of its `none` cases (for cp_efficiency_core_scaled of the cases still to run).
-std::string resume_problem(const Plan& p, std::map<std::string, double>& none_time) {
+// the times of its `none` cases (for cp_efficiency_core_scaled of the cases still to run), and
+// whether it is finished with every case already.
+std::string resume_problem(Plan& p, bool& complete) {
   const Options& o = p.o;
   const std::string at = "--resume " + o.resume + ": ";
-  if (!readable(o.resume)) return at + "no such file or not readable";
   const std::string why = output::not_a_results_file(o.resume);
   if (!why.empty()) return at + "not a minicp results file (" + why + "); give the results file of a run of this deck";
   try {
     if (output::read_string_attr(o.resume, "/", "deck") != p.deck.resolved)
       return at + "the file was written by another deck (its resolved deck differs from this run's)";
+    std::set<std::string> stored;
     for (const output::StoredCase& c : output::stored_cases(o.resume)) {
       if (!o.dump.empty() && !p.cases.empty() && c.id == p.cases.front().id)
         return "--dump " + o.dump + " with --resume " + o.resume + ": the first case (" + c.id +
                "), the one --dump writes, is complete in the file and would not run again; dump without --resume";
-      if (c.scheme == "none") none_time[c.pass + "_" + std::to_string(c.seq_len)] = c.measured_time_s;
+      if (c.scheme == "none") p.resumed_none_time[c.pass + "_" + std::to_string(c.seq_len)] = c.measured_time_s;
+      stored.insert(c.id);
     }
+    // Finished as well: a run stopped after its last case but before its end record is resumed
+    // to write that record (else the file would read as partial for ever).
+    complete = output::read_string_attr(o.resume, "/", "complete") == "yes";
+    for (const Case& c : p.cases) complete = complete && stored.count(c.id) > 0;
   } catch (const std::runtime_error& e) {
     return at + "cannot be read: " + e.what();
   }
   return "";
 }
 
+// --calibrate keeps the rows of an existing table that it does not measure again: an existing
+// file that is no table is refused now, not after the measurement.
+std::string table_problem(const std::string& path) {
+  if (!exists(path)) return "";
+  try {
+    perf::read_calibration(path);
+  } catch (const std::exception& e) {
+    return "--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")";
+  }
+  return "";
+}
+
+// What each output path names when it is a symbolic link (harness::output_target): the run
+// locks and writes that file, and the link stays. Looked at by rank 0, for every rank.
+void follow_output_links(const hn::Args& a, Plan& p) {
+  const std::vector<std::string*> outs = p.perf.calibrate ? std::vector<std::string*>{&p.perf.calibration}
+                                                          : std::vector<std::string*>{&p.o.out, &p.o.dump};
+  for (std::string* path : outs)
+    *path = hn::bcast_string(a.rank() == 0 && !path->empty() ? hn::output_target(*path) : *path, MPI_COMM_WORLD);
+}
+
+// The checks every claim starts with: the inputs are files, no output is an input, each output
+// can be written; then the outputs' locks.
+std::string common_problem(const hn::Args& a, Plan& p) {
+  // --resume first: its file is also the default --out, whose checks would otherwise name --out.
+  std::string why = p.o.resume.empty() ? "" : hn::input_file_problem(p.o.resume, hn::kResultsFile);
+  if (!why.empty()) return "--resume " + p.o.resume + ": " + why;
+  why = same_file_problem(p);
+  if (why.empty()) why = path_problem(p);
+  if (why.empty()) why = lock_outputs(a, p);
+  return why;
+}
+
 }  // namespace
 
+FileArg calibration_input(const Plan& p) {
+  if (p.perf.calibrate) return {"--calibration", ""};
+  if (!p.perf.calibration.empty()) return {"--calibration", p.perf.calibration};
+  return {"run.calibration", p.deck.calibration == "measure" ? "" : p.deck.calibration};
+}
+
 void claim_outputs(const hn::Args& a, Plan& p) {
+  follow_output_links(a, p);
+  bool complete = false;
   hn::check_on_root(a, [&] {
-    std::string why = same_file_problem(p.o);
-    if (why.empty()) why = lock_outputs(a, p.o, p);
-    if (why.empty()) why = kind_problem(p.o);
-    if (why.empty() && !p.o.resume.empty()) why = resume_problem(p, p.resumed_none_time);
+    std::string why = common_problem(a, p);
+    if (why.empty() && p.perf.calibrate) why = table_problem(p.perf.calibration);
+    if (why.empty() && !p.perf.any()) why = kind_problem(p.o);
+    if (why.empty() && !p.o.resume.empty()) why = resume_problem(p, complete);
     if (!why.empty()) p.locks.clear();  // a refused run leaves nothing behind, lock files included
     return why;
   });
+  int done = complete ? 1 : 0;
+  MPI_Bcast(&done, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!done) return;
+  // A resume that would run nothing changes nothing: no new run record, no copy to --out.
+  if (a.rank() == 0)
+    std::printf("minicp: every case of %s is complete; nothing to run%s\n", p.o.resume.c_str(),
+                hn::same_file(p.o.out, p.o.resume) ? "" : (" (--out " + p.o.out + " is not written)").c_str());
+  std::fflush(stdout);
+  p.locks.clear();
+  throw hn::HelpShown{};
 }
 
 }  // namespace minicp::run

@@ -8,18 +8,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
 #include <tuple>
 #include <type_traits>
-#include <unistd.h>
 
 #include "comm/comm.hpp"
 #include "harness/cli.hpp"
 #include "harness/fabric.hpp"
 #include "harness/memory.hpp"
+#include "harness/output.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/run/driver.hpp"
 #include "miniapp/run/measure.hpp"
@@ -247,7 +246,7 @@ std::map<std::string, FileCase> measured_of(const std::string& file, const std::
 
 void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) {
   const PerfOptions& o = p.perf;
-  const std::string path = o.calibration.empty() ? "results/calibration.txt" : o.calibration;
+  const std::string& path = o.calibration;  // checked and locked in the parse step (claim_outputs)
   const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
   if (a.rank() == 0)
     std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n", p.o.deck.c_str(),
@@ -297,15 +296,7 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   }
   fresh.info.push_back({"measured_with", p.o.deck});
   out.merge(fresh);
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp);
-    f << out.text();
-    if (!f) throw UsageError("--calibration " + path + ": cannot be written");
-  }
-  std::filesystem::rename(tmp, path);
+  hn::write_text("--calibration", path, out.text());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
               "%zu collectives (blocking and posted), %zu layers as run in %.1f s; table in %s\n",
