@@ -98,7 +98,7 @@ class AllGather final : public Scheme<T> {
     OnlineMerge<T> acc(o, lse, "cp::allgather");
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
-      ctx.step = int(c);
+      ctx.at_step(int(c));
       gather.post(c + 1);
       gather.wait(c);
       if (!computes(ctx)) continue;
@@ -141,7 +141,7 @@ class AllGather final : public Scheme<T> {
     }
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
-      ctx.step = int(c);
+      ctx.at_step(int(c));
       const int s = int(c % 2);
       const size_t rows = size_t(ch.size(c)), cnt = rows * row;
       gather.post(c + 1);

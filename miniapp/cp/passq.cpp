@@ -48,7 +48,7 @@ class PassQ final : public Scheme<T> {
     auto O_of = [&](View1<T> buf, int b) { return view3<T>(buf.data() + b * slot, Sl, H, D); };
     auto L_of = [&](View1<T> buf, int b) { return View2<T>(buf.data() + b * slot + n, Sl, H); };
     for (int s = 0; s < P; ++s) {
-      ctx.step = s;
+      ctx.at_step(s);
       View1<T> cur = communicates(ctx) ? qbuf[s % 2] : qbuf[0], nxt = qbuf[(s + 1) % 2];
       comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), n * sizeof(T));
       const int b = (r - s + P) % P;
@@ -73,7 +73,7 @@ class PassQ final : public Scheme<T> {
     View1<T> recv = parts;
     if (communicates(ctx)) {
       recv = scratch<T>("cp::passq::recv", P * slot);
-      ctx.step = P;
+      ctx.at_step(P);
       timed_alltoall(ctx, g, parts.data(), recv.data(), slot * sizeof(T));
     }
     if (!computes(ctx)) {
@@ -110,7 +110,7 @@ class PassQ final : public Scheme<T> {
     Kokkos::deep_copy(dk, T(0));
     Kokkos::deep_copy(dv, T(0));
     for (int s = 0; s < P; ++s) {
-      ctx.step = s;
+      ctx.at_step(s);
       View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
       comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), blk * sizeof(T));
       const int b = (r - s + P) % P;
@@ -134,7 +134,7 @@ class PassQ final : public Scheme<T> {
     View1<T> recv = dq_parts;
     if (communicates(ctx)) {
       recv = scratch<T>("cp::passq::dq_recv", P * n);
-      ctx.step = P;
+      ctx.at_step(P);
       timed_alltoall(ctx, g, dq_parts.data(), recv.data(), n * sizeof(T));
     }
     timed_aux(ctx, [&] { sum_slots<T>(flat(dq), recv, P); });

@@ -82,7 +82,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   pack_kv<T>(k, v, buf[0]);
   OnlineMerge<T> acc(o, lse, "ring" + gid);
   for (int s = 0; s < P; ++s) {
-    ctx.step = s;
+    ctx.at_step(s);
     View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
     comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), 2 * n * sizeof(T));
     const std::vector<int64_t>& bpos = allpos[(r - s + P) % P];
@@ -131,7 +131,7 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   if (!talk && P > 1) Kokkos::deep_copy(acc_in, T(0));
   comm::Request req_kv, req_acc;
   for (int s = 0; s < P; ++s) {
-    ctx.step = s;
+    ctx.at_step(s);
     const bool own = s == P - 1;
     // This step's K/V, and the [dK | dV] buffer its partial goes to (dk, dv on the last step).
     CView3<T> Kc = k, Vc = v;  // compute-only mode computes every step on the own block: same work

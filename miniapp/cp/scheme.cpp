@@ -1,10 +1,17 @@
 // Scheme lookup, common checks and the small helpers the scheme files share.
 #include "miniapp/cp/scheme.hpp"
 
+#include "harness/watchdog.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 
 namespace minicp::cp {
+
+void Context::at_step(int s) {
+  step = s;
+  harness::Watchdog::instance().step(s);
+}
 
 Mode parse_mode(const std::string& s) {
   if (s == "full") return Mode::Full;

@@ -69,7 +69,9 @@ struct Context {
   comm::Communicator& comm;
   Config cfg;
   Stats stats;
-  int step = 0;  // set by schemes for trace events
+  int step = 0;  // set by at_step
+  // The scheme is at its step s: stamped on its trace events, told to the stall watchdog.
+  void at_step(int s);
   // Bytes that left this rank (comm::bytes_leaving of every call) since the context was
   // created or last reset: read from the communicator, which counts every call it makes.
   int64_t bytes_sent() const { return comm.bytes_sent() - bytes_base_; }

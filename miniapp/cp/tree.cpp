@@ -63,7 +63,7 @@ class Tree final : public Scheme<T> {
     const auto& g = ctx.comm.world();
     const auto qpos = decode_positions(ctx.cfg);
     const auto kpos = layout::contiguous(ctx.cfg.seq_len, g.size, g.rank);
-    ctx.step = 0;
+    ctx.at_step(0);
     bool have = false;
     if (computes(ctx)) {
       if (fully_masked(ctx.cfg, qpos, kpos)) {

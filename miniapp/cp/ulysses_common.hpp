@@ -144,7 +144,7 @@ class UlyssesEngine {
     have_fwd_ = false;
     scatter_inputs(ctx, ug, q, k, v);
     if (!rg || rg->size == 1) {
-      ctx.step = 0;
+      ctx.at_step(0);
       if (computes(ctx)) {
         const auto mask = make_mask(ctx.cfg, pos, pos);
         timed_compute(ctx,
@@ -179,7 +179,7 @@ class UlyssesEngine {
     realloc(dv_h_, "ulysses_dv_h", N, size_t(ks_.per), D);
     to_heads(ctx, ug, dout, qs_, dout_h_);
     if (!rg || rg->size == 1) {
-      ctx.step = 0;
+      ctx.at_step(0);
       timed_aux(ctx, [&] {
         Kokkos::deep_copy(dq_h_, T(0));
         Kokkos::deep_copy(dk_h_, T(0));

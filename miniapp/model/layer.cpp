@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "harness/watchdog.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -251,6 +252,7 @@ struct Stack<T>::Impl {
   template <class Fn>
   void timed(const cp::Context& ctx, PhaseTimes& t, Phase p, double flops, Fn&& f) {
     if (!computes(ctx)) return;
+    harness::Watchdog::instance().part(int(p));
     const double t0 = MPI_Wtime();
     f();
     Kokkos::fence();
@@ -264,8 +266,12 @@ struct Stack<T>::Impl {
   }
 
   // The scheme call: its time blocked on communication is attention comm, the rest compute.
+  // The stall watchdog names it by its compute phase (`attention`).
   template <class Fn>
   void timed_attention(cp::Context& ctx, PhaseTimes& t, Fn&& f) {
+    harness::Watchdog& dog = harness::Watchdog::instance();
+    dog.part(int(Phase::AttnCompute));
+    dog.test_stop(comm.trace().context().pass == 1 ? "backward-attention" : "forward-attention");
     const double t0 = MPI_Wtime(), w0 = ctx.stats.comm_wait_s;
     f();
     Kokkos::fence();
@@ -299,6 +305,7 @@ struct Stack<T>::Impl {
     L.fwd = PhaseTimes{};
     comm.trace().context().layer = l;
     comm.trace().context().pass = 0;
+    harness::Watchdog::instance().layer(l, 0);
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
     const double t_layer = MPI_Wtime();
@@ -341,6 +348,7 @@ struct Stack<T>::Impl {
     L.bwd = PhaseTimes{};
     comm.trace().context().layer = l;
     comm.trace().context().pass = 1;
+    harness::Watchdog::instance().layer(l, 1);
     PhaseTimes& t = L.bwd;
     const double t_layer = MPI_Wtime();
     const View2<T> x = xs[size_t(l)];
@@ -383,6 +391,7 @@ struct Stack<T>::Impl {
     // Posting can block (Open MPI copies or takes the progress thread's lock): that time is
     // all-reduce time the compute path pays, so it counts as such.
     if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly) {
+      harness::Watchdog::instance().part(int(Phase::GradAllreduce));
       const double p0 = MPI_Wtime();
       const int64_t b0 = comm.bytes_sent();
       const size_t bucket = std::max<size_t>(1, kGradBucketBytes / sizeof(T));
@@ -424,8 +433,11 @@ struct Stack<T>::Impl {
       cur = out;
       dx = out;
     }
-    for (Layer& L : layers) {  // what is left of the all-reduces after the last layer's backward
+    for (int l = 0; l < m.layers; ++l) {  // what is left of the all-reduces after the last layer's backward
+      Layer& L = layers[size_t(l)];
       if (L.grad_reqs.empty()) continue;
+      harness::Watchdog::instance().layer(l, 1);
+      harness::Watchdog::instance().part(int(Phase::GradAllreduce));
       const double t0 = MPI_Wtime();
       for (comm::Request& r : L.grad_reqs) comm.wait(r);
       L.grad_reqs.clear();

@@ -16,6 +16,7 @@
 #include "comm/comm.hpp"
 #include "harness/input.hpp"
 #include "harness/stats.hpp"
+#include "harness/watchdog.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/ceiling.hpp"
 #include "kernels/gemm.hpp"
@@ -268,6 +269,7 @@ double median_time(MPI_Comm comm, int reps, Fn&& fn) {
   Kokkos::fence();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
+    harness::Watchdog::instance().tick();  // the stall watchdog: each timed call is a step
     MPI_Barrier(comm);
     const double t0 = MPI_Wtime();
     fn();
@@ -464,6 +466,7 @@ std::pair<double, double> pingpong(MPI_Comm world, int rank, int peer) {
   auto half_rtt = [&](int bytes, int reps) {
     double best = 1e300;
     for (int i = 0; i < reps + 3; ++i) {
+      harness::Watchdog::instance().tick();
       const double t0 = MPI_Wtime();
       if (rank == 0) {
         MPI_Send(buf.data(), bytes, MPI_CHAR, peer, 7, world);
@@ -532,6 +535,7 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   std::vector<char> send(size_t(bytes), 1), recv(size_t(bytes), 0);
   std::vector<double> alone, loaded, xfer;
   for (int trial = 0; trial <= trials; ++trial) {  // the first sets up the connections: not kept
+    harness::Watchdog::instance().tick();
     MPI_Barrier(world);
     alone.push_back(loop.run());
     MPI_Barrier(world);
@@ -589,6 +593,7 @@ double time_posted(comm::Communicator& c, MPI_Comm world, const comm::Group& g, 
     slot[s].clear();
   };
   auto pass = [&](bool with_calls) {
+    harness::Watchdog::instance().tick();
     MPI_Barrier(world);
     const double t0 = MPI_Wtime();
     if (with_calls) post(0);
@@ -679,6 +684,7 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, co
       send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
       recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
       auto call = [&] {
+        harness::Watchdog::instance().tick();
         MPI_Barrier(world);
         const double t0 = MPI_Wtime();
         if (op == comm::EventKind::AllToAll) {

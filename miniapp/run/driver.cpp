@@ -312,22 +312,40 @@ Plan parse(const hn::Args& a) {
 
 namespace {
 
+// A rank's spot in words: its stage, for a case's stage the case and its rep; then the layer,
+// pass and part of the layer it was in (miniapp/model/layer.cpp tells the watchdog).
+std::string spot_words(const Plan& p, const hn::Watchdog::Spot& spot) {
+  std::string w = stage_words(spot.phase);
+  if (stage_of_case(spot.phase) && spot.case_index >= 0 && spot.case_index < int64_t(p.cases.size())) {
+    const std::string rep =
+        spot.rep >= 0 ? "rep " + std::to_string(spot.rep) : "warm-up rep " + std::to_string(spot.rep + p.deck.warmup);
+    w = "in case " + p.cases[size_t(spot.case_index)].id + ", " + (spot.phase == int64_t(Stage::Reps) ? rep : w);
+  }
+  if (w.empty()) w = "at start-up";
+  if (spot.layer < 0) return w;
+  w += ", layer " + std::to_string(spot.layer) + (spot.pass == 1 ? " backward" : " forward");
+  if (spot.part < 0 || spot.part >= model::kPhases) return w;
+  const model::Phase part = model::Phase(spot.part);
+  const bool attn = part == model::Phase::AttnCompute;
+  return w + " (" + (attn ? "attention" : model::to_string(part)) +
+         (attn && spot.step >= 0 ? " step " + std::to_string(spot.step) : "") + ")";
+}
+
 // Where a rank was when the stall watchdog ends the job, and what the results file keeps:
 // the resumed cases, and in the last round (the only one of run.rounds = 1) every case before
-// the one rank 0 is in (a case is written after its last round).
-hn::Watchdog::Where stall_where(const Plan& p, const output::Results* results, const std::atomic<int>* round) {
-  return [&p, results, round](int64_t case_index, int64_t rep, int64_t root_case) {
-    const bool last = round->load() == p.deck.rounds - 1;
-    std::string at = case_index < 0 ? "before the first case" : "in case " + p.cases[size_t(case_index)].id;
-    if (case_index >= 0)
-      at += rep >= 0                ? ", rep " + std::to_string(rep)
-            : rep >= -p.deck.warmup ? ", warm-up rep " + std::to_string(rep + p.deck.warmup)
-                                    : ", setting it up";
+// the one rank 0 is in (a case is written after its last round). results and round: null
+// for a job that writes no results file (--calibrate).
+hn::Watchdog::Where stall_where(const Plan& p, const std::atomic<output::Results*>* results,
+                                const std::atomic<int>* round) {
+  return [&p, results, round](const hn::Watchdog::Spot& spot, int64_t root_case) {
+    const output::Results* file = results ? results->load() : nullptr;
+    const bool last = round && round->load() == p.deck.rounds - 1;
     int kept = 0;
-    for (const Case& c : p.cases) kept += (last && c.index < root_case) || (results && results->has_case(c.id)) ? 1 : 0;
-    return at + "; ending the job (" +
-           (results ? "the results file keeps the " + std::to_string(kept) + " complete cases" : "no results file") +
-           ")";
+    for (const Case& c : p.cases) kept += (last && c.index < root_case) || (file && file->has_case(c.id)) ? 1 : 0;
+    const std::string keeps = file ? "the results file keeps the " + std::to_string(kept) + " complete cases"
+                              : results && !p.o.out.empty() ? "the results file not yet opened"
+                                                            : "no results file";
+    return spot_words(p, spot) + "; ending the job (" + keeps + ")";
   };
 }
 
@@ -384,7 +402,7 @@ struct RunState {
   hn::ClockSync clock0;
   CeilingCache ceiling;
   NoneTimes none;
-  output::Results* results = nullptr;
+  std::atomic<output::Results*> results{nullptr};  // (the stall watchdog reads it)
   perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
   std::vector<perf::LayerTime> layer_samples;  // the layer rows measured again in each round (rank 0)
   double write_s = 0;
@@ -403,7 +421,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
     if (round > 0) return;
     data.attrs = case_attrs(c, rs.p.deck, comm::Communicator::node_topology());
     if (world_rank == 0 && !rs.p.o.quiet) std::printf("  refused: %s\n", c.refused.c_str());
-    if (rs.results) rs.write_s += rs.results->add_case(data);
+    if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
     return;
   }
   auto comm = comm::make_mpi_comm(rs.prog.progress, rs.prog.poll_us, {}, comm::Staging::Direct, P);
@@ -412,6 +430,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
   if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
   MPI_Barrier(MPI_COMM_WORLD);
   if (round < rs.p.deck.rounds - 1) return;
+  at(Stage::Gathering);
   data.attrs = case_attrs(c, rs.p.deck, comm->topology());
   align_events(rs.clock0, run.data.events, data.summary);
   data.timing = std::move(run.data.timing);
@@ -428,7 +447,8 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
     phases += run.m.bwd_phases;
     prediction_figures(data.summary, c, rs.model, rs.p.deck, phases.s, data.summary.real["sgemm_flops_per_s"]);
   }
-  if (rs.results) rs.write_s += rs.results->add_case(data);
+  at(Stage::Writing);
+  if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
   if (world_rank != 0) return;
   if (!rs.p.o.quiet) print_case(c, data.summary, run.m);
   rs.summary += " " + summary_token(c, data.summary);
@@ -452,6 +472,7 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
   } else {
     if (a.rank() == 0 && !p.o.quiet) std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
+    at(Stage::Calibrating);
     cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);
     measure_layer_rows(p, world, cal);
     cal.source = "measured at start-up";
@@ -480,6 +501,7 @@ void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round
   if (round == 0 || rs.model.cal.source != "measured at start-up") return;
   if (rs.a.rank() == 0 && !p.o.quiet) std::printf("minicp: measuring the layer rows again (round %d)\n", round + 1);
   std::fflush(stdout);
+  at(Stage::LayerRows);
   perf::Calibration again;
   measure_layer_rows(p, world, again, 1);
   if (rs.a.rank() != 0) return;
@@ -497,22 +519,34 @@ int execute(const hn::Args& a, const Plan& p) {
   if (p.perf.any()) {
     if (a.rank() == 0 && p.perf.predict) run_predict(p);
     if (a.rank() == 0 && p.perf.advise) run_advise(p);
-    if (p.perf.calibrate) run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
+    if (p.perf.calibrate) {
+      hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, nullptr, nullptr), a.prog());
+      at(Stage::Calibrate);
+      run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
+      watched.stop();
+    }
     std::fflush(stdout);
     return 0;
   }
   const bool say = a.rank() == 0 && !p.o.quiet;
+  RunState rs(a, p);
+  std::unique_ptr<output::Results> results;  // outlives the watchdog, which reads it
+  // Watched from before the run's first collective (the deck's limit is known once parsed).
+  hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, &rs.results, &rs.round), a.prog());
+  at(Stage::StartUp);
   hn::MemTracker::instance().start();
   if (p.o.resume.empty()) hn::remove_old_outputs(a, {{"--out", p.o.out}, {"--dump", p.o.dump}});
-  RunState rs(a, p);
   for (const std::string& f : {p.o.out, p.o.dump})  // this run holds their locks: no live run wrote these
     if (a.rank() == 0 && !f.empty()) output::remove_stale_temporaries(f);
   rs.none = p.resumed_none_time;  // cases resumed after their `none` keep cp_efficiency_core_scaled
   auto world = comm::make_mpi_comm(comm::Progress::None);
+  at(Stage::Clocks);
   rs.clock0 = hn::measure_offset(MPI_COMM_WORLD);
   const hn::BlasInfo blas = hn::blas_info();
   // The start-up reading over the whole job: reported, and the first case of as many ranks
   // reuses it while it is fresh.
+  at(Stage::Ceiling);
+  hn::Watchdog::instance().test_stop("ceiling");
   double sgemm = rs.ceiling.get(MPI_COMM_WORLD, a.size(), {}).rates.blas_square;
   MPI_Allreduce(MPI_IN_PLACE, &sgemm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   sgemm /= a.size();
@@ -521,11 +555,10 @@ int execute(const hn::Args& a, const Plan& p) {
   rs.model = start_model(a, p, *world);
   root.text["calibration"] = rs.model.cal.text();
   root.text["calibration_source"] = rs.model.cal.source;
-  std::unique_ptr<output::Results> results;
+  at(Stage::OpeningFile);
   if (!p.o.out.empty())
     results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);
   rs.results = results.get();
-  hn::Watchdog::instance().start(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, results.get(), &rs.round), a.prog());
   if (say) print_startup(a, p, blas, sgemm, results ? results->done().size() : 0);
   if (a.rank() == 0 && !blas.warning.empty()) std::fprintf(stderr, "minicp: WARNING: %s\n", blas.warning.c_str());
   std::vector<const Case*> todo;
@@ -549,13 +582,14 @@ int execute(const hn::Args& a, const Plan& p) {
         std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), of_rounds.c_str(),
                     elapsed, left.c_str());
       std::fflush(stdout);
-      hn::Watchdog::instance().progress(todo[i]->index, -p.deck.warmup - 1);
+      hn::Watchdog::instance().progress(todo[i]->index, -1, int64_t(Stage::SettingUp));
       CaseRun& run = runs[R > 1 ? i : 0];
       run_one(rs, *todo[i], round, run);
       if (R == 1 || round == R - 1) run = CaseRun{};  // written: its rows are freed
     }
   }
   const double run_s = MPI_Wtime() - t_start;
+  at(Stage::Finishing);
   if (results) {
     output::Attrs end;
     end.text["end_time"] = iso_time_utc();
@@ -564,7 +598,7 @@ int execute(const hn::Args& a, const Plan& p) {
     end.text["calibration"] = rs.model.cal.text();  // the layer rows of every round (rank 0's)
     results->finish(end);
   }
-  hn::Watchdog::instance().stop();
+  watched.stop();
   hn::MemTracker::instance().stop();
   if (a.rank() == 0) {
     std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f blas_core=%s layer_efficiency:%s\n",

@@ -24,6 +24,28 @@ const std::vector<cp::Mode>& all_modes() {
 }
 int mode_code(cp::Mode m) { return int(std::find(all_modes().begin(), all_modes().end(), m) - all_modes().begin()); }
 
+void at(Stage s) { hn::Watchdog::instance().phase(int64_t(s)); }
+
+std::string stage_words(int64_t code) {
+  static const char* words[] = {"at start-up",
+                                "at start-up: aligning the ranks' clocks",
+                                "at start-up: measuring the SGEMM ceiling",
+                                "at start-up: calibrating the performance model",
+                                "calibrating the performance model (--calibrate)",
+                                "at start-up: opening the results file",
+                                "at the start of a round: measuring the layer rows again",
+                                "setting it up",
+                                "measuring the SGEMM ceiling",
+                                "",
+                                "writing the dump",
+                                "gathering its figures",
+                                "writing the results file",
+                                "at the end: writing the results file"};
+  return code >= 0 && code <= int64_t(Stage::Finishing) ? words[code] : "";
+}
+
+bool stage_of_case(int64_t code) { return code >= int64_t(Stage::SettingUp) && code <= int64_t(Stage::Writing); }
+
 std::string iso_time_utc() {
   const std::time_t now = std::time(nullptr);
   char b[32];
@@ -48,7 +70,10 @@ const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector
 }
 
 CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShape s) {
-  const auto sync = [g] { MPI_Barrier(g); };
+  const auto sync = [g] {
+    hn::Watchdog::instance().tick();  // each timed loop of a reading
+    MPI_Barrier(g);
+  };
   Reading r;
   const Timed& square = component(g, {ranks, 0}, [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); });
   const Timed& tile = component(g, {ranks, 1}, [&] { return kernels::tile_gemm_rate(sync); });
@@ -138,7 +163,7 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       const int r = rep < p.deck.warmup ? rep - p.deck.warmup : first + rep - p.deck.warmup;  // warm-ups < 0
-      hn::Watchdog::instance().progress(c.index, r);
+      hn::Watchdog::instance().progress(c.index, r, int64_t(Stage::Reps));
       ctx.cfg.mode = mode;
       ctx.reset();
       trace.context().rep = r;
@@ -178,6 +203,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   // The ceiling first: its buffers must not count as the case's memory.
   const kernels::GemmShape shape = largest_gemm(c);
   if (round == 0) {
+    at(Stage::CaseCeiling);
     const CeilingCache::Reading before = ceiling.get(g, P, shape);
     m.before = before.rates, m.before_age_s = MPI_Wtime() - before.taken;
   }
@@ -185,6 +211,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   mem.reset_peak();
   reset_peak_rss();
   const int64_t base = mem.current_bytes();
+  at(Stage::SettingUp);
   model::Stack<T> st(c.stack, info, comm);
   if (round == 0) m.start_utc = iso_time_utc();
   cp::Context ctx{comm, model::attention_config(c.stack)};
@@ -202,6 +229,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   high.rss_peak_bytes = std::max(high.rss_peak_bytes, mine.rss_peak_bytes);
   if (last) m.end_utc = iso_time_utc();
   if (!dump.empty() && round == 0) {
+    at(Stage::Dump);
     ctx.cfg.mode = cp::Mode::Full;
     ctx.reset();
     trace.set_enabled(false);
@@ -216,6 +244,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   trace.set_enabled(false);
   cp::release_scratch();
   if (!last) return;
+  at(Stage::Gathering);
   const FullSamples& fs = out.fs;
   m.steps = gather_steps(out.data.steps, g);
   m.compute = gather_median(fs.compute, g);
@@ -225,7 +254,9 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i]);
   m.useful_flops = step_useful_flops(c);
   m.tokens = double(cp::global_q_tokens(ctx.cfg));
+  at(Stage::CaseCeiling);
   m.after = ceiling.get(g, P, shape).rates;
+  at(Stage::Gathering);
   for (kernels::GemmCeiling* x : {&m.before, &m.after}) {  // the group's: summed over its ranks
     double v[3] = {x->blas_square, x->blas_layer, x->tile};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
@@ -259,7 +290,7 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
   };
   // One step: this layer's kernel seconds (mean over layers) and the step's, slowest rank.
   auto step = [&](double t[3]) {
-    hn::Watchdog::instance().progress(c.index, -1);  // rows measured again during a run: steps too
+    hn::Watchdog::instance().tick();
     ctx.reset();
     MPI_Barrier(g);
     const double t0 = MPI_Wtime();

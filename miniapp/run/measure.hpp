@@ -23,6 +23,30 @@ namespace minicp::run {
 const std::vector<cp::Mode>& all_modes();
 int mode_code(cp::Mode m);
 
+// What a rank of a run is doing: the stall watchdog's phase code (Watchdog::Spot::phase),
+// named in its message by stage_words. Set at each stage of start-up, of a case and of the end.
+enum class Stage : int64_t {
+  StartUp,
+  Clocks,
+  Ceiling,
+  Calibrating,
+  Calibrate,
+  OpeningFile,
+  LayerRows,
+  SettingUp,
+  CaseCeiling,
+  Reps,
+  Dump,
+  Gathering,
+  Writing,
+  Finishing
+};
+void at(Stage s);
+// "at start-up: measuring the SGEMM ceiling"; a case's stage: "setting it up" (its words
+// follow the case's id), "" for a rep (numbered by the caller) and for a code out of range.
+std::string stage_words(int64_t code);
+bool stage_of_case(int64_t code);
+
 // The GEMM ceiling per group size, reused while it is fresh. A machine's GEMM rate drifts
 // (10-15% over tens of seconds on the development VM), so a measurement older than
 // kFreshSeconds is taken again; within that window short cases share one, which keeps the
