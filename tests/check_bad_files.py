@@ -204,6 +204,13 @@ def first_ok_case(f):
     return next(g for g in f["cases"].values() if g.attrs["status"] == "ok" and g.attrs["ranks"] > 1)
 
 
+def longest_step(f):
+    """The case that ran on two ranks or more, and its steps row, of the longest step."""
+    ok = [g for g in f["cases"].values() if g.attrs["status"] == "ok" and g.attrs["ranks"] > 1]
+    g = max(ok, key=lambda g: float(np.max(g["steps"]["step_s"])))
+    return g, int(np.argmax(g["steps"]["step_s"]))
+
+
 def phase_rows(g, r, layer=None):
     """The timing rows of step r (a steps row), of one layer or all: (its phases' indices,
     its totals' indices, the phase names)."""
@@ -241,8 +248,8 @@ def busy_copy(src, dst):
     phase: the rank lost its core between the stack's calls), and a clock bound of 300 us."""
     shutil.copy(src, dst)
     with h5py.File(dst, "r+") as f:
-        g = first_ok_case(f)
-        cut, step = add_to_phases(g, 0, -0.5)
+        g, i = longest_step(f)  # a cut of half its largest phase is more than the checker's 0.2 ms
+        cut, step = add_to_phases(g, i, -0.5)
         check(-cut > max(0.01 * step, 2e-4), f"busy copy: phases only {-cut} s short of the {step} s step")
         g["summary"].attrs["clock_uncertainty_s"] = 300e-6
 

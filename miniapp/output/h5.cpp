@@ -195,7 +195,7 @@ std::string copy_into(const std::string& from, int out, const std::string& to) {
   return why;
 }
 
-// Rank 0 makes the temporary `temp` (a stale one is truncated), empty or a copy of `from`,
+// Rank 0 makes the temporary `temp` (a stale one is replaced), empty or a copy of `from`,
 // with the disk space it is to hold reserved first: *planned (the copy or, for a new file,
 // what H5Fcreate writes) and kMargin. HDF5 truncates an existing file only when it is not
 // empty, so the reservation of an empty one survives H5Fcreate. "" (*planned and *reserved
@@ -206,7 +206,11 @@ std::string make_temporary(const std::string& path, const std::string& temp, con
   struct stat st {};
   if (!from.empty() && ::stat(from.c_str(), &st) != 0)
     return head + "cannot copy '" + from + "' to its temporary: " + std::strerror(errno);
-  const int out = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  // A new file, never one a link planted at the name points to (a stale temporary of the same
+  // name is removed first).
+  if (::unlink(temp.c_str()) != 0 && errno != ENOENT)
+    return head + "cannot remove a stale temporary '" + temp + "': " + std::strerror(errno);
+  const int out = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (out < 0)
     return head + "cannot create its temporary '" + temp +
            "' (the directory must exist and be writable): " + std::strerror(errno);
