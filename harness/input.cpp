@@ -51,11 +51,11 @@ std::string input_file_problem(const std::string& path, const InputKind& kind) {
 }
 
 std::string read_input_file(const std::string& path, const InputKind& kind) {
-  std::string why = input_file_problem(path, kind);
-  // Non-blocking: a FIFO put in place since the check must not hang the open; fstat refuses it.
-  const int fd = why.empty() ? ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+  // Non-blocking: the open of a FIFO must not hang; fstat of the open file then refuses it (and
+  // a file swapped for one after a check by name).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  std::string why = fd < 0 ? open_problem(errno) : "";
   struct stat st {};
-  if (why.empty() && fd < 0) why = open_problem(errno);
   if (why.empty() && ::fstat(fd, &st) != 0) why = open_problem(errno);
   if (why.empty()) why = stat_problem(st, kind);
   std::string text;

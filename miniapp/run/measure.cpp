@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
 
 #include "harness/memtrack.hpp"
 #include "harness/stats.hpp"
@@ -41,6 +42,7 @@ std::string stage_words(int64_t code) {
                                 "gathering its figures",
                                 "writing the results file",
                                 "at the end: writing the results file"};
+  static_assert(std::size(words) == size_t(Stage::Finishing) + 1, "a name for each Stage");
   return code >= 0 && code <= int64_t(Stage::Finishing) ? words[code] : "";
 }
 
