@@ -54,16 +54,20 @@ std::unique_ptr<FabricProfile>& applied() {
 std::vector<std::pair<std::string, std::string>> string_table(const toml::table& t, const std::string& where) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [k, v] : t) {
-    if (v.is_string()) out.emplace_back(std::string(k.str()), *v.value<std::string>());
-    else if (v.is_integer()) out.emplace_back(std::string(k.str()), std::to_string(*v.value<int64_t>()));
-    else if (v.is_boolean()) out.emplace_back(std::string(k.str()), *v.value<bool>() ? "1" : "0");
-    else throw UsageError(where + "." + std::string(k.str()) + ": expected a string or an integer");
+    if (v.is_string())
+      out.emplace_back(std::string(k.str()), *v.value<std::string>());
+    else if (v.is_integer())
+      out.emplace_back(std::string(k.str()), std::to_string(*v.value<int64_t>()));
+    else if (v.is_boolean())
+      out.emplace_back(std::string(k.str()), *v.value<bool>() ? "1" : "0");
+    else
+      throw UsageError(where + "." + std::string(k.str()) + ": expected a string or an integer");
   }
   return out;
 }
 
-const std::vector<std::string> kRequirementKinds = {"openmpi", "ompi:<framework>/<component>", "ucx:<transport>",
-                                                    "ib", "gpu", "nccl", "nodes:<n>"};
+const std::vector<std::string> kRequirementKinds = {
+    "openmpi", "ompi:<framework>/<component>", "ucx:<transport>", "ib", "gpu", "nccl", "nodes:<n>"};
 
 bool known_requirement(const std::string& r) {
   if (r == "openmpi" || r == "ib" || r == "gpu" || r == "nccl") return true;
@@ -77,16 +81,20 @@ void read_profile(FabricProfile& p, const toml::table& t) {
   const std::string f = "fabric profile " + p.path + ": ";
   for (const auto& [k, v] : t) {
     const std::string key(k.str());
-    if (key == "description" && v.is_string()) p.description = *v.value<std::string>();
-    else if (key == "kind" && v.is_string()) p.kind = *v.value<std::string>();
+    if (key == "description" && v.is_string())
+      p.description = *v.value<std::string>();
+    else if (key == "kind" && v.is_string())
+      p.kind = *v.value<std::string>();
     else if (key == "requires" && v.is_array()) {
       for (const toml::node& e : *v.as_array()) {
         if (!e.is_string() || !known_requirement(*e.value<std::string>()))
           throw UsageError(f + "requires: each entry is one of " + join(kRequirementKinds));
         p.requirements.push_back(*e.value<std::string>());
       }
-    } else if (key == "mca" && v.is_table()) p.mca = string_table(*v.as_table(), f + "mca");
-    else if (key == "env" && v.is_table()) p.env = string_table(*v.as_table(), f + "env");
+    } else if (key == "mca" && v.is_table())
+      p.mca = string_table(*v.as_table(), f + "mca");
+    else if (key == "env" && v.is_table())
+      p.env = string_table(*v.as_table(), f + "env");
     else if (key == "link" && v.is_table()) {
       const toml::table& l = *v.as_table();
       p.bandwidth_gbit_s = l["bandwidth_gbit_s"].value_or(0.0);
@@ -141,7 +149,7 @@ std::string unmet(const FabricProfile& p, const std::string& r) {
     int len = 0;
     MPI_Get_library_version(lib, &len);  // callable before MPI_Init
     return std::string(lib, size_t(len)).find("Open MPI") != std::string::npos ? ""
-                                                                                 : who + "this program runs another MPI";
+                                                                               : who + "this program runs another MPI";
   }
   if (r.rfind("ompi:", 0) == 0) {
     const std::string fw = r.substr(5, r.find('/') - 5), comp = r.substr(r.find('/') + 1);
@@ -319,14 +327,17 @@ int apply_fabric(const char* prog, const FabricRequest& req) {
       if (had && v != had)
         msg = "fabric " + p.name + " sets " + var + "=" + v + " but the environment has " + var + "=" + had +
               " (from mpirun --mca, -x or the shell): remove one";
-      else setenv(var.c_str(), v.c_str(), 1);
+      else
+        setenv(var.c_str(), v.c_str(), 1);
     }
     for (const auto& [k, v] : p.env) {
       if (!msg.empty()) break;
       const char* had = std::getenv(k.c_str());
       if (had && v != had)
-        msg = "fabric " + p.name + " sets " + k + "=" + v + " but the environment has " + k + "=" + had + ": remove one";
-      else setenv(k.c_str(), v.c_str(), 1);
+        msg =
+            "fabric " + p.name + " sets " + k + "=" + v + " but the environment has " + k + "=" + had + ": remove one";
+      else
+        setenv(k.c_str(), v.c_str(), 1);
     }
     if (msg.empty()) applied() = std::make_unique<FabricProfile>(std::move(p));
   } catch (const UsageError& e) {

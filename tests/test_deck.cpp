@@ -130,8 +130,7 @@ TEST(DeckSets, ANumberThatIsNotTomlIsNamedSo) {
             "them (e.g. sweep.seq_len=[64, 128])");
   // An integer TOML cannot hold is out of range, alone or in an array.
   EXPECT_NE(usage_error({"run.seed=99999999999999999999"}).find("integer out of range"), std::string::npos);
-  EXPECT_NE(usage_error({"sweep.seq_len=[64, 99999999999999999999]"}).find("integer out of range"),
-            std::string::npos);
+  EXPECT_NE(usage_error({"sweep.seq_len=[64, 99999999999999999999]"}).find("integer out of range"), std::string::npos);
   // A bare word is still a string for a string key.
   EXPECT_EQ(tiny({"run.pass=train"}).passes.size(), 1u);
 }

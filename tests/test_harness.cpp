@@ -86,9 +86,9 @@ TEST(HarnessStats, PairedOverlap) {
   const hn::Overlap o = hn::paired_overlap({1.0, 1.2, 1.1, 1.3, 1.15}, {0.9, 1.0, 1.05, 1.0, 1.0}, 0.4);
   ASSERT_TRUE(o.measured()) << o.unresolved;
   EXPECT_NEAR(o.exposed_s, 0.15, 1e-12);
-  EXPECT_NEAR(o.overlap, 0.625, 1e-12);   // 1 - 0.15 / 0.4
-  EXPECT_NEAR(o.overlap_q1, 0.5, 1e-12);  // 1 - 0.2 / 0.4
-  EXPECT_NEAR(o.overlap_q3, 0.75, 1e-12); // 1 - 0.1 / 0.4
+  EXPECT_NEAR(o.overlap, 0.625, 1e-12);    // 1 - 0.15 / 0.4
+  EXPECT_NEAR(o.overlap_q1, 0.5, 1e-12);   // 1 - 0.2 / 0.4
+  EXPECT_NEAR(o.overlap_q3, 0.75, 1e-12);  // 1 - 0.1 / 0.4
   EXPECT_NEAR(o.spread_s, 0.1, 1e-12);
   EXPECT_TRUE(std::isnan(o.clamped_from));
   // Four pairs: the overlap, but no quartiles (kQuartileSamples).
@@ -122,10 +122,10 @@ TEST(HarnessStats, OverlapResolution) {
 
 TEST(HarnessStats, SpreadAndSlowest) {
   EXPECT_TRUE(std::isnan(hn::spread({1.0})));
-  EXPECT_DOUBLE_EQ(hn::spread({3, 1, 2}), 2);          // fewer than 5: max - min
-  EXPECT_DOUBLE_EQ(hn::spread({5, 1, 3, 2, 4}), 2);    // Q3 4 - Q1 2
+  EXPECT_DOUBLE_EQ(hn::spread({3, 1, 2}), 2);                // fewer than 5: max - min
+  EXPECT_DOUBLE_EQ(hn::spread({5, 1, 3, 2, 4}), 2);          // Q3 4 - Q1 2
   EXPECT_TRUE(std::isnan(hn::slowest_ratio({10.6, 14.8})));  // two reps: the median is the slowest
-  EXPECT_DOUBLE_EQ(hn::slowest_ratio({1, 4, 2}), 2);   // 4 / median 2
+  EXPECT_DOUBLE_EQ(hn::slowest_ratio({1, 4, 2}), 2);         // 4 / median 2
 }
 
 TEST(HarnessBlas, CoreTiers) {
@@ -181,16 +181,19 @@ TEST(HarnessCli, IntOptionsAreCheckedBeforeNarrowing) {
   hn::add_int(app, "--heads", heads, 1, hn::kNoMax, "heads");
   hn::add_int(app, "--seq", seq, 1, hn::kNoMax, "seq");
   hn::add_int_list(app, "--head-dim", dims, 2, hn::kNoMax, "dims");
-  EXPECT_EQ(usage_error([&] { hn::parse(app, args_of({"prog", "--heads=4294967297"})); }),
+  EXPECT_EQ(usage_error([&] {
+              hn::parse(app, args_of({"prog", "--heads=4294967297"}));
+            }),
             "--heads 4294967297: must be between 1 and 2147483647");
   EXPECT_EQ(heads, 8);
   hn::parse(app, args_of({"prog", "--seq", "9223372036854775807", "--head-dim=2,4"}));
   EXPECT_EQ(seq, INT64_MAX);
   EXPECT_EQ(dims, (std::vector<int64_t>{2, 4}));
-  EXPECT_EQ(usage_error([&] { hn::parse(app, args_of({"prog", "--head-dim=2,"})); }),
+  EXPECT_EQ(usage_error([&] {
+              hn::parse(app, args_of({"prog", "--head-dim=2,"}));
+            }),
             "--head-dim '2,': must be a comma list of integers >= 2");
-  EXPECT_NE(usage_error([&] { hn::parse(app, args_of({"prog", "--bogus"})); }).find("(see --help)"),
-            std::string::npos);
+  EXPECT_NE(usage_error([&] { hn::parse(app, args_of({"prog", "--bogus"})); }).find("(see --help)"), std::string::npos);
   CLI::App snake{"test", "prog"};
   int x = 0;
   hn::add_int(snake, "--poll_us", x, 0, 1, "not kebab-case");
@@ -201,7 +204,8 @@ TEST(HarnessOutput, PathProblems) {
   TempDir d;
   const std::string file = d.path + "/x.json";
   EXPECT_EQ(hn::output_path_problem("--json", file), "");
-  EXPECT_EQ(hn::output_path_problem("--json", d.path), "--json " + d.path + ": is a directory; give the name of a file to write");
+  EXPECT_EQ(hn::output_path_problem("--json", d.path),
+            "--json " + d.path + ": is a directory; give the name of a file to write");
   EXPECT_EQ(hn::output_path_problem("--json", d.path + "/no/x.json"),
             "--json " + d.path + "/no/x.json: directory " + d.path + "/no does not exist");
   EXPECT_EQ(hn::output_path_problem("--json", "/dev/null"), "--json /dev/null: exists and is not a regular file");
@@ -215,11 +219,12 @@ TEST(HarnessOutput, PathProblems) {
     EXPECT_NE(hn::output_path_problem("--json", d.path + "/z.json").find("is not writable"), std::string::npos);
     ::chmod(d.path.c_str(), 0700);
   }
-  EXPECT_EQ(d.entries(), 1);  // the write test left nothing behind
+  EXPECT_EQ(d.entries(), 1);                                             // the write test left nothing behind
   ASSERT_EQ(::link(file.c_str(), (d.path + "/other.json").c_str()), 0);  // a second name: a run by it goes unseen
   EXPECT_EQ(hn::output_path_problem("--json", file),
-            "--json " + file + ": the file has 2 names (hard links); a run writing it by another name would go "
-            "unseen: give --json a file of one name, or remove the other names");
+            "--json " + file +
+                ": the file has 2 names (hard links); a run writing it by another name would go "
+                "unseen: give --json a file of one name, or remove the other names");
   ::unlink((d.path + "/other.json").c_str());
   EXPECT_EQ(hn::parent_dir("x.json"), ".");
   EXPECT_EQ(hn::parent_dir("/x.json"), "/");
@@ -242,7 +247,7 @@ TEST(HarnessOutput, JsonWrittenWholeOrNotAtAll) {
   EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask);
   EXPECT_THROW(hn::write_json("--json", d.path + "/no/r.json", doc), std::runtime_error);
   EXPECT_THROW(hn::write_json("--json", d.path, doc), std::runtime_error);  // a directory: rename fails
-  EXPECT_EQ(d.entries(), 1);  // no temporary left behind
+  EXPECT_EQ(d.entries(), 1);                                                // no temporary left behind
   hn::remove_old_outputs(args_of({"prog"}), {{"--json", file}});
   EXPECT_EQ(d.entries(), 0);
 }
@@ -324,8 +329,9 @@ TEST(HarnessLock, OneOwnerAtATime) {
   const std::string victim = d.path + "/victim.txt";
   { std::ofstream(victim) << "keep"; }
   ASSERT_EQ(::symlink(victim.c_str(), (out + ".lock").c_str()), 0);
-  EXPECT_EQ(lock.take("prog", "--out", out), "--out " + out + ": its lock file " + out +
-                                                  ".lock is a symbolic link; a lock file is never followed: remove the link");
+  EXPECT_EQ(lock.take("prog", "--out", out),
+            "--out " + out + ": its lock file " + out +
+                ".lock is a symbolic link; a lock file is never followed: remove the link");
   ::unlink((out + ".lock").c_str());
   ASSERT_EQ(::link(victim.c_str(), (out + ".lock").c_str()), 0);
   EXPECT_NE(lock.take("prog", "--out", out).find("lock file " + out + ".lock has 2 names"), std::string::npos);
@@ -340,7 +346,8 @@ TEST(HarnessMemory, Messages) {
   EXPECT_EQ(hn::memory_message("--seq 100000000", 1.2 * 1099511627776.0, 11.3 * 1073741824.0, 2, true),
             "--seq 100000000: needs 1.2 TiB per rank (predicted), 11.3 GiB available per rank (2 ranks on this "
             "node)");
-  EXPECT_EQ(hn::memory_message("--seq 8", 2048, 1024, 1, false), "--seq 8: needs 2.0 KiB (predicted), 1.0 KiB available");
+  EXPECT_EQ(hn::memory_message("--seq 8", 2048, 1024, 1, false),
+            "--seq 8: needs 2.0 KiB (predicted), 1.0 KiB available");
   EXPECT_GT(hn::node_available_bytes(), 0);
   EXPECT_NO_THROW(hn::check_memory(args_of({"prog"}), "--seq 1", 1024, 1));
   EXPECT_NE(usage_error([] { hn::check_memory(args_of({"prog"}), "--seq 1", 1e30, 1); }).find("--seq 1: needs "),

@@ -38,9 +38,12 @@ struct OpInfo {
   bool chunked;  // size = whole buffer, split into one chunk per rank (nccl-tests convention)
 };
 constexpr OpInfo kOps[] = {
-    {Op::PingPong, "pingpong", true, false},     {Op::SendRecv, "sendrecv", true, false},
-    {Op::AllToAll, "alltoall", false, true},     {Op::AllGather, "allgather", false, true},
-    {Op::ReduceScatter, "reduce_scatter", false, true}, {Op::AllReduce, "allreduce", false, false},
+    {Op::PingPong, "pingpong", true, false},
+    {Op::SendRecv, "sendrecv", true, false},
+    {Op::AllToAll, "alltoall", false, true},
+    {Op::AllGather, "allgather", false, true},
+    {Op::ReduceScatter, "reduce_scatter", false, true},
+    {Op::AllReduce, "allreduce", false, false},
 };
 constexpr size_t kElem = sizeof(float);
 constexpr uint64_t kMaxBytes = uint64_t(2) << 30;
@@ -103,8 +106,8 @@ struct Options {
   std::vector<int> progress_cpus;
   mc::Staging staging = mc::Staging::Direct;
   std::string json, progress_cpus_text, staging_name = "direct";
-  std::string fabric;     // --fabric (applied before MPI_Init by main)
-  hn::MpiSelection mpi;   // what MPI selected, checked against the profile
+  std::string fabric;    // --fabric (applied before MPI_Init by main)
+  hn::MpiSelection mpi;  // what MPI selected, checked against the profile
 };
 
 // Parses the command line (every rank does the same) and checks it, the --json path and
@@ -212,8 +215,7 @@ void parse_args(const hn::Args& a, Options& o) {
     if (want[k]) o.ops.push_back(kOps[k].op);
   if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
   // The two buffers of -e/--maxbytes each (host staging adds pooled copies of what is in flight).
-  hn::check_memory(a, "-e/--maxbytes " + maxb, 2.0 * double(o.maxbytes),
-                   mc::Communicator::node_topology().local_size);
+  hn::check_memory(a, "-e/--maxbytes " + maxb, 2.0 * double(o.maxbytes), mc::Communicator::node_topology().local_size);
 }
 
 // Exact float32 test data: moved values below 2^24, reduced values small integers.
@@ -284,9 +286,7 @@ class Bench {
           wait(c_.isendrecv(a, bytes, 0, b, 0, 0, w_));
         }
         break;
-      case Op::SendRecv:
-        wait(c_.isendrecv(a, bytes, (me_ + 1) % n_, b, bytes, (me_ + n_ - 1) % n_, w_));
-        break;
+      case Op::SendRecv: wait(c_.isendrecv(a, bytes, (me_ + 1) % n_, b, bytes, (me_ + n_ - 1) % n_, w_)); break;
       case Op::AllToAll: c_.alltoall(a, b, bytes, w_); break;
       case Op::AllGather: wait(c_.iallgather(a, b, bytes, w_)); break;
       case Op::ReduceScatter: wait(c_.ireduce_scatter(a, b, count, mc::DType::F32, w_)); break;
@@ -365,8 +365,8 @@ class Bench {
 };
 
 // The --json document; keys as documented in comm/bench/README.md.
-hn::Json results_json(const std::string& backend, const std::string& library, int ranks, int hosts,
-                      const Options& o, const std::vector<Row>& rows, const std::vector<std::string>& skipped) {
+hn::Json results_json(const std::string& backend, const std::string& library, int ranks, int hosts, const Options& o,
+                      const std::vector<Row>& rows, const std::vector<std::string>& skipped) {
   hn::Json js;
   js["backend"] = backend;
   js["mpi_library"] = library;
@@ -408,8 +408,7 @@ int run(const hn::Args& a, const Options& o) {
   int len = 0;
   MPI_Get_processor_name(name, &len);
   std::vector<char> names(size_t(nranks) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
   std::map<std::string, int> per_host;
   for (int r = 0; r < nranks; ++r) ++per_host[std::string(&names[size_t(r) * MPI_MAX_PROCESSOR_NAME])];
   char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -509,7 +508,8 @@ int run(const hn::Args& a, const Options& o) {
   }
 
   if (root && !o.json.empty())
-    hn::write_json("--json", o.json, results_json(comm->backend(), library, nranks, int(per_host.size()), o, rows, skipped));
+    hn::write_json("--json", o.json,
+                   results_json(comm->backend(), library, nranks, int(per_host.size()), o, rows, skipped));
   return total_wrong > 0 ? 1 : 0;
 }
 
@@ -517,7 +517,8 @@ int run(const hn::Args& a, const Options& o) {
 
 int main(int argc, char** argv) {
   // The fabric profile's settings go into the environment before MPI starts.
-  if (const int rc = hn::apply_fabric("minicp-comm-bench", {hn::flag_value(argc, argv, "--fabric"), "--fabric"}); rc >= 0)
+  if (const int rc = hn::apply_fabric("minicp-comm-bench", {hn::flag_value(argc, argv, "--fabric"), "--fabric"});
+      rc >= 0)
     return rc;
   Options o;
   return hn::main(

@@ -215,8 +215,7 @@ static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, i
     perf::Step st;
     perf::Spans kv;
     for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < P; ++i)
-        kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
+      for (int i = 0; i < P; ++i) kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
     st.attn.push_back({q, kv, c.heads, c.kv_heads});
     for (int j = 0; j < 4; ++j) {
       if (k == 0) st.exposed.push_back(piece(0, comm::EventKind::AllGather));
@@ -239,8 +238,12 @@ SchemeInfo allgather_scheme() {
   SchemeInfo s = make_info<AllGather>(
       "allgather",
       "all-gather K,V in chunks overlapped with compute (Llama 3), zigzag layout; backward reduce-scatters dK,dV");
-  s.settings = {{"chunks", "allgather: pieces the K,V gather is cut into, each overlapping the previous one's compute",
-                 4, 1, &Config::chunks, {}}};
+  s.settings = {{"chunks",
+                 "allgather: pieces the K,V gather is cut into, each overlapping the previous one's compute",
+                 4,
+                 1,
+                 &Config::chunks,
+                 {}}};
   s.refuses = "seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather"); };
   s.shard = [](const Config& c, int r) {

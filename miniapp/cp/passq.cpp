@@ -40,8 +40,7 @@ class PassQ final : public Scheme<T> {
     const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
-    View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n),
-                        scratch<T>("cp::passq::q1", n)};
+    View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n), scratch<T>("cp::passq::q1", n)};
     copy_into<T>(qbuf[0].data(), q.data(), n);
     // parts[b] = this rank's partial for Q block b (slot b goes to rank b).
     View1<T> parts = scratch<T>("cp::passq::parts", P * slot);
@@ -97,8 +96,7 @@ class PassQ final : public Scheme<T> {
     const size_t blk = 3 * n + Sl * H;  // one travelling block: Q, dOut, O [Sl,H,D] then LSE [Sl,H]
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);
-    View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk),
-                       scratch<T>("cp::passq::qblk1", blk)};
+    View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk), scratch<T>("cp::passq::qblk1", blk)};
     timed_aux(ctx, [&] {
       copy_into<T>(buf[0].data(), q.data(), n);
       copy_into<T>(buf[0].data() + n, dout.data(), n);
@@ -123,9 +121,8 @@ class PassQ final : public Scheme<T> {
           const CView2<T> Lb(p + 3 * n, Sl, H);
           auto dQb = view3<T>(dq_parts.data() + b * n, Sl, H, D);
           const auto mask = make_mask(ctx.cfg, qpos[b], kvpos);
-          timed_compute(ctx, [&] {
-            return kernels::attention_bwd<T>(Qb, k, v, Ob, Lb, dOb, mask, dQb, dk, dv, ctx.cfg.attn);
-          });
+          timed_compute(
+              ctx, [&] { return kernels::attention_bwd<T>(Qb, k, v, Ob, Lb, dOb, mask, dQb, dk, dv, ctx.cfg.attn); });
         }
       }
       timed_wait(ctx, req);
@@ -156,15 +153,16 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
   for (int s = 0; s < P; ++s) {
     perf::Step st;
     if (s == 0)  // the positions of every Q block
-      st.exposed.push_back({comm::EventKind::AllGather, int64_t(layout::count(kv) * sizeof(int64_t)), P,
-                            t.spans_nodes(0, P, 1)});
+      st.exposed.push_back(
+          {comm::EventKind::AllGather, int64_t(layout::count(kv) * sizeof(int64_t)), P, t.spans_nodes(0, P, 1)});
     st.attn.push_back({layout::zigzag_spans(c.seq_len, P, (r - s + P) % P), kv, c.heads, c.kv_heads});
     if (s < P - 1) st.overlapped.push_back(pass);
     out.steps.push_back(st);
   }
   perf::Step home;
   if (P > 1)
-    home.exposed.push_back({comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * elem), P, t.spans_nodes(0, P, 1)});
+    home.exposed.push_back(
+        {comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * elem), P, t.spans_nodes(0, P, 1)});
   home.aux_values = P * (backward ? n : n + lse);
   out.steps.push_back(home);
   return out;

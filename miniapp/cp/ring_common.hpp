@@ -161,9 +161,8 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
         ++ctx.stats.blocks_skipped;
       } else {
         const auto mask = make_mask(ctx.cfg, qpos, bpos);
-        timed_compute(ctx, [&] {
-          return kernels::attention_bwd<T>(q, Kc, Vc, o, lse, dout, mask, dq, dKc, dVc, ctx.cfg.attn);
-        });
+        timed_compute(
+            ctx, [&] { return kernels::attention_bwd<T>(q, Kc, Vc, o, lse, dout, mask, dq, dKc, dVc, ctx.cfg.attn); });
       }
     }
     if (s > 0) {  // this block's accumulator from the next rank (compute-only mode adds a
@@ -245,8 +244,8 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
       continue;
     }
     if (P == 1) break;
-    if (s + 1 < P - 1) st.overlapped.push_back(pass);                      // the next K/V block
-    if (s >= 1) st.overlapped.push_back(pass);                             // this block's dK/dV
+    if (s + 1 < P - 1) st.overlapped.push_back(pass);  // the next K/V block
+    if (s >= 1) st.overlapped.push_back(pass);         // this block's dK/dV
     st.aux_values = (s >= 1 ? 2 : 1) * kv_values + (s == 0 ? nq * heads * c.head_dim : 0);
   }
   bool group_inter = false;

@@ -48,8 +48,7 @@ std::vector<Setting> all_settings() {
   std::vector<Setting> out;
   for (const auto& s : registry())
     for (const Setting& st : s.settings)
-      if (std::none_of(out.begin(), out.end(), [&](const Setting& o) { return o.name == st.name; }))
-        out.push_back(st);
+      if (std::none_of(out.begin(), out.end(), [&](const Setting& o) { return o.name == st.name; })) out.push_back(st);
   return out;
 }
 

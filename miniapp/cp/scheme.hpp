@@ -4,8 +4,8 @@
 #pragma once
 #include <algorithm>
 #include <functional>
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,20 +35,20 @@ const char* to_string(Problem p);
 
 struct Config {
   Problem problem = Problem::Train;
-  int64_t seq_len = 0;     // S, global tokens (decode: the KV-cache length)
-  int heads = 8;           // H, query heads
-  int kv_heads = 8;        // Hkv, key/value heads (GQA when < heads)
-  int head_dim = 64;       // D
+  int64_t seq_len = 0;  // S, global tokens (decode: the KV-cache length)
+  int heads = 8;        // H, query heads
+  int kv_heads = 8;     // Hkv, key/value heads (GQA when < heads)
+  int head_dim = 64;    // D
   bool causal = true;
-  int64_t window = 0;      // sliding window in tokens (0 = none; implies causal)
-  int64_t doc_len = 0;     // packed documents of doc_len tokens (0 = one document)
-  int ranks = 1;           // P, ranks of the CP group
+  int64_t window = 0;   // sliding window in tokens (0 = none; implies causal)
+  int64_t doc_len = 0;  // packed documents of doc_len tokens (0 = one document)
+  int ranks = 1;        // P, ranks of the CP group
   // Scheme settings: each is described (help, default, minimum) by the Setting entry of the
   // scheme that reads it, and the constructor sets them to those defaults.
-  int ulysses;         // usp
-  int inner_ring;      // doublering
-  int decode_tokens;   // tree
-  int chunks;          // allgather
+  int ulysses;        // usp
+  int inner_ring;     // doublering
+  int decode_tokens;  // tree
+  int chunks;         // allgather
   Mode mode = Mode::Full;
   kernels::AttnOptions attn;  // kernel options (tile sizes)
   Config();
@@ -103,8 +103,8 @@ class Scheme {
   // q[Sq,H,D], k,v[Skv,Hkv,D] (local rows, Shard order) -> o[Sq,H,D], lse[Sq,H].
   virtual void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) = 0;
   // Given the forward's o, lse and dout[Sq,H,D] -> dq, dk, dv (overwritten).
-  virtual void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse,
-                        CView3<T> dout, View3<T> dq, View3<T> dk, View3<T> dv) = 0;
+  virtual void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+                        View3<T> dq, View3<T> dk, View3<T> dv) = 0;
 };
 
 // One integer setting a scheme reads from Config. Drivers register them from the registry

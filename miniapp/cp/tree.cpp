@@ -11,8 +11,6 @@
 namespace minicp::cp {
 namespace {
 
-
-
 // o[Tq,H,D], lse[Tq,H] local; m[Tq,H] the global max LSE -> packed[Tq*H*D + Tq*H] = [w*o | w],
 // w = exp(lse - m) (0 for an empty local row or an empty global row).
 template <class T>
@@ -99,18 +97,22 @@ class Tree final : public Scheme<T> {
 
 SchemeInfo tree_scheme() {
   SchemeInfo s = make_info<Tree>(
-      "tree", "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps");
+      "tree",
+      "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps");
   s.problems = {Problem::Decode};
-  s.settings = {{"decode_tokens", "query tokens decoded against the KV cache (tokens)", 1, 1, &Config::decode_tokens, {}}};
+  s.settings = {
+      {"decode_tokens", "query tokens decoded against the KV cache (tokens)", 1, 1, &Config::decode_tokens, {}}};
   s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
-  s.shard = [](const Config& c, int r) { return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)}; };
+  s.shard = [](const Config& c, int r) {
+    return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)};
+  };
   // One local call on the cache shard, then the two all-reduces (MAX of the LSE, SUM of [w*O | w]).
   s.schedule = [](const Config& c, const perf::Topo& t, int r, bool, size_t elem) {
     perf::Step local, combine;
     const double rows = double(c.decode_tokens) * c.heads;
-    local.attn.push_back({{{c.seq_len, c.decode_tokens, 1}}, layout::contiguous_spans(c.seq_len, c.ranks, r), c.heads,
-                          c.kv_heads});
+    local.attn.push_back(
+        {{{c.seq_len, c.decode_tokens, 1}}, layout::contiguous_spans(c.seq_len, c.ranks, r), c.heads, c.kv_heads});
     if (c.ranks > 1) {
       const bool inter = t.spans_nodes(0, c.ranks, 1);
       combine.exposed = {{comm::EventKind::AllReduce, int64_t(rows * elem), c.ranks, inter},

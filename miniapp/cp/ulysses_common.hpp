@@ -112,8 +112,7 @@ void ulysses_pack(CView3<T> x, const HeadSplit& s, View1<T> send) {
 // out[t, c, :] = sum over the slots (w, j) holding head c of recv[w][t][j][:] (one term
 // unless heads were replicated). Overwrites out[n,Hx,D].
 template <class T>
-void ulysses_unpack(Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> recv, const HeadSplit& s,
-                    View3<T> out) {
+void ulysses_unpack(Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> recv, const HeadSplit& s, View3<T> out) {
   const int64_t n = out.extent(0), Hx = out.extent(1), D = out.extent(2), per = s.per;
   Kokkos::parallel_for(
       "cp::ulysses::unpack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n * Hx),
@@ -139,8 +138,8 @@ template <class T>
 class UlyssesEngine {
  public:
   // q[n,H,D], k,v[n,Hkv,D] sequence-sharded -> o[n,H,D], lse[n,H].
-  void forward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos,
-               CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) {
+  void forward(Context& ctx, const comm::Group& ug, const comm::Group* rg, const std::vector<int64_t>& pos, CView3<T> q,
+               CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) {
     have_fwd_ = false;
     scatter_inputs(ctx, ug, q, k, v);
     if (!rg || rg->size == 1) {

@@ -26,8 +26,8 @@ const char* to_string(Pass p) {
 }
 
 const char* to_string(Phase p) {
-  static const char* names[kPhases] = {"norm",    "qkv",      "rope", "attn_compute",
-                                       "attn_comm", "out_proj", "mlp",  "grad_allreduce", "other"};
+  static const char* names[kPhases] = {"norm",     "qkv", "rope",           "attn_compute", "attn_comm",
+                                       "out_proj", "mlp", "grad_allreduce", "other"};
   return names[int(p)];
 }
 
@@ -74,15 +74,15 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
                F = m.ffn, H = m.heads, L = m.layers;
   const bool train = cfg.pass == Pass::Train;
   const double params = double(layer_param_count(m));
-  double v = L * params * (train ? 2 : 1);                       // weights (and gradients)
-  v += (L + 1) * n * C + (train ? 3 : 0) * n * C;                // layer inputs/outputs; dy and two dx buffers
+  double v = L * params * (train ? 2 : 1);         // weights (and gradients)
+  v += (L + 1) * n * C + (train ? 3 : 0) * n * C;  // layer inputs/outputs; dy and two dx buffers
   const double saved = 3 * n * C + 2 * n + 2 * n * HD + 2 * n * KD + n * H + 2 * n * F;  // per layer
   v += (train ? L : 1) * saved;
-  v += n * F;                                                     // the gate g
+  v += n * F;                                                       // the gate g
   if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;  // backward workspace
   if (train) v += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
   if (cfg.pass == Pass::Decode) v += 2 * L * r.cache * KD + n * HD + n * H;  // cache; self block
-  v += n * 8.0 / double(elem);                                    // RoPE positions [N] (int64)
+  v += n * 8.0 / double(elem);                                               // RoPE positions [N] (int64)
   const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
   v += w.shared + L * w.per_object;
   // Not counted: the masks' positions (int64, one per query and key row of a block, during a
@@ -98,7 +98,7 @@ struct Stack<T>::Impl {
 
   // One layer's weights, gradients, attention scheme and saved activations.
   struct Layer {
-    View1<T> w, dw;               // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
+    View1<T> w, dw;  // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
     std::unique_ptr<cp::Scheme<T>> scheme;
     View2<T> h1, q, k, v, o, x2, h2, a, b;  // [N,C] [N,H*D] [N,Hkv*D] x2 [N,H*D] [N,C] x2 [N,F] x2
     View1<T> rstd1, rstd2;                  // [N]
@@ -115,17 +115,18 @@ struct Stack<T>::Impl {
   Shape m;
   int64_t N = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0;
   std::vector<Param> params;
-  std::vector<int64_t> rows;                     // global index of each local row (= its position)
-  std::vector<int64_t> cache_rows;               // decode: global token of each cache row
-  Kokkos::View<int64_t*, kernels::Mem> pos;      // [N] positions for RoPE
-  std::vector<View2<T>> xs;                      // L+1 of [N,C]: input of layer l, output of the last
-  View2<T> dy, gbuf[2], dx;                      // [N,C]
+  std::vector<int64_t> rows;                             // global index of each local row (= its position)
+  std::vector<int64_t> cache_rows;                       // decode: global token of each cache row
+  Kokkos::View<int64_t*, kernels::Mem> pos;              // [N] positions for RoPE
+  std::vector<View2<T>> xs;                              // L+1 of [N,C]: input of layer l, output of the last
+  View2<T> dy, gbuf[2], dx;                              // [N,C]
   View2<T> g, dg, da, db, dh, dxn, dx2, dq, dk, dv, dO;  // shared workspace
-  View2<T> o_self, lse_self;                     // decode: the new tokens' own block
+  View2<T> o_self, lse_self;                             // decode: the new tokens' own block
   std::vector<Layer> layers;
   double grad_exposed = 0;
   int64_t grad_bytes = 0;
-  double grad_busy = 0;    // the collective thread's time on them (NaN: no such thread)  // bytes the last backward's dW all-reduces sent (comm::bytes_leaving)
+  double grad_busy = 0;  // the collective thread's time on them (NaN: no such thread)  // bytes the last backward's dW
+                         // all-reduces sent (comm::bytes_leaving)
 
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
@@ -149,7 +150,8 @@ struct Stack<T>::Impl {
     layers.resize(size_t(m.layers));
     for (int l = 0; l < m.layers; ++l) {
       Layer& L = layers[size_t(l)];
-      L.w = View1<T>(Kokkos::view_alloc(std::string("model::w"), Kokkos::WithoutInitializing), size_t(params.back().offset + params.back().size()));
+      L.w = View1<T>(Kokkos::view_alloc(std::string("model::w"), Kokkos::WithoutInitializing),
+                     size_t(params.back().offset + params.back().size()));
       fill_params(L.w, l);
       if (train) L.dw = View1<T>("model::dw", L.w.extent(0));
       L.scheme = make_scheme();
@@ -172,8 +174,10 @@ struct Stack<T>::Impl {
         L.rstd1 = f.rstd1, L.rstd2 = f.rstd2, L.lse = f.lse;
       }
       if (cfg.pass == Pass::Decode) {
-        L.kc = View3<T>(Kokkos::view_alloc(std::string("model::cache_k"), Kokkos::WithoutInitializing), sh.kv.size(), Hkv, D);
-        L.vc = View3<T>(Kokkos::view_alloc(std::string("model::cache_v"), Kokkos::WithoutInitializing), sh.kv.size(), Hkv, D);
+        L.kc = View3<T>(Kokkos::view_alloc(std::string("model::cache_k"), Kokkos::WithoutInitializing), sh.kv.size(),
+                        Hkv, D);
+        L.vc = View3<T>(Kokkos::view_alloc(std::string("model::cache_v"), Kokkos::WithoutInitializing), sh.kv.size(),
+                        Hkv, D);
         fill_cache(L.kc, sh.kv, stream_id(Stream::CacheK, l));
         fill_cache(L.vc, sh.kv, stream_id(Stream::CacheV, l));
       }
@@ -237,7 +241,9 @@ struct Stack<T>::Impl {
   }
 
   // Views of a layer's parameter p (a vector or a [rows, cols] matrix) inside a flat buffer.
-  View1<T> vec(View1<T> flat, int p) const { return View1<T>(flat.data() + params[size_t(p)].offset, params[size_t(p)].rows); }
+  View1<T> vec(View1<T> flat, int p) const {
+    return View1<T>(flat.data() + params[size_t(p)].offset, params[size_t(p)].rows);
+  }
   View2<T> mat(View1<T> flat, int p) const {
     const Param& pr = params[size_t(p)];
     return View2<T>(flat.data() + pr.offset, pr.rows, pr.cols);
@@ -290,7 +296,8 @@ struct Stack<T>::Impl {
   static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b, all whole [N, C] allocations
     T* o = out.data();
     const T *pa = a.data(), *pb = b.data();
-    kernels::for_each_index("model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
+    kernels::for_each_index(
+        "model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
   }
 
   // One GEMM of phase p as its own timed kernel event: C = alpha op(A) op(B) + beta C.
@@ -309,7 +316,8 @@ struct Stack<T>::Impl {
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
     const double t_layer = MPI_Wtime();
-    timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
+    timed(ctx, t, Phase::Norm, 0,
+          [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wv), 0, L.v);
@@ -319,7 +327,7 @@ struct Stack<T>::Impl {
     if (cfg.pass == Pass::Decode) {
       timed_attention(ctx, t, [&] {
         L.scheme->forward(ctx, q3, L.kc, L.vc, o3, L.lse);  // against the cache
-        if (computes(ctx)) {  // the new tokens' own block, then one LSE merge
+        if (computes(ctx)) {                                // the new tokens' own block, then one LSE merge
           const auto mask = cp::make_mask(acfg, rows, rows);
           const View3<T> os = heads(o_self, H, D);
           ctx.stats.flops += kernels::attention_fwd<T>(q3, k3, v3, mask, os, lse_self, acfg.attn).flops;
@@ -353,21 +361,20 @@ struct Stack<T>::Impl {
     const double t_layer = MPI_Wtime();
     const View2<T> x = xs[size_t(l)];
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });  // recomputed gate [N,F]
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyl, mat(L.w, W2), 0, dg);       // dg = dy W2^T
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 0, mat(L.dw, W2));       // dW2 = g^T dy
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyl, mat(L.w, W2), 0, dg);      // dg = dy W2^T
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 0, mat(L.dw, W2));      // dW2 = g^T dy
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db); });
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);        // dh = da W1^T + db W3^T
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);  // dh = da W1^T + db W3^T
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, db, mat(L.w, W3), 1, dh);
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));     // dW1 = h2^T da
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));     // dW3 = h2^T db
-    timed(ctx, t, Phase::Norm, 0,
-          [&] {
-            Kokkos::deep_copy(vec(L.dw, MlpNorm), T(0));  // rmsnorm_bwd accumulates dw
-            kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
-          });
-    timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });  // the residual
-    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2, mat(L.w, Wo), 0, dO);   // dO = dx2 Wo^T
-    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 0, mat(L.dw, Wo)); // dWo = o^T dx2
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));  // dW1 = h2^T da
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));  // dW3 = h2^T db
+    timed(ctx, t, Phase::Norm, 0, [&] {
+      Kokkos::deep_copy(vec(L.dw, MlpNorm), T(0));  // rmsnorm_bwd accumulates dw
+      kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
+    });
+    timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });                    // the residual
+    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2, mat(L.w, Wo), 0, dO);    // dO = dx2 Wo^T
+    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 0, mat(L.dw, Wo));  // dWo = o^T dx2
     const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
     timed_attention(ctx, t, [&] {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
@@ -375,17 +382,16 @@ struct Stack<T>::Impl {
     });
     timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(dq3, pos, m.rope_theta, true); });
     timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(dk3, pos, m.rope_theta, true); });
-    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dq, mat(L.w, Wq), 0, dh);        // dh = dq Wq^T + dk Wk^T + dv Wv^T
+    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dq, mat(L.w, Wq), 0, dh);  // dh = dq Wq^T + dk Wk^T + dv Wv^T
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dk, mat(L.w, Wk), 1, dh);
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dv, mat(L.w, Wv), 1, dh);
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));     // dWq = h1^T dq
+    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));  // dWq = h1^T dq
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
-    timed(ctx, t, Phase::Norm, 0,
-          [&] {
-            Kokkos::deep_copy(vec(L.dw, AttnNorm), T(0));
-            kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
-          });
+    timed(ctx, t, Phase::Norm, 0, [&] {
+      Kokkos::deep_copy(vec(L.dw, AttnNorm), T(0));
+      kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
+    });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dxl, dx2, dxn); });
     // The layer's dW are final: summed over the group while the layers below compute.
     // Posting can block (Open MPI copies or takes the progress thread's lock): that time is
@@ -422,7 +428,8 @@ struct Stack<T>::Impl {
   }
 
   void backward(cp::Context& ctx) {
-    if (cfg.pass != Pass::Train) throw std::logic_error(std::string("the ") + to_string(cfg.pass) + " pass has no backward");
+    if (cfg.pass != Pass::Train)
+      throw std::logic_error(std::string("the ") + to_string(cfg.pass) + " pass has no backward");
     const double t_call = MPI_Wtime(), busy0 = comm.collective_busy_s();
     grad_exposed = 0;
     grad_bytes = 0;
@@ -456,39 +463,73 @@ Stack<T>::Stack(const StackConfig& cfg, const cp::SchemeInfo& scheme, comm::Comm
 template <class T>
 Stack<T>::~Stack() = default;
 template <class T>
-void Stack<T>::forward(cp::Context& ctx) { p_->forward(ctx); }
+void Stack<T>::forward(cp::Context& ctx) {
+  p_->forward(ctx);
+}
 template <class T>
-void Stack<T>::backward(cp::Context& ctx) { p_->backward(ctx); }
+void Stack<T>::backward(cp::Context& ctx) {
+  p_->backward(ctx);
+}
 template <class T>
-const std::vector<int64_t>& Stack<T>::rows() const { return p_->rows; }
+const std::vector<int64_t>& Stack<T>::rows() const {
+  return p_->rows;
+}
 template <class T>
-View2<T> Stack<T>::x() const { return p_->xs.front(); }
+View2<T> Stack<T>::x() const {
+  return p_->xs.front();
+}
 template <class T>
-View2<T> Stack<T>::y() const { return p_->xs.back(); }
+View2<T> Stack<T>::y() const {
+  return p_->xs.back();
+}
 template <class T>
-View2<T> Stack<T>::dy() const { return p_->dy; }
+View2<T> Stack<T>::dy() const {
+  return p_->dy;
+}
 template <class T>
-View2<T> Stack<T>::dx() const { return p_->dx; }
+View2<T> Stack<T>::dx() const {
+  return p_->dx;
+}
 template <class T>
-View1<T> Stack<T>::params(int layer) const { return p_->layers.at(size_t(layer)).w; }
+View1<T> Stack<T>::params(int layer) const {
+  return p_->layers.at(size_t(layer)).w;
+}
 template <class T>
-View1<T> Stack<T>::grads(int layer) const { return p_->layers.at(size_t(layer)).dw; }
+View1<T> Stack<T>::grads(int layer) const {
+  return p_->layers.at(size_t(layer)).dw;
+}
 template <class T>
-View3<T> Stack<T>::cache_k(int layer) const { return p_->layers.at(size_t(layer)).kc; }
+View3<T> Stack<T>::cache_k(int layer) const {
+  return p_->layers.at(size_t(layer)).kc;
+}
 template <class T>
-View3<T> Stack<T>::cache_v(int layer) const { return p_->layers.at(size_t(layer)).vc; }
+View3<T> Stack<T>::cache_v(int layer) const {
+  return p_->layers.at(size_t(layer)).vc;
+}
 template <class T>
-const std::vector<int64_t>& Stack<T>::cache_rows() const { return p_->cache_rows; }
+const std::vector<int64_t>& Stack<T>::cache_rows() const {
+  return p_->cache_rows;
+}
 template <class T>
-const PhaseTimes& Stack<T>::forward_times(int layer) const { return p_->layers.at(size_t(layer)).fwd; }
+const PhaseTimes& Stack<T>::forward_times(int layer) const {
+  return p_->layers.at(size_t(layer)).fwd;
+}
 template <class T>
-const PhaseTimes& Stack<T>::backward_times(int layer) const { return p_->layers.at(size_t(layer)).bwd; }
+const PhaseTimes& Stack<T>::backward_times(int layer) const {
+  return p_->layers.at(size_t(layer)).bwd;
+}
 template <class T>
-double Stack<T>::grad_allreduce_exposed_s() const { return p_->grad_exposed; }
+double Stack<T>::grad_allreduce_exposed_s() const {
+  return p_->grad_exposed;
+}
 template <class T>
-int64_t Stack<T>::grad_allreduce_bytes() const { return p_->grad_bytes; }
+int64_t Stack<T>::grad_allreduce_bytes() const {
+  return p_->grad_bytes;
+}
 template <class T>
-double Stack<T>::grad_allreduce_busy_s() const { return p_->grad_busy; }
+double Stack<T>::grad_allreduce_busy_s() const {
+  return p_->grad_busy;
+}
 
 template class Stack<float>;
 template class Stack<double>;

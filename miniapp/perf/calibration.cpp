@@ -44,7 +44,9 @@ bool coll_op(const std::string& op) {
   return false;
 }
 
-double log_distance(int64_t a, int64_t b) { return std::abs(std::log(double(std::max<int64_t>(a, 1)) / double(std::max<int64_t>(b, 1)))); }
+double log_distance(int64_t a, int64_t b) {
+  return std::abs(std::log(double(std::max<int64_t>(a, 1)) / double(std::max<int64_t>(b, 1))));
+}
 
 }  // namespace
 
@@ -66,12 +68,14 @@ std::string Calibration::text() const {
     o << "attn " << a.dtype << " " << a.threads << " " << (a.backward ? "bwd" : "fwd") << " " << a.head_dim << " "
       << a.tile_q << " " << a.tile_k << " " << num(a.full_s) << " " << num(a.partial_s) << " " << num(a.call_s) << " "
       << num(a.tile_s) << "\n";
-  for (const ElemRate& e : elem) o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
+  for (const ElemRate& e : elem)
+    o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
   for (const LinkRate& l : links)
     o << "link " << l.fabric << " " << l.scope << " " << num(l.alpha_s) << " " << num(l.beta_Bps) << " "
       << num(l.cpu_Bps) << (l.allreduce_Bps > 0 ? " " + num(l.allreduce_Bps) : "") << "\n";
   for (const BusyRate& b : busy)
-    o << "busy " << b.fabric << " " << b.scope << " " << b.kind << " " << num(b.wire_Bps) << " " << num(b.cpu_Bps) << "\n";
+    o << "busy " << b.fabric << " " << b.scope << " " << b.kind << " " << num(b.wire_Bps) << " " << num(b.cpu_Bps)
+      << "\n";
   for (const CollTime& t : colls)
     o << (t.posted ? "posted " : "coll ") << t.fabric << " " << t.scope << " " << t.op << " " << t.group << " "
       << t.payload << " " << num(t.seconds) << "\n";
@@ -137,8 +141,8 @@ const BusyRate* Calibration::find_busy(const std::string& fabric, const std::str
   return found;
 }
 
-const LayerTime* Calibration::find_layer(const std::string& dtype, int threads, const model::Shape& s,
-                                         int64_t rows, int ranks) const {
+const LayerTime* Calibration::find_layer(const std::string& dtype, int threads, const model::Shape& s, int64_t rows,
+                                         int ranks) const {
   // Ranks first: a layer with every core of the host busy runs slower than alone on it.
   auto key = [&](const LayerTime& l) {
     return std::pair{l.ranks > 0 && ranks > 0 ? log_distance(l.ranks, ranks) : 0.0, log_distance(l.rows, rows)};
@@ -172,7 +176,8 @@ Calibration parse_calibration(const std::string& text, const std::string& source
     std::string kind;
     if (!(ls >> kind)) continue;
     auto bad = [&](const std::string& why) {
-      return std::runtime_error(source + ":" + std::to_string(no) + ": " + why + " (row '" + kind + "'; see the header of miniapp/perf/calibration.hpp)");
+      return std::runtime_error(source + ":" + std::to_string(no) + ": " + why + " (row '" + kind +
+                                "'; see the header of miniapp/perf/calibration.hpp)");
     };
     bool ok = true;
     if (kind == "info") {
@@ -216,8 +221,8 @@ Calibration parse_calibration(const std::string& text, const std::string& source
     } else if (kind == "busy") {
       BusyRate b;
       ok = bool(ls >> b.fabric >> b.scope >> b.kind >> b.wire_Bps >> b.cpu_Bps) &&
-           (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") &&
-           b.wire_Bps > 0 && b.cpu_Bps >= 0;
+           (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") && b.wire_Bps > 0 &&
+           b.cpu_Bps >= 0;
       if (ok) c.busy.push_back(b);
     } else if (kind == "coll" || kind == "posted") {
       CollTime t;
@@ -338,7 +343,8 @@ struct Measure {
 
   void elementwise(Calibration& out) {
     const model::Shape& s = plan.shapes.front();
-    const int64_t N = std::max<int64_t>(256, std::min<int64_t>(4096, *std::max_element(plan.rows.begin(), plan.rows.end())));
+    const int64_t N =
+        std::max<int64_t>(256, std::min<int64_t>(4096, *std::max_element(plan.rows.begin(), plan.rows.end())));
     const int64_t C = s.hidden, F = s.ffn, H = s.heads, D = s.head_dim;
     kernels::View2<T> x("cal_x", N, C), y("cal_y", N, C), dy("cal_dy", N, C), a("cal_a", N, F), b("cal_b", N, F),
         g("cal_g", N, F), da("cal_da", N, F), db("cal_db", N, F);
@@ -399,13 +405,15 @@ struct Measure {
         kc.emplace_back("cal_k", nk, Hkv, D), vc.emplace_back("cal_v", nk, Hkv, D);
         Kokkos::deep_copy(kc.back(), T(0.2)), Kokkos::deep_copy(vc.back(), T(0.3));
       }
-      const double t = median_time(world, reps, [&] {
-        for (size_t i = 0; i < size_t(copies); ++i)
-          if (bwd)
-            kernels::attention_bwd<T>(q, kc[i], vc[i], o, lse, o, mask, dq, dk, dv);
-          else
-            kernels::attention_fwd<T>(q, kc[i], vc[i], mask, o, lse);
-      }) / copies;
+      const double t = median_time(world, reps,
+                                   [&] {
+                                     for (size_t i = 0; i < size_t(copies); ++i)
+                                       if (bwd)
+                                         kernels::attention_bwd<T>(q, kc[i], vc[i], o, lse, o, mask, dq, dk, dv);
+                                       else
+                                         kernels::attention_fwd<T>(q, kc[i], vc[i], mask, o, lse);
+                                   }) /
+                       copies;
       const TileCount n = count_tiles(c, qs, ks, tiles);
       rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
     };
@@ -518,7 +526,8 @@ std::pair<double, double> busy_link(comm::Communicator& c, MPI_Comm world, int r
   const bool allreduce = buckets > 0;
   // Rank 0's sizes: each rank timed the link by its own clock, and both sides must agree.
   MPI_Bcast(&isolated_Bps, 1, MPI_DOUBLE, 0, world);
-  const int64_t bytes = allreduce ? bucket * buckets : std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;
+  const int64_t bytes =
+      allreduce ? bucket * buckets : std::clamp<int64_t>(int64_t(isolated_Bps * 0.1) >> 20, 1, 64) << 20;
   const int64_t leaving = allreduce ? comm::bytes_leaving(comm::EventKind::AllReduce, bucket, P) * buckets
                                     : (rank == 0 || rank == peer ? bytes : 0);
   const double transfer_s = double(leaving > 0 ? leaving : bytes) / isolated_Bps;  // alone
@@ -649,9 +658,11 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, MPI_Comm world, co
     auto it = groups.find({size, strided});
     if (it == groups.end()) {
       const std::string name = "calibrate_" + std::to_string(size) + (strided ? "s" : "c");
-      it = groups.emplace(std::pair{size, strided}, size == P ? c.world()
-                                                    : strided ? c.split_strided(size, name)
-                                                              : c.split_contiguous(size, name)).first;
+      it = groups
+               .emplace(std::pair{size, strided}, size == P ? c.world()
+                                                  : strided ? c.split_strided(size, name)
+                                                            : c.split_contiguous(size, name))
+               .first;
     }
     return it->second;
   };
@@ -752,7 +763,9 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
     if (std::string(scope) == "intra") intra_beta = beta;
     // A CPU copies what moves within a node; across nodes only on a non-RDMA fabric, at the
     // node's copy rate (the intra-node figure) or, without one, the link's own.
-    const double cpu = std::string(scope) == "intra" ? beta : plan.cpu_copy_inter ? (intra_beta > 0 ? intra_beta : beta) : 0;
+    const double cpu = std::string(scope) == "intra" ? beta
+                       : plan.cpu_copy_inter         ? (intra_beta > 0 ? intra_beta : beta)
+                                                     : 0;
     out.links.push_back({plan.fabric, scope, alpha, beta, cpu});
   }
   // The weight-gradient all-reduce's own rate: a layer's buckets of 8 MiB (up to 8) back to
@@ -773,8 +786,9 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
                                    [&](int nd) { return nd != topo.node_of_rank[0]; });
     for (LinkRate& l : out.links)
       if (l.scope == std::string(inter ? "inter" : "intra"))
-        l.allreduce_Bps =
-            double(buckets) * double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(bucket), comm.world().size)) / t;
+        l.allreduce_Bps = double(buckets) *
+                          double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(bucket), comm.world().size)) /
+                          t;
   }
   // The same links beside compute, through a communicator with the run's progress.
   if (comm.world().size > 1 && !out.links.empty()) {
@@ -826,9 +840,8 @@ std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples) 
     // Per pass, by layer / GEMMs without dividing by a 0 (a decode row's backward).
     auto median = [&](double LayerTime::*layer, double LayerTime::*gemm) {
       std::vector<LayerTime> v = same;
-      std::sort(v.begin(), v.end(), [&](const LayerTime& x, const LayerTime& y) {
-        return x.*layer * y.*gemm < y.*layer * x.*gemm;
-      });
+      std::sort(v.begin(), v.end(),
+                [&](const LayerTime& x, const LayerTime& y) { return x.*layer * y.*gemm < y.*layer * x.*gemm; });
       return v[v.size() / 2];
     };
     const LayerTime f = median(&LayerTime::forward_s, &LayerTime::gemm_forward_s);
@@ -841,8 +854,8 @@ std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples) 
   return out;
 }
 
-std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype,
-                                             bool backward, comm::Communicator& comm) {
+std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype, bool backward,
+                                             comm::Communicator& comm) {
   MPI_Comm world = *static_cast<MPI_Comm*>(comm.world().native);
   double t[2] = {0, 0};
   std::map<std::tuple<std::string, int64_t, int64_t, int64_t>, double> rates;  // a shape timed once

@@ -100,8 +100,8 @@ struct LinkRate {
 // A link's traffic beside compute: what the run's overlapped transfers see.
 struct BusyRate {
   std::string fabric, scope, kind;  // kind: p2p | allreduce
-  double wire_Bps = 0;  // bytes_leaving per second of the transfer while the ranks compute
-  double cpu_Bps = 0;   // bytes_leaving per second of compute lost (0: no loss measured)
+  double wire_Bps = 0;              // bytes_leaving per second of the transfer while the ranks compute
+  double cpu_Bps = 0;               // bytes_leaving per second of compute lost (0: no loss measured)
 };
 
 // A blocking collective timed at one size: what a scheme's exposed calls cost (the calls'
@@ -132,9 +132,9 @@ struct LayerTime {
   std::string dtype;
   int threads = 1;
   int64_t hidden = 0, q_width = 0, kv_width = 0, ffn = 0;  // C, heads x head_dim, kv_heads x head_dim, F
-  int64_t rows = 0;                                         // N, tokens per rank
-  double forward_s = 0, backward_s = 0;                     // one layer; backward 0: not measured
-  double gemm_forward_s = 0, gemm_backward_s = 0;           // its GEMMs alone, beside it; 0: not measured
+  int64_t rows = 0;                                        // N, tokens per rank
+  double forward_s = 0, backward_s = 0;                    // one layer; backward 0: not measured
+  double gemm_forward_s = 0, gemm_backward_s = 0;          // its GEMMs alone, beside it; 0: not measured
   int ranks = 0;  // ranks computing at once on the host while it was measured; 0: not recorded
   // What one row stands for: a newer row of the same key replaces it.
   auto key() const { return std::make_tuple(dtype, threads, hidden, q_width, kv_width, ffn, rows, ranks); }
@@ -185,8 +185,8 @@ struct CalibrationPlan {
   std::vector<model::Shape> shapes;
   std::vector<int64_t> rows;  // N, tokens per rank
   std::vector<std::string> dtypes;
-  std::string fabric;  // the name the link rows get ("default": MPI's own choice)
-  bool cpu_copy_inter = true;  // whether a CPU copies what crosses nodes (false for RDMA fabrics)
+  std::string fabric;           // the name the link rows get ("default": MPI's own choice)
+  bool cpu_copy_inter = true;   // whether a CPU copies what crosses nodes (false for RDMA fabrics)
   bool progress_thread = true;  // the run's progress (the busy rows are measured with it)
   // The blocking collectives the deck's schedules wait for (their exposed calls): timed at
   // these sizes, at most 6 sizes per op, group and scope (the model interpolates between).
@@ -212,7 +212,7 @@ std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples);
 // The GEMMs of one layer at N rows (layer_ops), each timed in its own loop as the gemm rows
 // are, now: seconds per layer forward and (backward true) backward, rank 0's on every rank.
 // Collective over comm's world.
-std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype,
-                                             bool backward, comm::Communicator& comm);
+std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype, bool backward,
+                                             comm::Communicator& comm);
 
 }  // namespace minicp::perf

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <map>
 #include <regex>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 #include <variant>
 
@@ -139,17 +139,20 @@ class Reader {
     const auto v = n.value_exact<int64_t>();
     if (!v) throw UsageError(key + ": expected an integer, got " + type_name(n));
     if (*v < lo || *v > hi) {
-      const std::string allowed = hi == INT64_MAX ? ">= " + std::to_string(lo)
-                                                  : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+      const std::string allowed =
+          hi == INT64_MAX ? ">= " + std::to_string(lo) : "between " + std::to_string(lo) + " and " + std::to_string(hi);
       throw UsageError(key + " = " + std::to_string(*v) + ": must be " + allowed);
     }
     return *v;
   }
   static double check_number(const std::string& key, const toml::node& n, double above) {
     double v = 0;
-    if (auto i = n.value_exact<int64_t>()) v = double(*i);
-    else if (auto d = n.value_exact<double>()) v = *d;
-    else throw UsageError(key + ": expected a number, got " + type_name(n));
+    if (auto i = n.value_exact<int64_t>())
+      v = double(*i);
+    else if (auto d = n.value_exact<double>())
+      v = *d;
+    else
+      throw UsageError(key + ": expected a number, got " + type_name(n));
     if (!std::isfinite(v) || !(v > above))
       throw UsageError(key + " = " + num(v) + ": must be a finite number > " + num(above));
     return v;
@@ -187,7 +190,8 @@ toml::table read_file(const std::string& path) {
 // integer is beyond 64 bits, and the value is out of range rather than a word. "1 2" is not:
 // two integers without an array are a malformed value.
 bool integer_text(const std::string& v) {
-  static const std::regex integers(R"(\s*([+-]?[0-9][0-9_]*|\[\s*[+-]?[0-9][0-9_]*(\s*,\s*[+-]?[0-9][0-9_]*)*\s*,?\s*\])\s*)");
+  static const std::regex integers(
+      R"(\s*([+-]?[0-9][0-9_]*|\[\s*[+-]?[0-9][0-9_]*(\s*,\s*[+-]?[0-9][0-9_]*)*\s*,?\s*\])\s*)");
   return std::regex_match(v, integers);
 }
 
@@ -285,8 +289,8 @@ void check_shape_given(const Reader& r) {
   for (const char* k : {"hidden", "heads", "kv_heads", "head_dim", "ffn", "layers"})
     if (!r.has("model", k)) missing.push_back(std::string("model.") + k);
   if (!missing.empty())
-    throw UsageError("[model]: " + join(missing) + " missing; set them, or model.preset (one of " +
-                     join(presets) + ")");
+    throw UsageError("[model]: " + join(missing) + " missing; set them, or model.preset (one of " + join(presets) +
+                     ")");
 }
 
 // run.window and run.doc_len come with their mask, and only with it.
@@ -321,8 +325,8 @@ void expand_schemes(Deck& d) {
     std::vector<std::string> passes, can;
     for (model::Pass pv : d.passes) passes.push_back(model::to_string(pv));
     for (cp::Problem pr : info.problems) can.push_back(cp::to_string(pr));
-    throw UsageError("sweep.schemes: \"" + s + "\" runs none of run.pass = [" + join(passes) + "] (it solves: " +
-                     join(can) + ")");
+    throw UsageError("sweep.schemes: \"" + s + "\" runs none of run.pass = [" + join(passes) +
+                     "] (it solves: " + join(can) + ")");
   }
 }
 
@@ -369,8 +373,8 @@ std::string resolved_toml(const Deck& d) {
 // What a key's values may be (for --help).
 std::string allowed(const DeckKey& k) {
   // A bound that is only the limit of the type is left out (the refusal of a value names it).
-  const std::string range = k.max >= INT32_MAX ? ">= " + std::to_string(k.min)
-                                               : std::to_string(k.min) + " to " + std::to_string(k.max);
+  const std::string range =
+      k.max >= INT32_MAX ? ">= " + std::to_string(k.min) : std::to_string(k.min) + " to " + std::to_string(k.max);
   const std::string list = ", one or a list, each once";
   switch (k.type) {
     case KeyType::Integer: return "integer " + range;
@@ -408,57 +412,57 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
 std::vector<Case> make_cases(const Deck& d) {
   std::vector<Case> cases;
   for (model::Pass pass : d.passes)
-  for (int64_t S : d.seq_len)
-    for (int P : d.ranks)
-      for (const std::string& name : d.schemes) {
-        const cp::SchemeInfo& info = cp::find(name);
-        if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
-        if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per pass and seq_len
-        const int ranks = name == "none" ? 1 : P;
-        // Combinations of the values of the settings this scheme declares.
-        std::vector<std::map<std::string, int>> combos(1);
-        for (const auto& [sname, vals] : d.settings) {
-          const bool own = std::any_of(info.settings.begin(), info.settings.end(),
-                                       [&](const cp::Setting& st) { return st.name == sname; });
-          std::vector<std::map<std::string, int>> next;
-          for (const auto& c : combos)
-            for (size_t i = 0; i < (own ? vals.size() : 1); ++i) {
-              auto n = c;
-              n[sname] = vals[i];
-              next.push_back(n);
-            }
-          combos = next;
-        }
-        for (const auto& combo : combos) {
-          Case c;
-          c.index = int(cases.size());
-          c.scheme = name;
-          c.stack.shape = d.shape;
-          c.stack.pass = pass;
-          c.stack.seed = d.seed;
-          cp::Config& a = c.stack.attn;
-          a.seq_len = S;
-          a.ranks = ranks;
-          a.causal = d.mask != "full";
-          a.window = d.window;
-          a.doc_len = d.doc_len;
-          std::string tag;
-          for (const cp::Setting& st : cp::all_settings()) {
-            a.*st.field = combo.at(st.name);
+    for (int64_t S : d.seq_len)
+      for (int P : d.ranks)
+        for (const std::string& name : d.schemes) {
+          const cp::SchemeInfo& info = cp::find(name);
+          if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
+          if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per pass and seq_len
+          const int ranks = name == "none" ? 1 : P;
+          // Combinations of the values of the settings this scheme declares.
+          std::vector<std::map<std::string, int>> combos(1);
+          for (const auto& [sname, vals] : d.settings) {
             const bool own = std::any_of(info.settings.begin(), info.settings.end(),
-                                         [&](const cp::Setting& o) { return o.name == st.name; });
-            if (own) tag += "_" + st.name + std::to_string(combo.at(st.name));
+                                         [&](const cp::Setting& st) { return st.name == sname; });
+            std::vector<std::map<std::string, int>> next;
+            for (const auto& c : combos)
+              for (size_t i = 0; i < (own ? vals.size() : 1); ++i) {
+                auto n = c;
+                n[sname] = vals[i];
+                next.push_back(n);
+              }
+            combos = next;
           }
-          char id[96];
-          std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", c.index, model::to_string(pass), name.c_str(),
-                        (long long)S, ranks);
-          c.id = id + tag;
-          c.refused = cp::check(info, model::attention_config(c.stack));
-          if (!c.refused.empty() && !d.all_schemes)
-            throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-          cases.push_back(c);
+          for (const auto& combo : combos) {
+            Case c;
+            c.index = int(cases.size());
+            c.scheme = name;
+            c.stack.shape = d.shape;
+            c.stack.pass = pass;
+            c.stack.seed = d.seed;
+            cp::Config& a = c.stack.attn;
+            a.seq_len = S;
+            a.ranks = ranks;
+            a.causal = d.mask != "full";
+            a.window = d.window;
+            a.doc_len = d.doc_len;
+            std::string tag;
+            for (const cp::Setting& st : cp::all_settings()) {
+              a.*st.field = combo.at(st.name);
+              const bool own = std::any_of(info.settings.begin(), info.settings.end(),
+                                           [&](const cp::Setting& o) { return o.name == st.name; });
+              if (own) tag += "_" + st.name + std::to_string(combo.at(st.name));
+            }
+            char id[96];
+            std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", c.index, model::to_string(pass), name.c_str(),
+                          (long long)S, ranks);
+            c.id = id + tag;
+            c.refused = cp::check(info, model::attention_config(c.stack));
+            if (!c.refused.empty() && !d.all_schemes)
+              throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+            cases.push_back(c);
+          }
         }
-      }
   return cases;
 }
 

@@ -18,9 +18,9 @@ namespace minicp::run {
 // What load_deck read: each key's value (its default when the deck leaves it out; the
 // defaults are in deck_keys()) after the checks between keys.
 struct Deck {
-  std::string path;          // the deck file ("" when none)
-  std::string resolved;      // the deck after --set and preset expansion, as TOML text
-  std::string preset;        // model.preset ("" when none)
+  std::string path;      // the deck file ("" when none)
+  std::string resolved;  // the deck after --set and preset expansion, as TOML text
+  std::string preset;    // model.preset ("" when none)
   model::Shape shape;
   std::vector<model::Pass> passes;  // run.pass: one or a list
   std::string mask;                 // causal | full | window | documents
@@ -34,7 +34,7 @@ struct Deck {
   // run.stall_timeout_s: the stall watchdog's limit (0: off). Not in `resolved`: it changes
   // nothing measured, and a run may be resumed with another limit.
   int64_t stall_timeout_s = 0;
-  std::string calibration;  // run.calibration: a table file, "measure", or "" (no prediction)
+  std::string calibration;           // run.calibration: a table file, "measure", or "" (no prediction)
   std::string fabric;                // run.fabric: a profile name or file ("" : MPI's own defaults)
   std::vector<std::string> schemes;  // names, "all" expanded (each runs the passes it solves)
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped
@@ -61,7 +61,7 @@ enum class InResolved { Always, WhenSet, Never };
 struct DeckKey {
   std::string section, name;  // "run", "reps": written run.reps
   KeyType type = KeyType::Integer;
-  std::string help;           // what it does, with units
+  std::string help;                  // what it does, with units
   int64_t min = 0, max = INT64_MAX;  // integer, integers
   double above = 0;                  // number
   std::vector<std::string> choices;  // choice, choices
@@ -98,8 +98,8 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
 
 // One point of the sweep.
 struct Case {
-  int index = 0;        // 0-based, in sweep order
-  std::string id;       // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_<setting><value>...]"
+  int index = 0;   // 0-based, in sweep order
+  std::string id;  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_<setting><value>...]"
   std::string scheme;
   model::StackConfig stack;  // shape, pass, seed, attention config (seq_len, ranks, mask, settings)
   std::string refused;       // "" or the scheme's reason (only kept when sweep.schemes is "all")

@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 #include <atomic>
@@ -12,7 +13,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <unistd.h>
 
 #include "comm/comm.hpp"
 #include "harness/blas.hpp"
@@ -22,8 +22,8 @@
 #include "harness/memory.hpp"
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
-#include "kernels/types.hpp"
 #include "harness/watchdog.hpp"
+#include "kernels/types.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/h5.hpp"
@@ -48,19 +48,22 @@ std::string mask_of(const cp::Config& a) {
 
 void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
   if (target)
-    std::printf("minicp --dry-run: %zu cases; memory per rank of the target node (--rank-memory): %s\n",
-                p.cases.size(), hn::human_bytes(avail_per_rank).c_str());
+    std::printf("minicp --dry-run: %zu cases; memory per rank of the target node (--rank-memory): %s\n", p.cases.size(),
+                hn::human_bytes(avail_per_rank).c_str());
   else
     std::printf("minicp --dry-run: %zu cases; memory available per rank: %s (%d ranks on this node)\n", p.cases.size(),
                 avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.local_ranks);
-  std::printf("%-40s %-10s %7s %5s %-22s %16s  %s\n", "case", "scheme", "pass", "ranks", "mask",
-              "memory/rank", "status");
+  std::printf("%-40s %-10s %7s %5s %-22s %16s  %s\n", "case", "scheme", "pass", "ranks", "mask", "memory/rank",
+              "status");
   for (size_t i = 0; i < p.cases.size(); ++i) {
     const Case& c = p.cases[i];
     const bool fits = avail_per_rank < 0 || double(p.predicted_bytes[i]) <= avail_per_rank;
     std::printf("%-40s %-10s %7s %5d %-22s %16s  %s\n", c.id.c_str(), c.scheme.c_str(), model::to_string(c.stack.pass),
-                c.stack.attn.ranks, mask_of(c.stack.attn).c_str(), hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
-                !c.refused.empty() ? ("refused: " + c.refused).c_str() : fits ? "ok" : "does not fit");
+                c.stack.attn.ranks, mask_of(c.stack.attn).c_str(),
+                hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
+                !c.refused.empty() ? ("refused: " + c.refused).c_str()
+                : fits             ? "ok"
+                                   : "does not fit");
   }
 }
 
@@ -103,9 +106,9 @@ double parse_size(const std::string& s) {
   if (end == s.c_str() || !std::isfinite(v) || v < 0) return -1;
   std::string unit(end);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  const std::pair<const char*, double> units[] = {{"B", 1},         {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30},
-                                                  {"TiB", 0x1p40},  {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},
-                                                  {"TB", 1e12}};
+  const std::pair<const char*, double> units[] = {{"B", 1},        {"KiB", 0x1p10}, {"MiB", 0x1p20},
+                                                  {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"KB", 1e3},
+                                                  {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
   for (const auto& [u, f] : units)
     if (unit == u) return v * f;
   return -1;
@@ -118,8 +121,8 @@ std::string scheme_list() {
     for (cp::Problem pr : info.problems) problems += std::string(problems.empty() ? "" : ", ") + cp::to_string(pr);
     s += info.name + "  [" + problems + "]\n    " + info.summary + "\n";
     for (const cp::Setting& st : info.settings)
-      s += "    setting " + st.name + " (default " + std::to_string(st.default_value) + ", >= " +
-           std::to_string(st.min_value) + "): " + st.help + "\n";
+      s += "    setting " + st.name + " (default " + std::to_string(st.default_value) +
+           ", >= " + std::to_string(st.min_value) + "): " + st.help + "\n";
     if (!info.refuses.empty()) s += "    refuses: " + info.refuses + "\n";
   }
   return s;
@@ -172,8 +175,9 @@ std::string deck_of_results(const std::string& file) {
 Plan parse(const hn::Args& a) {
   Plan p;
   Options& o = p.o;
-  CLI::App app{"minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
-               "driven by an input deck (TOML)"};
+  CLI::App app{
+      "minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
+      "driven by an input deck (TOML)"};
   app.add_option("--deck", o.deck, "input deck (TOML), e.g. inputs/tiny.toml (required; no default)")
       ->type_name("FILE");
   app.add_option("--set", o.sets, "override one deck key: section.key=value (a TOML value), repeatable (default: none)")
@@ -249,7 +253,8 @@ Plan parse(const hn::Args& a) {
     if (o.rank_memory == 0) throw UsageError("--rank-memory " + rank_memory + ": must be more than 0");
     if (!(o.rank_memory > 0))
       throw UsageError("--rank-memory " + rank_memory + ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
-    if (!o.dry_run) throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
+    if (!o.dry_run)
+      throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
   check_perf_flags(app, pf, o);
   if (pf.calibrate && pf.calibration.empty()) pf.calibration = "results/calibration.txt";
@@ -374,8 +379,8 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
   // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).
   const hn::FabricProfile* f = hn::applied_fabric();
-  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)",
-              p.nodes, p.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
+  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)", p.nodes,
+              p.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
               p.mpi.pml == "ob1" ? (", btls " + p.mpi.btl_list()).c_str() : "");
   std::fflush(stdout);
 }
@@ -406,7 +411,7 @@ struct RunState {
   perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
   std::vector<perf::LayerTime> layer_samples;  // the layer rows measured again in each round (rank 0)
   double write_s = 0;
-  std::string summary;  // the tokens of the closing MINICP line
+  std::string summary;        // the tokens of the closing MINICP line
   std::atomic<int> round{0};  // the round in progress (run.rounds; the stall watchdog reads it)
 };
 
@@ -470,7 +475,8 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
   if (from != "measure") {
     cal = perf::read_calibration(from);
   } else {
-    if (a.rank() == 0 && !p.o.quiet) std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
+    if (a.rank() == 0 && !p.o.quiet)
+      std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
     at(Stage::Calibrating);
     cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);

@@ -132,14 +132,24 @@ template <class T>
 void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
                 const double t[3], CaseRun& out) {
   const bool bwd = train && mode != cp::Mode::ComputeOnly && ctx.comm.world().size > 1;
-  output::StepRow row{mode_code(mode), rep, rank, t[0], t[1], t[2], 0, 0, ctx.stats.comm_wait_s,
-                      st.grad_allreduce_exposed_s(), bwd ? st.grad_allreduce_busy_s() : 0.0};
+  output::StepRow row{mode_code(mode),
+                      rep,
+                      rank,
+                      t[0],
+                      t[1],
+                      t[2],
+                      0,
+                      0,
+                      ctx.stats.comm_wait_s,
+                      st.grad_allreduce_exposed_s(),
+                      bwd ? st.grad_allreduce_busy_s() : 0.0};
   constexpr int kTotal = model::kPhases;  // the "total" row of a layer (the sum of its phases)
   if (mode == cp::Mode::Full) out.m.fwd_phases = {}, out.m.bwd_phases = {};  // the last full rep's
   for (int l = 0; l < L; ++l)
     for (int dir = 0; dir < (train ? 2 : 1); ++dir) {
       const model::PhaseTimes& ph = dir == 0 ? st.forward_times(l) : st.backward_times(l);
-      for (int i = 0; i < model::kPhases; ++i) out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, i, ph.s[i]});
+      for (int i = 0; i < model::kPhases; ++i)
+        out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, i, ph.s[i]});
       out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, kTotal, ph.total()});
       row.phases_s += ph.total();
       row.attn_s += ph.s[int(model::Phase::AttnCompute)] + ph.s[int(model::Phase::AttnComm)];
@@ -152,16 +162,15 @@ void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, 
 // rank's step row and per-layer phases into out, and its full-mode samples into out.fs; rep
 // numbers start at first.
 template <class T>
-void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank,
-              CaseRun& out, int first) {
+void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank, CaseRun& out,
+              int first) {
   FullSamples& fs = out.fs;
   const int L = c.stack.shape.layers;
   const bool train = c.stack.pass == model::Pass::Train;
   comm::Trace& trace = ctx.comm.trace();
   // This rank's GEMM FLOPs per step (the same on every rank).
   const double n = double(st.rows().size());
-  const double gemm_flops_step =
-      L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
+  const double gemm_flops_step = L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       const int r = rep < p.deck.warmup ? rep - p.deck.warmup : first + rep - p.deck.warmup;  // warm-ups < 0
@@ -240,8 +249,8 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
     output::write_dump(dump, st, c.stack, c.scheme, comm);
   }
   for (const comm::Event& e : trace.events())
-    out.data.events.push_back({rank, e.rep, e.mode, e.layer, e.pass, e.step, int32_t(e.kind), e.peer, e.group,
-                               e.label, e.bytes, e.flops, e.t_begin, e.t_end});
+    out.data.events.push_back({rank, e.rep, e.mode, e.layer, e.pass, e.step, int32_t(e.kind), e.peer, e.group, e.label,
+                               e.bytes, e.flops, e.t_begin, e.t_end});
   trace.clear();
   trace.set_enabled(false);
   cp::release_scratch();
@@ -286,7 +295,8 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
   const std::string dtype = sizeof(T) == sizeof(double) ? "f64" : "f32";
   auto kernels = [](const model::PhaseTimes& ph) {
     double s = 0;
-    for (model::Phase k : {model::Phase::Norm, model::Phase::Qkv, model::Phase::Rope, model::Phase::OutProj, model::Phase::Mlp})
+    for (model::Phase k :
+         {model::Phase::Norm, model::Phase::Qkv, model::Phase::Rope, model::Phase::OutProj, model::Phase::Mlp})
       s += ph.s[int(k)];
     return s;
   };
@@ -343,8 +353,8 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
     auto group = P == size ? nullptr : comm::make_mpi_comm(comm::Progress::None, 0, {}, comm::Staging::Direct, P);
     comm::Communicator& on = group ? *group : world;
     if (rank < P) {
-      const perf::LayerTime l = p.deck.dtype == "f64" ? time_layer<double>(*c, rows, pieces, on)
-                                                      : time_layer<float>(*c, rows, pieces, on);
+      const perf::LayerTime l =
+          p.deck.dtype == "f64" ? time_layer<double>(*c, rows, pieces, on) : time_layer<float>(*c, rows, pieces, on);
       if (rank == 0) out.layers.push_back(l);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -75,11 +75,11 @@ class CeilingCache {
 
 // What the group measured, on the group's rank 0 (other ranks: their own rows only).
 struct Measured {
-  std::vector<output::StepRow> steps;  // every rank's (gathered)
+  std::vector<output::StepRow> steps;                                      // every rank's (gathered)
   std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
   double useful_flops = 0, tokens = 0;
-  kernels::GemmCeiling before, after;  // summed over the group's ranks (FLOP/s)
-  double before_age_s = 0;             // how old the reading before the case was when it started
+  kernels::GemmCeiling before, after;        // summed over the group's ranks (FLOP/s)
+  double before_age_s = 0;                   // how old the reading before the case was when it started
   model::PhaseTimes fwd_phases, bwd_phases;  // rank 0, all layers, the last full rep (the printed table)
   std::string start_utc, end_utc;
 };

@@ -51,7 +51,8 @@ int ranks_per_node(const Deck& d, int P, int flag) {
   if (flag > 0) return flag;
   const auto prof = profile_of(d);
   if (!prof || prof->kind == "local") return P;
-  if (prof->kind == "emulated") return std::max(1, (P + std::max(1, prof->emulated_nodes) - 1) / std::max(1, prof->emulated_nodes));
+  if (prof->kind == "emulated")
+    return std::max(1, (P + std::max(1, prof->emulated_nodes) - 1) / std::max(1, prof->emulated_nodes));
   return std::min(P, 8);
 }
 
@@ -75,7 +76,8 @@ perf::Calibration table_of(const PerfOptions& o) {
   if (o.calibration.empty() && !o.against.empty()) {  // the table the run itself used
     const std::string text = output::read_string_attr(o.against, "/", "calibration");
     if (text.empty())
-      throw UsageError("--against " + o.against + ": the file holds no calibration table (run.calibration was unset); "
+      throw UsageError("--against " + o.against +
+                       ": the file holds no calibration table (run.calibration was unset); "
                        "give one with --calibration");
     try {
       perf::Calibration cal = perf::parse_calibration(text, o.against + " (its calibration attribute)");
@@ -86,8 +88,9 @@ perf::Calibration table_of(const PerfOptions& o) {
     }
   }
   if (o.calibration.empty())
-    throw UsageError("--calibration: required by --predict and --advise (a table written by minicp --calibrate, "
-                     "e.g. --calibration results/calibration.txt; with --against, default: the file's own)");
+    throw UsageError(
+        "--calibration: required by --predict and --advise (a table written by minicp --calibrate, "
+        "e.g. --calibration results/calibration.txt; with --against, default: the file's own)");
   try {
     return perf::read_calibration(o.calibration);
   } catch (const std::exception& e) {
@@ -140,7 +143,8 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   m.cal = cal;
   const std::vector<int> have = cal.threads();
   if (have.empty()) throw UsageError("--calibration " + cal.source + ": the table has no GEMM rates");
-  if (threads <= 0) threads = have.size() == 1 ? have[0] : std::find(have.begin(), have.end(), 1) != have.end() ? 1 : have[0];
+  if (threads <= 0)
+    threads = have.size() == 1 ? have[0] : std::find(have.begin(), have.end(), 1) != have.end() ? 1 : have[0];
   if (std::find(have.begin(), have.end(), threads) == have.end()) {
     std::string list;
     for (int t : have) list += (list.empty() ? "" : ", ") + std::to_string(t);
@@ -159,13 +163,20 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
     const double beta = prof->bandwidth_gbit_s * 1e9 / 8;
-    m.inter = {alpha, beta, prof->kind == "cluster" ? 0.0 : (have_intra ? m.intra.beta_Bps : beta),
-               "profile " + prof->name + " [link]", 0, {}, {}, {}};
+    m.inter = {alpha,
+               beta,
+               prof->kind == "cluster" ? 0.0 : (have_intra ? m.intra.beta_Bps : beta),
+               "profile " + prof->name + " [link]",
+               0,
+               {},
+               {},
+               {}};
     have_inter = alpha > 0;
   }
   for (auto [link, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}}) {
     if (const perf::BusyRate* b = cal.find_busy(name, scope, "p2p")) link->busy_p2p = {b->wire_Bps, b->cpu_Bps};
-    if (const perf::BusyRate* b = cal.find_busy(name, scope, "allreduce")) link->busy_allreduce = {b->wire_Bps, b->cpu_Bps};
+    if (const perf::BusyRate* b = cal.find_busy(name, scope, "allreduce"))
+      link->busy_allreduce = {b->wire_Bps, b->cpu_Bps};
     for (const perf::CollTime& t : cal.colls)
       if (t.fabric == name && t.scope == scope) link->colls.push_back(t);
   }
@@ -219,7 +230,8 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   for (const perf::LayerTime& l : m.cal.layers) {
     if (m.cal.find_layer(l.dtype, m.threads, p.deck.shape, l.rows, l.ranks) != &l || l.dtype != p.deck.dtype) continue;
     const size_t elem = elem_of(p.deck);
-    const std::string on = l.ranks > 0 ? ", " + std::to_string(l.ranks) + " rank" + (l.ranks > 1 ? "s" : "") + " computing" : "";
+    const std::string on =
+        l.ranks > 0 ? ", " + std::to_string(l.ranks) + " rank" + (l.ranks > 1 ? "s" : "") + " computing" : "";
     std::printf("  layer kernels as run at %lld rows%s: %.3fx forward, %.3fx backward their own rates (measured)\n",
                 (long long)l.rows, on.c_str(), perf::layer_factor(p.deck.shape, l.rows, false, l.ranks, m, elem),
                 perf::layer_factor(p.deck.shape, l.rows, true, l.ranks, m, elem));
@@ -250,7 +262,8 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
   if (a.rank() == 0)
     std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n", p.o.deck.c_str(),
-                plan.rows.size(), a.size(), int(Kokkos::DefaultHostExecutionSpace().concurrency()), plan.fabric.c_str());
+                plan.rows.size(), a.size(), int(Kokkos::DefaultHostExecutionSpace().concurrency()),
+                plan.fabric.c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
@@ -280,13 +293,15 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
           return std::make_tuple(a.dtype, a.threads, a.backward, a.head_dim);
         });
       if (!old.elem.empty())
-        out.elem = kept(old.elem, fresh.elem, [](const perf::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
+        out.elem = kept(old.elem, fresh.elem,
+                        [](const perf::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
       if (!old.links.empty())
-        out.links = kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
+        out.links =
+            kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
       if (!old.busy.empty())
-        out.busy = kept(old.busy, fresh.busy, [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
-      if (!old.colls.empty())
-        out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) { return t.key(); });
+        out.busy = kept(old.busy, fresh.busy,
+                        [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
+      if (!old.colls.empty()) out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) { return t.key(); });
       if (!old.layers.empty())
         out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) { return l.key(); });
       out.info = old.info;
@@ -298,11 +313,11 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   out.merge(fresh);
   hn::write_text("--calibration", path, out.text());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
-              "%zu collectives (blocking and posted), %zu layers as run in %.1f s; table in %s\n",
-              fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(),
-              fresh.layers.size(), s,
-              path.c_str());
+  std::printf(
+      "minicp --calibrate: %zu GEMM shapes, %zu attention rates, %zu links (%zu beside compute), "
+      "%zu collectives (blocking and posted), %zu layers as run in %.1f s; table in %s\n",
+      fresh.gemm.size(), fresh.attn.size(), fresh.links.size(), fresh.busy.size(), fresh.colls.size(),
+      fresh.layers.size(), s, path.c_str());
 }
 
 void run_predict(const Plan& p) {
@@ -344,8 +359,8 @@ void run_predict(const Plan& p) {
       within += std::abs(ratio - 1) <= 0.15 ? 1 : 0;
       if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio, worst_id = c.id;
       if (c.scheme != "none")
-        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) + " P=" +
-               std::to_string(c.stack.attn.ranks)]
+        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) +
+               " P=" + std::to_string(c.stack.attn.ranks)]
             .push_back({r.step_s, it->second.time_s, c.scheme});
     }
     std::printf("\n");
@@ -357,8 +372,10 @@ void run_predict(const Plan& p) {
     int hits = 0, n = 0;
     for (const auto& [key, v] : groups) {
       if (v.size() < 2) continue;
-      const auto best_pred = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<0>(x) < std::get<0>(y); });
-      const auto best_meas = std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<1>(x) < std::get<1>(y); });
+      const auto best_pred =
+          std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<0>(x) < std::get<0>(y); });
+      const auto best_meas =
+          std::min_element(v.begin(), v.end(), [](auto& x, auto& y) { return std::get<1>(x) < std::get<1>(y); });
       const bool hit = std::get<1>(*best_pred) <= 1.05 * std::get<1>(*best_meas);
       hits += hit ? 1 : 0;
       ++n;
@@ -381,8 +398,9 @@ void run_advise(const Plan& p) {
   std::vector<std::string> order;
   for (const Case& c : p.cases) {
     if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
-    const std::string key = std::string(model::to_string(c.stack.pass)) + ", S = " + std::to_string(c.stack.attn.seq_len) +
-                            ", " + std::to_string(c.stack.attn.ranks) + " ranks";
+    const std::string key = std::string(model::to_string(c.stack.pass)) +
+                            ", S = " + std::to_string(c.stack.attn.seq_len) + ", " +
+                            std::to_string(c.stack.attn.ranks) + " ranks";
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&c);
   }
@@ -424,12 +442,12 @@ void prediction_figures(output::Attrs& s, const Case& c, const perf::Machine& ba
   bool ok = !m.cal.gemm.empty();
   if (!ok) note = "no calibration table (run.calibration or --calibration)";
   if (ok) try {
-    r = predict_case(c, m, d, 0);
-    for (const std::string& n : r.notes) note += (note.empty() ? "" : "; ") + n;
-  } catch (const std::exception& e) {
-    ok = false;
-    note = e.what();
-  }
+      r = predict_case(c, m, d, 0);
+      for (const std::string& n : r.notes) note += (note.empty() ? "" : "; ") + n;
+    } catch (const std::exception& e) {
+      ok = false;
+      note = e.what();
+    }
   s.real["predicted_time_s"] = ok ? r.step_s : kNaN;
   s.real["predicted_forward_time_s"] = ok ? r.forward_s : kNaN;
   s.real["predicted_backward_time_s"] = ok && c.stack.pass == model::Pass::Train ? r.backward_s : kNaN;
