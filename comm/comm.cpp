@@ -18,6 +18,7 @@ size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::F64: return 8;
     case DType::I64: return 8;
+    case DType::BF16: return 2;
   }
   return 0;
 }

@@ -16,7 +16,9 @@
 
 namespace minicp::comm {
 
-enum class DType { F32, F64, I64 };
+// BF16: bfloat16 bits (the top half of an fp32); reductions add in fp32 and round once per
+// element and hop, as a bf16 all-reduce on the wire does.
+enum class DType { F32, F64, I64, BF16 };
 enum class ReduceOp { Sum, Max };
 size_t dtype_size(DType t);
 

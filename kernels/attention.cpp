@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/attention_impl.hpp"
+#include "kernels/convert.hpp"
 
 namespace minicp::kernels {
 
@@ -41,8 +42,8 @@ bool use_tiled(const AttnOptions& opt) {
 }  // namespace
 
 template <class T>
-AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
-                        const AttnOptions& opt) {
+AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
+                        View2<acc_t<T>> lse, const AttnOptions& opt) {
   attention_check_shapes("attention_fwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
                          k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
   if (o.extent(0) != q.extent(0) || o.extent(1) != q.extent(1) || o.extent(2) != q.extent(2) ||
@@ -54,8 +55,9 @@ AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& m
 }
 
 template <class T>
-AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                        const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, const AttnOptions& opt) {
+AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
+                        const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
+                        const AttnOptions& opt) {
   attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
                          k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
   auto same3 = [](auto& a, auto& b) {
@@ -68,6 +70,31 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
   if (use_tiled(opt))
     return detail::attention_bwd_tiled<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k);
   return detail::attention_bwd_portable<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale);
+}
+
+namespace {
+// A bf16 tensor widened to fp32 in a fresh View of the same shape.
+View3<float> widen(CView3<bf16> x, const char* label) {
+  View3<float> w(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0), x.extent(1), x.extent(2));
+  convert_view<float, bf16>(w, x);
+  return w;
+}
+}  // namespace
+
+// bf16 inputs are widened to fp32 and the fp32 kernels run: the products are those of the
+// rounded inputs, accumulated in fp32.
+template <>
+AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
+                              View2<float> lse, const AttnOptions& opt) {
+  return attention_fwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), mask, o, lse, opt);
+}
+
+template <>
+AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                              CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                              View3<float> dv, const AttnOptions& opt) {
+  return attention_bwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), widen(o, "attn_o32"),
+                              lse, widen(dout, "attn_dout32"), mask, dq, dk, dv, opt);
 }
 
 template <class T>

@@ -73,19 +73,31 @@ inline double attention_bwd_useful_flops(double Sq, double Sk, double D, double 
   return 2.5 * attention_fwd_useful_flops(Sq, Sk, D, H, causal);
 }
 
-// Forward: o, lse are overwritten.
+// Forward: o, lse are overwritten. They are in the accumulator type (fp32 for bf16 inputs),
+// so a scheme merges partial results over key blocks before it rounds once.
 template <class T>
-AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
-                        const AttnOptions& opt = {});
+AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
+                        View2<acc_t<T>> lse, const AttnOptions& opt = {});
 
 // Backward given the FINAL o and lse of the rows (so a ring may call it once per KV block):
-// dq, dk, dv are accumulated into (+=), never zeroed here.
+// dq, dk, dv are accumulated into (+=), never zeroed here, in the accumulator type; o and
+// dout are the stored (rounded) tensors, as a training step has them.
 template <class T>
-AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                        const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, const AttnOptions& opt = {});
+AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
+                        const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
+                        const AttnOptions& opt = {});
 
-// Merge a partial result into a running one: (o, lse) <- merge((o, lse), (o2, lse2)).
-// Computed in fp32 or wider; rows with both LSEs -inf give o = 0, lse = -inf, never NaN.
+// bf16 is implemented on its own (attention.cpp); declared so every caller links to it.
+template <>
+AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
+                              View2<float> lse, const AttnOptions& opt);
+template <>
+AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                              CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                              View3<float> dv, const AttnOptions& opt);
+
+// Merge a partial result into a running one: (o, lse) <- merge((o, lse), (o2, lse2)), in
+// the accumulator type (fp32 or fp64: a bf16 attention's partial results are fp32); rows with both LSEs -inf give o = 0, lse = -inf, never NaN.
 template <class T>
 void lse_merge(View3<T> o, View2<T> lse, CView3<T> o2, CView2<T> lse2);
 

@@ -2,6 +2,8 @@
 // operands swapped (C^T = op(B)^T op(A)^T). The Fortran interface works with any BLAS.
 #include "kernels/gemm.hpp"
 
+#include "kernels/convert.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
@@ -55,7 +57,7 @@ cublasStatus_t cublas_colmajor(cublasOperation_t ta, cublasOperation_t tb, int m
 }  // namespace
 
 template <class T>
-void gemm(Trans ta, Trans tb, Scalar<T> alpha, CView2<T> A, CView2<T> B, Scalar<T> beta, View2<T> C) {
+void gemm(Trans ta, Trans tb, Scalar<acc_t<T>> alpha, CView2<T> A, CView2<T> B, Scalar<acc_t<T>> beta, View2<T> C) {
   const int M = static_cast<int>(C.extent(0)), N = static_cast<int>(C.extent(1));
   const int am = static_cast<int>(ta == Trans::N ? A.extent(0) : A.extent(1));
   const int K = static_cast<int>(ta == Trans::N ? A.extent(1) : A.extent(0));
@@ -83,6 +85,36 @@ void gemm(Trans ta, Trans tb, Scalar<T> alpha, CView2<T> A, CView2<T> B, Scalar<
 #endif
 }
 
+template <class T>
+void gemm_acc(Trans ta, Trans tb, Scalar<acc_t<T>> alpha, CView2<T> A, CView2<T> B, Scalar<acc_t<T>> beta,
+              View2<acc_t<T>> C) {
+  gemm<T>(ta, tb, alpha, A, B, beta, C);
+}
+
+namespace {
+View2<float> widen(CView2<bf16> x, const char* label) {
+  View2<float> w(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0), x.extent(1));
+  convert_view<float, bf16>(w, x);
+  return w;
+}
+}  // namespace
+
+template <>
+void gemm_acc<bf16>(Trans ta, Trans tb, float alpha, CView2<bf16> A, CView2<bf16> B, float beta, View2<float> C) {
+  gemm<float>(ta, tb, alpha, widen(A, "gemm_a32"), widen(B, "gemm_b32"), beta, C);
+}
+
+template <>
+void gemm<bf16>(Trans ta, Trans tb, float alpha, CView2<bf16> A, CView2<bf16> B, float beta, View2<bf16> C) {
+  View2<float> c32 = beta != 0.0f ? widen(C, "gemm_c32")
+                                  : View2<float>(Kokkos::view_alloc(std::string("gemm_c32"), Kokkos::WithoutInitializing),
+                                                 C.extent(0), C.extent(1));
+  gemm_acc<bf16>(ta, tb, alpha, A, B, beta, c32);
+  convert_view<bf16, float>(C, c32);
+}
+
+std::string gemm_bf16_engine() { return "convert+sgemm"; }
+
 const char* gemm_backend() {
 #ifdef MINICP_GEMM_CUBLAS
   return "cublas";
@@ -92,7 +124,8 @@ const char* gemm_backend() {
 }
 
 #define MINICP_GEMM_INST(T)                                                                                  \
-  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);
+  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);                                  \
+  template void gemm_acc<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);
 MINICP_GEMM_INST(float)
 MINICP_GEMM_INST(double)
 #undef MINICP_GEMM_INST

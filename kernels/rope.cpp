@@ -1,4 +1,4 @@
-// Definitions and the fp32 / fp64 instantiations of kernels/rope.hpp (compiled with the
+// Definitions and the fp32 / fp64 / bf16 instantiations of kernels/rope.hpp (compiled with the
 // kernels' flags, so the loops vectorise for the build host).
 #include "kernels/rope.hpp"
 
@@ -38,5 +38,6 @@ void rope_apply(View3<T> x, Kokkos::View<const int64_t*, Mem> pos, double theta,
 
 template void rope_apply<float>(View3<float>, Kokkos::View<const int64_t*, Mem>, double, bool);
 template void rope_apply<double>(View3<double>, Kokkos::View<const int64_t*, Mem>, double, bool);
+template void rope_apply<bf16>(View3<bf16>, Kokkos::View<const int64_t*, Mem>, double, bool);
 
 }  // namespace minicp::kernels

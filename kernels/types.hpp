@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/bf16.hpp"
+
 namespace minicp::kernels {
 
 using Exec = Kokkos::DefaultExecutionSpace;

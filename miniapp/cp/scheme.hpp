@@ -50,6 +50,9 @@ struct Config {
   int decode_tokens;  // tree
   int chunks;         // allgather
   Mode mode = Mode::Full;
+  // bf16 runs: the dK/dV accumulators that travel a ring backward are bf16 (rounded at every
+  // hop) instead of fp32. No effect on fp32 and fp64 runs.
+  bool bf16_dkv = false;
   kernels::AttnOptions attn;  // kernel options (tile sizes)
   Config();
 };
@@ -96,14 +99,17 @@ struct Shard {
   std::vector<int64_t> q, kv;
 };
 
+// T is the stored value type (fp64, fp32 or bf16); the LSE is in kernels::acc_t<T> (fp32 for
+// bf16), and so is every partial result a scheme merges before it rounds into o, dq, dk, dv.
 template <class T>
 class Scheme {
  public:
+  using A = kernels::acc_t<T>;
   virtual ~Scheme() = default;
   // q[Sq,H,D], k,v[Skv,Hkv,D] (local rows, Shard order) -> o[Sq,H,D], lse[Sq,H].
-  virtual void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) = 0;
+  virtual void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) = 0;
   // Given the forward's o, lse and dout[Sq,H,D] -> dq, dk, dv (overwritten).
-  virtual void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+  virtual void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                         View3<T> dq, View3<T> dk, View3<T> dv) = 0;
 };
 
@@ -148,6 +154,7 @@ struct SchemeInfo {
   std::function<perf::Schedule(const Config&, const perf::Topo&, int r, bool backward, size_t elem)> schedule;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
+  std::function<std::unique_ptr<Scheme<kernels::bf16>>()> make_bf16;
 
   bool solves(Problem p) const { return std::find(problems.begin(), problems.end(), p) != problems.end(); }
   bool has_backward() const { return solves(Problem::Train); }

@@ -1,0 +1,45 @@
+// bfloat16 storage: the top 16 bits of an fp32 (8 exponent bits, 7 mantissa bits), the
+// type real mixed-precision training stores weights, activations and messages in. It is a
+// storage type only: every kernel computes in acc_t<T> (fp32 for bf16) and rounds once, to
+// nearest even, when it stores.
+#pragma once
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace minicp::kernels {
+
+struct bf16 {
+  uint16_t bits;
+  bf16() = default;
+  KOKKOS_INLINE_FUNCTION bf16(float f) : bits(round(f)) {}  // NOLINT: converts like a float would
+  KOKKOS_INLINE_FUNCTION operator float() const {
+    const uint32_t u = uint32_t(bits) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  // Round to nearest even; a NaN stays a (quiet) NaN, an infinity stays infinite.
+  KOKKOS_INLINE_FUNCTION static uint16_t round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return uint16_t((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+  }
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable<bf16>::value, "bf16 is two bytes, copied as bits");
+
+// The type a kernel computes and accumulates a T in: fp32 for bf16, T itself otherwise.
+// LSEs, softmax statistics, online merges and gradient accumulators are held in it.
+template <class T> struct Accumulator { using type = T; };
+template <> struct Accumulator<bf16> { using type = float; };
+template <class T> using acc_t = typename Accumulator<T>::type;
+
+// The name a results file and the command line give a value type.
+template <class T> constexpr const char* dtype_name() {
+  return std::is_same<T, bf16>::value ? "bf16" : std::is_same<T, float>::value ? "f32" : "f64";
+}
+
+}  // namespace minicp::kernels
