@@ -28,6 +28,20 @@ struct bf16 {
     u += 0x7fffu + ((u >> 16) & 1u);
     return uint16_t(u >> 16);
   }
+  // An fp64 rounded once to nearest even. Through a float rounded to nearest, a value just
+  // past a bf16 halfway point can land on it and round to even the wrong way; a float
+  // rounded to odd (24 bits, far more than bf16's 8 + 2) keeps which side it was on.
+  KOKKOS_INLINE_FUNCTION static bf16 from_double(double d) {
+    float f = float(d);
+    if (double(f) != d && f == f) {
+      uint32_t u;
+      memcpy(&u, &f, sizeof u);
+      if ((f < 0 ? -double(f) : double(f)) > (d < 0 ? -d : d)) u -= 1;  // rounded away from zero: truncate
+      u |= 1u;
+      memcpy(&f, &u, sizeof f);
+    }
+    return bf16(f);
+  }
 };
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable<bf16>::value, "bf16 is two bytes, copied as bits");
 

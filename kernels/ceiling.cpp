@@ -3,6 +3,7 @@
 #include "kernels/ceiling.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <vector>
 
@@ -28,19 +29,24 @@ double best_rate(double flops, int reps, const std::function<void()>& sync, F&& 
   return flops / best;
 }
 
-}  // namespace
-
-double blas_gemm_rate(GemmShape s, const std::function<void()>& sync) {
-  View2<float> A("ceiling_a", s.m, s.k), B("ceiling_b", s.k, s.n), C("ceiling_c", s.m, s.n);
-  Kokkos::deep_copy(A, 1.0f);
-  Kokkos::deep_copy(B, 0.5f);
-  // Small shapes run several times per timing, so a rep lasts long enough to time.
+// The rate of gemm<T> at shape s. Small shapes run several times per timing, so a rep lasts
+// long enough to time.
+template <class T>
+double gemm_rate(GemmShape s, const std::function<void()>& sync) {
+  View2<T> A("ceiling_a", s.m, s.k), B("ceiling_b", s.k, s.n), C("ceiling_c", s.m, s.n);
+  Kokkos::deep_copy(A, T(1.0f));
+  Kokkos::deep_copy(B, T(0.5f));
   const double one = gemm_flops(double(s.m), double(s.n), double(s.k));
   const int inner = int(std::clamp(2e9 / one, 1.0, 1000.0));
   return best_rate(one * inner, 3, sync, [&] {
-    for (int i = 0; i < inner; ++i) gemm<float>(Trans::N, Trans::N, 1.0f, A, B, 0.0f, C);
+    for (int i = 0; i < inner; ++i) gemm<T>(Trans::N, Trans::N, 1.0f, A, B, 0.0f, C);
   });
 }
+
+}  // namespace
+
+double blas_gemm_rate(GemmShape s, const std::function<void()>& sync) { return gemm_rate<float>(s, sync); }
+double bf16_gemm_rate(GemmShape s, const std::function<void()>& sync) { return gemm_rate<bf16>(s, sync); }
 
 // Every thread multiplies its own in-cache tiles: C (128, 256) = A (128, 128) Bp (128, 256),
 // the attention forward's score product, with B packed once as the kernels do.
@@ -64,14 +70,32 @@ double tile_gemm_rate(const std::function<void()>& sync) {
   }
 }
 
+double bf16_tile_gemm_rate(const std::function<void()>&) { return 0; }
+
 double GemmCeiling::best() const { return std::max({blas_square, blas_layer, tile}); }
+double Bf16GemmCeiling::best() const { return std::max({square, layer, tile}); }
+
+namespace {
+// {2048^3, the layer's shape (0 for none), tile} of gemm<T> and its tile kernel.
+template <class T>
+std::array<double, 3> components(GemmShape layer, const std::function<void()>& sync,
+                                 double (*tile)(const std::function<void()>&)) {
+  std::array<double, 3> r{};
+  r[0] = gemm_rate<T>({2048, 2048, 2048}, sync);
+  if (layer.m > 0 && layer.n > 0 && layer.k > 0) r[1] = gemm_rate<T>(layer, sync);
+  r[2] = tile(sync);
+  return r;
+}
+}  // namespace
 
 GemmCeiling measure_gemm_ceiling(GemmShape layer, const std::function<void()>& sync) {
-  GemmCeiling c;
-  c.blas_square = blas_gemm_rate({2048, 2048, 2048}, sync);
-  if (layer.m > 0 && layer.n > 0 && layer.k > 0) c.blas_layer = blas_gemm_rate(layer, sync);
-  c.tile = tile_gemm_rate(sync);
-  return c;
+  const std::array<double, 3> r = components<float>(layer, sync, tile_gemm_rate);
+  return {r[0], r[1], r[2]};
+}
+
+Bf16GemmCeiling measure_bf16_gemm_ceiling(GemmShape layer, const std::function<void()>& sync) {
+  const std::array<double, 3> r = components<bf16>(layer, sync, bf16_tile_gemm_rate);
+  return {r[0], r[1], r[2]};
 }
 
 }  // namespace minicp::kernels

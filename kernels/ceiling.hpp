@@ -30,4 +30,24 @@ double tile_gemm_rate(const std::function<void()>& sync);
 // All three (blas_layer skipped for an empty shape). Takes about 0.1-1 s.
 GemmCeiling measure_gemm_ceiling(GemmShape layer, const std::function<void()>& sync);
 
+// The ceiling of a bf16 layer (run.dtype = "bf16"): its GEMMs run on gemm<bf16> (oneDNN's
+// bf16 matmul, fp32 accumulation, where built with it: gemm_bf16_engine() names it), so the
+// reference is that engine's rate, not SGEMM's.
+struct Bf16GemmCeiling {
+  double square = 0;  // gemm<bf16> 2048^3, best of 3 after a warm-up
+  double layer = 0;   // gemm<bf16> at the layer's largest GEMM shape, best of 3; 0: no shape given
+  double tile = 0;    // the bf16 attention tile kernel (bf16_tile_gemm_rate); 0 while there is none
+  double best() const;
+};
+
+// gemm<bf16> at shape s, timed as blas_gemm_rate.
+double bf16_gemm_rate(GemmShape s, const std::function<void()>& sync);
+// The hook for the bf16 attention tile kernel: its rate on every thread, measured as
+// tile_gemm_rate measures the fp32 one. 0 (not part of the ceiling) while the bf16 attention
+// widens to fp32 and runs the fp32 tiles.
+double bf16_tile_gemm_rate(const std::function<void()>& sync);
+
+// All three (layer skipped for an empty shape). Takes about 0.1-1 s.
+Bf16GemmCeiling measure_bf16_gemm_ceiling(GemmShape layer, const std::function<void()>& sync);
+
 }  // namespace minicp::kernels

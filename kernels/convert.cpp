@@ -2,9 +2,21 @@
 
 namespace minicp::kernels {
 
+namespace {
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To convert_one(From x) {
+  if constexpr (std::is_same<To, bf16>::value && std::is_same<From, double>::value) {
+    return bf16::from_double(x);
+  } else {
+    return To(acc_t<From>(x));
+  }
+}
+}  // namespace
+
 template <class To, class From>
 void convert(To* dst, const From* src, int64_t n) {
-  for_each_index("kernels::convert", n, KOKKOS_LAMBDA(const int64_t i) { dst[i] = To(acc_t<From>(src[i])); });
+  for_each_index(
+      "kernels::convert", n, KOKKOS_LAMBDA(const int64_t i) { dst[i] = convert_one<To, From>(src[i]); });
 }
 
 template void convert<bf16, float>(bf16*, const float*, int64_t);

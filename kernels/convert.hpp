@@ -1,5 +1,5 @@
 // Elementwise conversion between value types (fp64, fp32, bf16): the one place a tensor
-// changes precision. To bf16 it rounds to nearest even.
+// changes precision. To bf16 it rounds to nearest even, once (fp64 too: bf16::from_double).
 #pragma once
 #include <stdexcept>
 

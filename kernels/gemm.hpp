@@ -1,5 +1,6 @@
 // The one GEMM entry point: row-major C = alpha*op(A)*op(B) + beta*C on Views, handed to
-// BLAS (OpenBLAS/any Fortran BLAS on the host, cuBLAS under MINICP_ENABLE_CUDA). Every
+// BLAS (OpenBLAS/any Fortran BLAS on the host, cuBLAS under MINICP_ENABLE_CUDA); bf16 to
+// oneDNN's matmul where built with it (MINICP_ONEDNN), its primitives cached per shape. Every
 // large GEMM goes through it; only the attention tiles use their own kernel (tile_gemm.hpp).
 #pragma once
 #include <string>
@@ -32,7 +33,12 @@ inline double gemm_flops(double M, double N, double K) { return 2.0 * M * N * K;
 
 // Name of the BLAS backend compiled in ("blas" or "cublas").
 const char* gemm_backend();
-// What runs a bf16 GEMM: "convert+sgemm" (operands widened to fp32, the fp32 GEMM).
-std::string gemm_bf16_engine();
+// What runs a bf16 GEMM of C[m,n] = A[m,k] B[k,n] (the layer's shapes may differ in kernel):
+// "onednn 2.6.3 brg:avx512_core_bf16" (oneDNN's version and the kernel of its matmul, bf16
+// x bf16 summed in fp32), or "convert+sgemm" (operands widened to fp32, the fp32 GEMM), with
+// the reason in brackets when oneDNN is built in but has no kernel for this CPU.
+std::string gemm_bf16_engine(int64_t m = 2048, int64_t n = 2048, int64_t k = 2048);
+// The oneDNN library's version ("2.6.3"); "" when built without it.
+std::string onednn_version();
 
 }  // namespace minicp::kernels

@@ -14,7 +14,7 @@ PKGS=(
   build-essential cmake make pkg-config git dpkg-dev xz-utils clang-format
   openmpi-bin libopenmpi-dev libucx-dev ucx-utils
   libhdf5-openmpi-dev hdf5-tools
-  libopenblas-dev libopenblas-openmp-dev
+  libopenblas-dev libopenblas-openmp-dev libdnnl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev
   libtrilinos-kokkos-dev

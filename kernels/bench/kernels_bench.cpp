@@ -1,13 +1,16 @@
-// Google Benchmark timings of the miniCP kernels (fp32): BLAS GEMM, attention forward and
-// backward on one rank. FLOPS counters report useful FLOP/s; exec_FLOPS the executed ones.
+// Google Benchmark timings of the miniCP kernels (fp32): BLAS GEMM, the bf16 GEMM engine,
+// attention forward and backward on one rank. FLOPS counters report useful FLOP/s; exec_FLOPS the executed ones.
 // Its own flags are checked (harness/, no MPI) before Kokkos starts or anything is allocated.
 // Run: minicp-kernels-bench --benchmark_filter='BM_(Sgemm|AttentionFwd|AttentionBwd)'
+// bf16 against fp32, alternated: --benchmark_filter='BM_(Sgemm|Bf16Gemm)/2048'
+//   --benchmark_repetitions=6 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/blas.hpp"
@@ -55,15 +58,18 @@ Kokkos::View<const int64_t*, kk::Mem> iota_positions(int64_t S) {
 int kHeads = 8;
 int kKvHeads = 8;
 
-void BM_Sgemm(benchmark::State& state) {
+// gemm<T> n^3: BM_Sgemm the fp32 BLAS, BM_Bf16Gemm the bf16 engine (gemm_bf16_engine in
+// the context: oneDNN's matmul, or convert+sgemm).
+template <class T>
+void BM_Gemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
-  kk::View2<float> A("A", n, n), B("B", n, n), C("C", n, n);
+  kk::View2<T> A("A", n, n), B("B", n, n), C("C", n, n);
   fill_random(A, 1);
   fill_random(B, 2);
-  Kokkos::deep_copy(C, 0.0f);
+  Kokkos::deep_copy(C, T(0.0f));
   Kokkos::fence();
   for (auto _ : state) {
-    kk::gemm<float>(kk::Trans::N, kk::Trans::N, 1.0f, A, B, 0.0f, C);
+    kk::gemm<T>(kk::Trans::N, kk::Trans::N, 1.0f, A, B, 0.0f, C);
     Kokkos::fence();
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
@@ -169,7 +175,8 @@ std::vector<std::string> g_bench_args;
 // are checked here too, and the attention buffers of the largest case must fit in memory.
 void parse(const minicp::harness::Args& a) {
   namespace hn = minicp::harness;
-  CLI::App app{"minicp-kernels-bench: Google Benchmark timings of the miniCP kernels (fp32).", a.prog()};
+  CLI::App app{"minicp-kernels-bench: Google Benchmark timings of the miniCP kernels (fp32; BM_Bf16Gemm: bf16).",
+               a.prog()};
   app.allow_extras();  // Google Benchmark's --benchmark_* flags
   hn::add_int_list(app, "--seq", g_seq, 1, hn::kNoMax, "attention sequence lengths S, tokens (comma list)");
   hn::add_int_list(app, "--head-dim", g_dim, 2, hn::kNoMax, "attention head dims D, even (comma list)");
@@ -215,8 +222,9 @@ void parse(const minicp::harness::Args& a) {
 }
 
 int run(const minicp::harness::Args&) {
-  benchmark::RegisterBenchmark("BM_Sgemm", BM_Sgemm)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(
-      benchmark::kMillisecond);
+  for (auto [name, fn] : {std::pair{"BM_Sgemm", &BM_Gemm<float>}, std::pair{"BM_Bf16Gemm", &BM_Gemm<kk::bf16>}})
+    benchmark::RegisterBenchmark(name, fn)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(
+        benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_AttentionFwd", BM_AttentionFwd)
       ->Apply(AttentionArgs)
       ->UseRealTime()
@@ -236,6 +244,7 @@ int run(const minicp::harness::Args&) {
   benchmark::AddCustomContext("kokkos_exec_space", kk::Exec::name());
   benchmark::AddCustomContext("kokkos_concurrency", std::to_string(kk::Exec().concurrency()));
   benchmark::AddCustomContext("gemm_backend", kk::gemm_backend());
+  benchmark::AddCustomContext("gemm_bf16_engine", kk::gemm_bf16_engine());
   const minicp::harness::BlasInfo blas = minicp::harness::blas_info();  // the SGEMM reference's BLAS and core
   benchmark::AddCustomContext("blas", blas.summary());
   if (!blas.warning.empty()) benchmark::AddCustomContext("blas_warning", blas.warning);
