@@ -220,16 +220,7 @@ struct Stack<T>::Impl {
     }
   }
 
-  std::unique_ptr<cp::Scheme<T>> make_scheme() const {
-    if constexpr (std::is_same<T, float>::value) {
-      return info.make_f32();
-    } else if constexpr (std::is_same<T, double>::value) {
-      return info.make_f64();
-    } else {
-      if (!info.make_bf16) throw std::invalid_argument("scheme " + info.name + " has no bf16 implementation");
-      return info.make_bf16();
-    }
-  }
+  std::unique_ptr<cp::Scheme<T>> make_scheme() const { return cp::make_scheme<T>(info); }
 
   // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
   void fill_rows(View2<T> x, Stream s) const {
