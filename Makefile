@@ -6,6 +6,8 @@
 #   make kernel-study  the kernel study (attention vs the same run's SGEMM)
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
+#   make fidelity-study  fp32 and bf16 error of every scheme against fp64 at P = 1..8, into results/fidelity.json
+#                        (ranks oversubscribe the cores; minutes; `make plots RUN=results/fidelity.json` draws it)
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 105 minutes), into results/fabric/
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
@@ -34,7 +36,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fabric-study scaling-study report plots format sanitize clean
+.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study report plots format sanitize clean
 
 all: build
 
@@ -83,6 +85,10 @@ bench: build
 
 cp-study: build
 	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
+
+fidelity-study: build
+	$(PY) miniapp/bench/fidelity_study.py --fidelity $(BUILD)/bin/minicp-fidelity --mpiexec $(MPIRUN) \
+	  --out results/fidelity.json $(FIDELITY_ARGS)
 
 scaling-study: build
 	$(PY) slurm/scaling-study $(SCALING_ARGS)

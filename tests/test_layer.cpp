@@ -2,14 +2,18 @@
 // at the rank count this binary runs with (ctest: np 1-4). The DESIGN rule: for the output y,
 // the input gradient dx and every weight gradient dW of every layer, the fp32 error of the
 // scheme against fp64 `none` is within 2x the fp32 error of `none` (counted as at least 4
-// fp32 ulps of the largest entry). fp64 must match fp64 `none` to 1e-10. Decode: the tree
+// fp32 ulps of the largest entry). fp64 must match fp64 `none` to 1e-10. bf16 the same way
+// against bf16 `none` (at least 1 bf16 ulp), and with bf16 dK/dV accumulators and a bf16
+// gradient all-reduce within that plus half an ulp per rounding they add. Decode: the tree
 // scheme against `none` decoding the same tokens. At np 1 a central finite difference of the
 // whole stack in fp64 checks dx and dW of `none` itself.
 // Usage: minicp-test-layer --scheme=NAME [gtest flags]
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "comm/comm.hpp"
@@ -102,32 +106,53 @@ TEST_P(LayerVsNone, OutputAndEveryGradient) {
     one.attn.ranks = 1;
     auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
     const cp::SchemeInfo& none = cp::find("none");
-    const Result ref64 = run<double>(one, none, *self), ref32 = run<float>(one, none, *self);
+    const Result ref64 = run<double>(one, none, *self), ref32 = run<float>(one, none, *self),
+                 ref16 = run<kernels::bf16>(one, none, *self);
 
     auto world = comm::make_mpi_comm(comm::Progress::Thread);
-    const Result got32 = run<float>(cfg, info, *world), got64 = run<double>(cfg, info, *world);
+    const Result got32 = run<float>(cfg, info, *world), got64 = run<double>(cfg, info, *world),
+                 got16 = run<kernels::bf16>(cfg, info, *world);
+    model::StackConfig wire = cfg;  // bf16 dK/dV ring accumulators and a bf16 gradient all-reduce
+    wire.attn.bf16_dkv = wire.bf16_grad_allreduce = true;
+    const Result wire16 = run<kernels::bf16>(wire, info, *world);
 
     const int64_t C = cfg.shape.hidden, first = cp::first_q_position(model::attention_config(cfg));
-    const double floor = std::ldexp(1.0, -21);
-    auto judge = [&](const char* what, double e32, double e_none, double e64) {
-      EXPECT_LE(e32, 2.0 * std::max(e_none, floor)) << what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
-      EXPECT_LE(e64, 1e-10) << what << ": fp64 error";
+    // Below these, errors are rounding noise: 4 fp32 ulps, 1 bf16 ulp of the largest entry.
+    const double floor32 = std::ldexp(1.0, -21), floor16 = std::ldexp(1.0, -8);
+    const bool talk = P > 1;
+    // A tensor against fp64 `none`: e[0] fp32, e[1] fp32 `none`, e[2] fp64, e[3] bf16, e[4]
+    // bf16 `none`, e[5] bf16 with bf16 accumulators and all-reduce.
+    auto judge = [&](const std::string& what, const double e[6]) {
+      EXPECT_LE(e[0], 2.0 * std::max(e[1], floor32)) << what << ": fp32 error " << e[0] << " vs 2x none's " << e[1];
+      EXPECT_LE(e[2], 1e-10) << what << ": fp64 error";
+      EXPECT_LE(e[3], 2.0 * std::max(e[4], floor16)) << what << ": bf16 error " << e[3] << " vs 2x none's " << e[4];
+      // Each of the P - 1 hops of a bf16 accumulator, and each of the P partial sums of a
+      // bf16 all-reduce, rounds once more: half a bf16 ulp of the largest entry each.
+      const double hops = talk ? P * std::ldexp(1.0, -9) : 0.0;
+      EXPECT_LE(e[5], 2.0 * std::max(e[4], floor16) + hops) << what << ": bf16 accumulators, error " << e[5];
+      if (test::world_rank() == 0 && std::getenv("MINICP_TEST_VERBOSE"))
+        std::printf("  %s np=%d %s: f32 %.2e (none %.2e) bf16 %.2e (none %.2e) bf16-acc %.2e\n", g_scheme.c_str(), P,
+                    what.c_str(), e[0], e[1], e[3], e[4], e[5]);
     };
-    judge("y", err_rows(got32.y, got32.rows, first, ref64.y, C), err_rows(ref32.y, ref32.rows, first, ref64.y, C),
-          err_rows(got64.y, got64.rows, first, ref64.y, C));
+    auto errors = [&](auto field, const auto& rows_of, int64_t row0, const Vec& want, int64_t width) {
+      const Result* runs[6] = {&got32, &ref32, &got64, &got16, &ref16, &wire16};
+      std::array<double, 6> e{};
+      for (int i = 0; i < 6; ++i) e[size_t(i)] = err_rows(field(*runs[i]), rows_of(*runs[i]), row0, want, width);
+      return e;
+    };
+    auto rows_of = [](const Result& r) { return r.rows; };
+    judge("y", errors([](const Result& r) { return r.y; }, rows_of, first, ref64.y, C).data());
     if (pass != model::Pass::Train) continue;
-    judge("dx", err_rows(got32.dx, got32.rows, first, ref64.dx, C),
-          err_rows(ref32.dx, ref32.rows, first, ref64.dx, C), err_rows(got64.dx, got64.rows, first, ref64.dx, C));
+    judge("dx", errors([](const Result& r) { return r.dx; }, rows_of, first, ref64.dx, C).data());
     const auto params = model::layer_params(cfg.shape);
     for (int l = 0; l < cfg.shape.layers; ++l)
       for (const model::Param& p : params) {
-        auto slice = [&](const Vec& v) { return Vec(v.begin() + p.offset, v.begin() + p.offset + p.size()); };
-        const Vec want = slice(ref64.dw[size_t(l)]);
-        const std::vector<int64_t> all{0};
-        const std::string what = "layer " + std::to_string(l) + " d" + p.name;
-        judge(what.c_str(), err_rows(slice(got32.dw[size_t(l)]), all, 0, want, p.size()),
-              err_rows(slice(ref32.dw[size_t(l)]), all, 0, want, p.size()),
-              err_rows(slice(got64.dw[size_t(l)]), all, 0, want, p.size()));
+        auto slice = [&](const Result& r) {
+          const Vec& v = r.dw[size_t(l)];
+          return Vec(v.begin() + p.offset, v.begin() + p.offset + p.size());
+        };
+        const auto whole = [](const Result&) { return std::vector<int64_t>{0}; };
+        judge("layer " + std::to_string(l) + " d" + p.name, errors(slice, whole, 0, slice(ref64), p.size()).data());
       }
   }
 }

@@ -1,7 +1,7 @@
 // The memory model of the layer stack (model::predicted_stack_bytes, the number --dry-run and
 // the memory checks use) against the bytes Kokkos actually holds (harness::MemTracker): for
 // every scheme of the registry that runs at this rank count, the train pass (and decode for
-// the schemes that solve it) of a model::Stack<float> on the cpu-small shape, one forward and
+// the schemes that solve it) of a model::Stack in fp32 and in bf16 on the cpu-small shape, one forward and
 // one backward. The measured figure is the high-water mark of the Kokkos allocations from the
 // stack's construction to the end of its backward, on the rank that holds most; the
 // prediction must be within 15% of it for every case. The schemes' scratch buffers
@@ -29,6 +29,7 @@ using namespace minicp;
 constexpr double kTolerance = 0.15;  // |predicted - measured| / measured
 
 struct Case {
+  std::string dtype;
   std::string scheme;
   model::Pass pass;
   int64_t seq_len;
@@ -52,6 +53,7 @@ std::string peak_breakdown(const std::vector<harness::MemTracker::Allocation>& a
   return out + "    " + std::to_string(stack) + " B  model::* (the stack's own)\n";
 }
 
+template <class T>
 Case measure(const cp::SchemeInfo& info, model::Pass pass, int64_t seq_len, comm::Communicator& comm,
              std::string& breakdown) {
   model::StackConfig cfg;
@@ -59,15 +61,15 @@ Case measure(const cp::SchemeInfo& info, model::Pass pass, int64_t seq_len, comm
   cfg.pass = pass;
   cfg.attn.seq_len = seq_len;
   cfg.attn.ranks = comm.world().size;
-  Case c{info.name, pass, seq_len};
-  c.predicted = model::predicted_stack_bytes(cfg, info, sizeof(float));
+  Case c{kernels::dtype_name<T>(), info.name, pass, seq_len};
+  c.predicted = model::predicted_stack_bytes(cfg, info, sizeof(T));
 
   harness::MemTracker& mt = harness::MemTracker::instance();
   cp::release_scratch();
   const int64_t base = mt.current_bytes();
   mt.reset_peak();
   {
-    model::Stack<float> st(cfg, info, comm);
+    model::Stack<T> st(cfg, info, comm);
     cp::Context ctx{comm, model::attention_config(cfg)};
     st.forward(ctx);
     if (pass == model::Pass::Train) st.backward(ctx);
@@ -103,13 +105,17 @@ TEST(MemoryModel, PredictionWithinFifteenPercentOfKokkosPeak) {
         cfg.attn.seq_len = S;
         cfg.attn.ranks = P;
         if (!cp::check(info, model::attention_config(cfg)).empty()) continue;
-        std::string breakdown;
-        const Case c = measure(info, pass, S, *comm, breakdown);
-        cases.push_back(c);
-        EXPECT_LE(std::abs(c.err()), kTolerance)
-            << c.scheme << " " << model::to_string(pass) << " S=" << S << " P=" << P << ": predicted " << c.predicted
-            << " B, measured " << c.measured << " B (" << 100 * c.err() << "%); at the peak:\n"
-            << (rank == 0 ? breakdown : std::string());
+        for (const bool bf16 : {false, true}) {
+          std::string breakdown;
+          const Case c = bf16 ? measure<kernels::bf16>(info, pass, S, *comm, breakdown)
+                              : measure<float>(info, pass, S, *comm, breakdown);
+          cases.push_back(c);
+          EXPECT_LE(std::abs(c.err()), kTolerance)
+              << c.dtype << " " << c.scheme << " " << model::to_string(pass) << " S=" << S << " P=" << P
+              << ": predicted " << c.predicted << " B, measured " << c.measured << " B (" << 100 * c.err()
+              << "%); at the peak:\n"
+              << (rank == 0 ? breakdown : std::string());
+        }
       }
     }
   }
@@ -117,11 +123,13 @@ TEST(MemoryModel, PredictionWithinFifteenPercentOfKokkosPeak) {
   mt.stop();
   EXPECT_FALSE(cases.empty());
   if (rank == 0) {
-    std::printf("memory model, cpu-small fp32, P=%d: predicted vs Kokkos peak (rank that holds most)\n", P);
-    std::printf("  %-11s %-7s %6s %14s %14s %8s\n", "scheme", "pass", "S", "predicted MiB", "measured MiB", "error");
+    std::printf("memory model, cpu-small, P=%d: predicted vs Kokkos peak (rank that holds most)\n", P);
+    std::printf("  %-5s %-11s %-7s %6s %14s %14s %8s\n", "dtype", "scheme", "pass", "S", "predicted MiB",
+                "measured MiB", "error");
     const double MiB = 1024.0 * 1024.0;
     for (const Case& c : cases)
-      std::printf("  %-11s %-7s %6lld %14.2f %14.2f %+7.2f%%\n", c.scheme.c_str(), model::to_string(c.pass),
+      std::printf("  %-5s %-11s %-7s %6lld %14.2f %14.2f %+7.2f%%\n", c.dtype.c_str(), c.scheme.c_str(),
+                  model::to_string(c.pass),
                   (long long)c.seq_len, double(c.predicted) / MiB, double(c.measured) / MiB, 100 * c.err());
     std::fflush(stdout);
   }

@@ -44,7 +44,8 @@ def _commands():
     ]
     plots = [
         (("inputs",), dict(nargs="+", metavar="INPUT",
-                           help="minicp results .h5 files, a study index .csv, or the fabric study .csv (required)")),
+                           help="minicp results .h5 files, a study index .csv, the fabric study .csv, or the fidelity study .json "
+                                "(alone: fidelity.png) (required)")),
         (("--out",), dict(metavar="DIR",
                           help="folder for the PNGs; an existing one may hold only what this command writes (PNGs, "
                                "fabric.csv) (default: results/plots/<stem of the first input>/)")),

@@ -691,10 +691,33 @@ def _timeline_case(df, case):
     return row
 
 
+def fidelity_run(args, paths):
+    """The fidelity study's file: fidelity.png (worst error ratio against P per scheme)."""
+    from . import fidelity
+    if len(paths) != 1 or len(args.inputs) != 1:
+        raise UsageError("INPUT: a fidelity study file is plotted alone (give one, and no results files)")
+    doc = fidelity.load(paths[0])
+    out = args.out or os.path.join("results", "plots", os.path.splitext(os.path.basename(paths[0]))[0])
+    check_out_folder(out, ["fidelity.png"], [paths[0]], args.overwrite)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot be made ({e.strerror})")
+    print(fidelity.table_markdown(doc))
+    title = (f"fidelity study: attention_isa {doc.get('attention_isa', '?')}, bf16 GEMMs "
+             f"{doc.get('gemm_bf16_engine', '?')}")
+    _say_saved(fidelity.figure(doc, title), out, "fidelity.png", args.dpi)
+    return 0
+
+
 def run(args):
-    want = _want(args)
+    from . import fidelity
     if args.dpi < 20 or args.dpi > 600:
         raise UsageError(f"--dpi {args.dpi}: must be between 20 and 600")
+    fid = [p for p in args.inputs if fidelity.is_fidelity_file(p)]
+    if fid:
+        return fidelity_run(args, fid)
+    want = _want(args)
     inputs = load_inputs(args.inputs)
     df = case_table(inputs)
     for s in inputs.sources:

@@ -6,7 +6,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/comm.hpp"
@@ -175,6 +177,22 @@ SchemeInfo make_info(std::string name, std::string summary, Args... args) {
   s.make_f32 = [args...] { return std::unique_ptr<Scheme<float>>(new Impl<float>(args...)); };
   s.make_f64 = [args...] { return std::unique_ptr<Scheme<double>>(new Impl<double>(args...)); };
   return s;
+}
+
+// The scheme object of s for value type T (fp32, fp64 or bf16); throws
+// when s has no implementation in T (a programming error: std::logic_error).
+template <class T>
+std::unique_ptr<Scheme<T>> make_scheme(const SchemeInfo& s) {
+  const auto& make = [&]() -> const std::function<std::unique_ptr<Scheme<T>>()>& {
+    if constexpr (std::is_same<T, float>::value)
+      return s.make_f32;
+    else if constexpr (std::is_same<T, double>::value)
+      return s.make_f64;
+    else
+      return s.make_bf16;
+  }();
+  if (!make) throw std::logic_error("scheme " + s.name + " has no " + kernels::dtype_name<T>() + " implementation");
+  return make();
 }
 
 const std::vector<SchemeInfo>& registry();

@@ -8,6 +8,7 @@
 
 #include "harness/watchdog.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -72,37 +73,47 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
   const Rows r = rows_of(cfg);
   const double n = r.n, C = m.hidden, HD = double(m.heads) * m.head_dim, KD = double(m.kv_heads) * m.head_dim,
                F = m.ffn, H = m.heads, L = m.layers;
-  const bool train = cfg.pass == Pass::Train;
+  const bool train = cfg.pass == Pass::Train, mixed = kernels::acc_size(elem) != elem;
   const double params = double(layer_param_count(m));
-  double v = L * params * (train ? 2 : 1);         // weights (and gradients)
-  v += (L + 1) * n * C + (train ? 3 : 0) * n * C;  // layer inputs/outputs; dy and two dx buffers
-  const double saved = 3 * n * C + 2 * n + 2 * n * HD + 2 * n * KD + n * H + 2 * n * F;  // per layer
-  v += (train ? L : 1) * saved;
-  v += n * F;                                                       // the gate g
-  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;  // backward workspace
-  if (train) v += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
-  if (cfg.pass == Pass::Decode) v += 2 * L * r.cache * KD + n * HD + n * H;  // cache; self block
-  v += n * 8.0 / double(elem);                                               // RoPE positions [N] (int64)
+  // v: values stored in T (elem bytes each); a: values in the accumulator type (acc_size).
+  double v = L * params, a = train ? L * params : 0;  // weights; gradients
+  if (train && mixed && cfg.bf16_grad_allreduce) v += L * params;  // the gradients rounded for the all-reduce
+  v += (L + 1) * n * C + (train ? 3 : 0) * n * C;                  // layer inputs/outputs; dy and two dx buffers
+  const double layers_saved = train ? L : 1;
+  v += layers_saved * (3 * n * C + 2 * n * HD + 2 * n * KD + 2 * n * F);  // h1, x2, h2; q, o; k, v; a, b
+  a += layers_saved * (2 * n + n * H);                                     // rstd1, rstd2; lse
+  v += n * F;                                                              // the gate g
+  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;         // backward workspace
+  if (train) a += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
+  if (cfg.pass == Pass::Decode) {
+    v += 2 * L * r.cache * KD;                  // the cache
+    a += n * HD + n * H + (mixed ? n * HD : 0);  // the self block (o, lse); o widened for its merge
+  }
+  const double pos = n * 8.0;  // RoPE positions [N] (int64), in bytes
   const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
   v += w.shared + L * w.per_object;
   // Not counted: the masks' positions (int64, one per query and key row of a block, during a
   // call) and RoPE's D/2 angles; host-side std::vector temporaries of the kernels (the tiled
   // attention's per-item tiles and dQ splits) are not Kokkos allocations.
-  return cp::bytes_of(v, elem);
+  const int64_t bytes = cp::bytes_of(v, elem), acc = cp::bytes_of(a, kernels::acc_size(elem));
+  return bytes > INT64_MAX - acc - int64_t(pos) ? INT64_MAX : bytes + acc + int64_t(pos);
 }
 
 template <class T>
 struct Stack<T>::Impl {
   using CV2 = kernels::CView2<T>;
   using Trans = kernels::Trans;
+  static constexpr bool kMixed = !std::is_same<T, A>::value;  // bf16: accumulators wider than T
 
   // One layer's weights, gradients, attention scheme and saved activations.
   struct Layer {
-    View1<T> w, dw;  // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
+    View1<T> w;   // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
+    View1<A> dw;  // [layer_param_count], the same order
+    View1<T> dw_wire;  // bf16 all-reduce: dw rounded, summed over the group, widened back
     std::unique_ptr<cp::Scheme<T>> scheme;
     View2<T> h1, q, k, v, o, x2, h2, a, b;  // [N,C] [N,H*D] [N,Hkv*D] x2 [N,H*D] [N,C] x2 [N,F] x2
-    View1<T> rstd1, rstd2;                  // [N]
-    View2<T> lse;                           // [N,H]
+    View1<A> rstd1, rstd2;                  // [N]
+    View2<A> lse;                           // [N,H]
     View3<T> kc, vc;                        // decode: this rank's cache shard [Nc,Hkv,D]
     PhaseTimes fwd, bwd;
     std::vector<comm::Request> grad_reqs;  // the dW all-reduce, one per bucket
@@ -121,7 +132,7 @@ struct Stack<T>::Impl {
   std::vector<View2<T>> xs;                              // L+1 of [N,C]: input of layer l, output of the last
   View2<T> dy, gbuf[2], dx;                              // [N,C]
   View2<T> g, dg, da, db, dh, dxn, dx2, dq, dk, dv, dO;  // shared workspace
-  View2<T> o_self, lse_self;                             // decode: the new tokens' own block
+  View2<A> o_self, lse_self, o_acc;                      // decode: the new tokens' own block; o widened
   std::vector<Layer> layers;
   double grad_exposed = 0;
   int64_t grad_bytes = 0;
@@ -153,7 +164,10 @@ struct Stack<T>::Impl {
       L.w = View1<T>(Kokkos::view_alloc(std::string("model::w"), Kokkos::WithoutInitializing),
                      size_t(params.back().offset + params.back().size()));
       fill_params(L.w, l);
-      if (train) L.dw = View1<T>("model::dw", L.w.extent(0));
+      if (train) L.dw = View1<A>("model::dw", L.w.extent(0));
+      if (train && kMixed && cfg.bf16_grad_allreduce)
+        L.dw_wire = View1<T>(Kokkos::view_alloc(std::string("model::dw_wire"), Kokkos::WithoutInitializing),
+                             L.w.extent(0));
       L.scheme = make_scheme();
       if (l == 0 || train) {  // forward-only passes keep no activations: the layers share one set
         L.h1 = mat("model::h1", N, C);
@@ -165,9 +179,9 @@ struct Stack<T>::Impl {
         L.h2 = mat("model::h2", N, C);
         L.a = mat("model::a", N, F);
         L.b = mat("model::b", N, F);
-        L.rstd1 = View1<T>("model::rstd1", N);
-        L.rstd2 = View1<T>("model::rstd2", N);
-        L.lse = mat("model::lse", N, H);
+        L.rstd1 = View1<A>("model::rstd1", N);
+        L.rstd2 = View1<A>("model::rstd2", N);
+        L.lse = View2<A>("model::lse", N, H);
       } else {
         const Layer& f = layers[0];
         L.h1 = f.h1, L.q = f.q, L.k = f.k, L.v = f.v, L.o = f.o, L.x2 = f.x2, L.h2 = f.h2, L.a = f.a, L.b = f.b;
@@ -200,17 +214,13 @@ struct Stack<T>::Impl {
       dO = mat("model::do", N, H * D);
     }
     if (cfg.pass == Pass::Decode) {
-      o_self = mat("model::o_self", N, H * D);
-      lse_self = mat("model::lse_self", N, H);
+      o_self = View2<A>("model::o_self", N, H * D);
+      lse_self = View2<A>("model::lse_self", N, H);
+      if (kMixed) o_acc = View2<A>("model::o_acc", N, H * D);
     }
   }
 
-  std::unique_ptr<cp::Scheme<T>> make_scheme() const {
-    if constexpr (std::is_same<T, float>::value)
-      return info.make_f32();
-    else
-      return info.make_f64();
-  }
+  std::unique_ptr<cp::Scheme<T>> make_scheme() const { return cp::make_scheme<T>(info); }
 
   // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
   void fill_rows(View2<T> x, Stream s) const {
@@ -241,16 +251,35 @@ struct Stack<T>::Impl {
   }
 
   // Views of a layer's parameter p (a vector or a [rows, cols] matrix) inside a flat buffer.
-  View1<T> vec(View1<T> flat, int p) const {
-    return View1<T>(flat.data() + params[size_t(p)].offset, params[size_t(p)].rows);
+  // (flat: the weights, T, or the gradients, A.)
+  template <class E>
+  View1<E> vec(View1<E> flat, int p) const {
+    return View1<E>(flat.data() + params[size_t(p)].offset, params[size_t(p)].rows);
   }
-  View2<T> mat(View1<T> flat, int p) const {
+  template <class E>
+  View2<E> mat(View1<E> flat, int p) const {
     const Param& pr = params[size_t(p)];
-    return View2<T>(flat.data() + pr.offset, pr.rows, pr.cols);
+    return View2<E>(flat.data() + pr.offset, pr.rows, pr.cols);
   }
   enum P { AttnNorm, Wq, Wk, Wv, Wo, MlpNorm, W1, W3, W2 };
 
-  static View3<T> heads(View2<T> x, int64_t h, int64_t d) { return View3<T>(x.data(), x.extent(0), h, d); }
+  template <class E>
+  static View3<E> heads(View2<E> x, int64_t h, int64_t d) {
+    return View3<E>(x.data(), x.extent(0), h, d);
+  }
+
+  // Decode: the scheme's output o3 (T) and lse merged with the new tokens' own block os (A),
+  // in A; a T narrower than A is widened for the merge and rounded once after it.
+  void merge_self(View3<T> o3, View2<A> lse, View3<A> os) {
+    if constexpr (kMixed) {
+      const View3<A> wide = heads(o_acc, H, D);
+      kernels::convert_view<A, T>(wide, o3);
+      kernels::lse_merge<A>(wide, lse, os, lse_self);
+      kernels::convert_view<T, A>(o3, wide);
+    } else {
+      kernels::lse_merge<T>(o3, lse, os, lse_self);
+    }
+  }
   static bool computes(const cp::Context& ctx) { return ctx.cfg.mode != cp::Mode::CommOnly; }
 
   // Runs f (one kernel of phase p, doing `flops` GEMM FLOPs), fenced and timed, and records
@@ -297,14 +326,20 @@ struct Stack<T>::Impl {
     T* o = out.data();
     const T *pa = a.data(), *pb = b.data();
     kernels::for_each_index(
-        "model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = pa[i] + pb[i]; });
+        "model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = T(A(pa[i]) + A(pb[i])); });
   }
 
-  // One GEMM of phase p as its own timed kernel event: C = alpha op(A) op(B) + beta C.
-  void gemm(const cp::Context& ctx, PhaseTimes& t, Phase p, Trans ta, Trans tb, CV2 A, CV2 B, T beta, View2<T> Cm) {
-    const double K = double(ta == Trans::N ? A.extent(1) : A.extent(0));
-    timed(ctx, t, p, 2.0 * double(Cm.extent(0)) * double(Cm.extent(1)) * K,
-          [&] { kernels::gemm<T>(ta, tb, 1, A, B, beta, Cm); });
+  // One GEMM of phase p as its own timed kernel event: C = op(X) op(Y) + beta C. C is T (an
+  // activation or its gradient) or A (a weight gradient: kernels::gemm_acc).
+  template <class E>
+  void gemm(const cp::Context& ctx, PhaseTimes& t, Phase p, Trans ta, Trans tb, CV2 X, CV2 Y, A beta, View2<E> Cm) {
+    const double K = double(ta == Trans::N ? X.extent(1) : X.extent(0));
+    timed(ctx, t, p, 2.0 * double(Cm.extent(0)) * double(Cm.extent(1)) * K, [&] {
+      if constexpr (std::is_same<E, T>::value)
+        kernels::gemm<T>(ta, tb, 1, X, Y, beta, Cm);
+      else
+        kernels::gemm_acc<T>(ta, tb, 1, X, Y, beta, Cm);
+    });
   }
 
   void forward_layer(cp::Context& ctx, int l) {
@@ -317,7 +352,7 @@ struct Stack<T>::Impl {
     PhaseTimes& t = L.fwd;
     const double t_layer = MPI_Wtime();
     timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), T(m.norm_eps), L.h1, L.rstd1); });
+          [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), A(m.norm_eps), L.h1, L.rstd1); });
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wv), 0, L.v);
@@ -329,9 +364,9 @@ struct Stack<T>::Impl {
         L.scheme->forward(ctx, q3, L.kc, L.vc, o3, L.lse);  // against the cache
         if (computes(ctx)) {                                // the new tokens' own block, then one LSE merge
           const auto mask = cp::make_mask(acfg, rows, rows);
-          const View3<T> os = heads(o_self, H, D);
+          const View3<A> os = heads(o_self, H, D);
           ctx.stats.flops += kernels::attention_fwd<T>(q3, k3, v3, mask, os, lse_self, acfg.attn).flops;
-          kernels::lse_merge<T>(o3, L.lse, os, lse_self);
+          merge_self(o3, L.lse, os);
         }
       });
     } else {
@@ -340,7 +375,7 @@ struct Stack<T>::Impl {
     timed(ctx, t, Phase::OutProj, 0, [&] { Kokkos::deep_copy(L.x2, x); });
     gemm(ctx, t, Phase::OutProj, Trans::N, Trans::N, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
     timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), T(m.norm_eps), L.h2, L.rstd2); });
+          [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), A(m.norm_eps), L.h2, L.rstd2); });
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W3), 0, L.b);
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });
@@ -369,7 +404,7 @@ struct Stack<T>::Impl {
     gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));  // dW1 = h2^T da
     gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));  // dW3 = h2^T db
     timed(ctx, t, Phase::Norm, 0, [&] {
-      Kokkos::deep_copy(vec(L.dw, MlpNorm), T(0));  // rmsnorm_bwd accumulates dw
+      Kokkos::deep_copy(vec(L.dw, MlpNorm), A(0));  // rmsnorm_bwd accumulates dw
       kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
     });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });                    // the residual
@@ -389,7 +424,7 @@ struct Stack<T>::Impl {
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
     timed(ctx, t, Phase::Norm, 0, [&] {
-      Kokkos::deep_copy(vec(L.dw, AttnNorm), T(0));
+      Kokkos::deep_copy(vec(L.dw, AttnNorm), A(0));
       kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
     });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dxl, dx2, dxn); });
@@ -400,9 +435,14 @@ struct Stack<T>::Impl {
       harness::Watchdog::instance().part(int(Phase::GradAllreduce));
       const double p0 = MPI_Wtime();
       const int64_t b0 = comm.bytes_sent();
-      const size_t bucket = std::max<size_t>(1, kGradBucketBytes / sizeof(T));
+      const bool wire = L.dw_wire.data() != nullptr;  // summed in bf16: round first
+      if constexpr (kMixed)
+        if (wire) kernels::convert_view<T, A>(L.dw_wire, L.dw);
+      char* buf = wire ? reinterpret_cast<char*>(L.dw_wire.data()) : reinterpret_cast<char*>(L.dw.data());
+      const comm::DType dt = wire ? comm::DType::BF16 : cp::dtype_of<A>();
+      const size_t elem = comm::dtype_size(dt), bucket = std::max<size_t>(1, kGradBucketBytes / elem);
       for (size_t at = 0; at < L.dw.span(); at += bucket)
-        L.grad_reqs.push_back(comm.iallreduce(L.dw.data() + at, std::min(bucket, L.dw.span() - at), cp::dtype_of<T>(),
+        L.grad_reqs.push_back(comm.iallreduce(buf + at * elem, std::min(bucket, L.dw.span() - at), dt,
                                               comm::ReduceOp::Sum, comm.world(), l));
       const double posting = MPI_Wtime() - p0;
       t.s[int(Phase::GradAllreduce)] += posting;
@@ -448,6 +488,8 @@ struct Stack<T>::Impl {
       const double t0 = MPI_Wtime();
       for (comm::Request& r : L.grad_reqs) comm.wait(r);
       L.grad_reqs.clear();
+      if constexpr (kMixed)
+        if (L.dw_wire.data()) kernels::convert_view<A, T>(L.dw, L.dw_wire);
       const double dt = MPI_Wtime() - t0;
       L.bwd.s[int(Phase::GradAllreduce)] += dt;
       grad_exposed += dt;
@@ -495,7 +537,7 @@ View1<T> Stack<T>::params(int layer) const {
   return p_->layers.at(size_t(layer)).w;
 }
 template <class T>
-View1<T> Stack<T>::grads(int layer) const {
+View1<kernels::acc_t<T>> Stack<T>::grads(int layer) const {
   return p_->layers.at(size_t(layer)).dw;
 }
 template <class T>
@@ -533,5 +575,6 @@ double Stack<T>::grad_allreduce_busy_s() const {
 
 template class Stack<float>;
 template class Stack<double>;
+template class Stack<kernels::bf16>;
 
 }  // namespace minicp::model

@@ -54,6 +54,9 @@ struct StackConfig {
   Pass pass = Pass::Train;
   cp::Config attn;    // seq_len, ranks, mask, scheme settings, mode; heads etc. are set from shape
   uint64_t seed = 1;  // the generator's seed for weights, inputs, dy and the cache
+  // bf16 stacks: the weight gradients are rounded to bf16 and summed over the group in bf16
+  // (half the bytes), instead of summed in fp32. No effect on fp32 and fp64 stacks.
+  bool bf16_grad_allreduce = false;
 };
 
 // The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
@@ -66,9 +69,13 @@ cp::Config attention_config(const StackConfig& cfg);
 // most (tests/test_memory_model.cpp holds it to within 15% of harness::MemTracker's count).
 int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem);
 
+// T: the stored value type (fp64, fp32 or bf16). Weights, activations and activation
+// gradients are T; weight gradients, RMSNorm's rstd and the LSE are kernels::acc_t<T> (fp32
+// for bf16), as mixed-precision training keeps them.
 template <class T>
 class Stack {
  public:
+  using A = kernels::acc_t<T>;
   // Collective over comm's world (the CP group). Weights, inputs (x [N, C]), the upstream
   // gradient (dy [N, C]) and the decode cache are drawn from the generator.
   Stack(const StackConfig& cfg, const cp::SchemeInfo& scheme, comm::Communicator& comm);
@@ -84,7 +91,7 @@ class Stack {
   View2<T> dy() const;  // [N, C] upstream gradient
   View2<T> dx() const;  // [N, C]
   View1<T> params(int layer) const;  // [layer_param_count]
-  View1<T> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
+  View1<A> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
   // Decode: this rank's shard of layer l's KV cache [Nc, Hkv, D] (K after RoPE) and the
   // global token index of each of its rows; empty for the other passes.
   View3<T> cache_k(int layer) const;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "kernels/convert.hpp"
 #include "miniapp/output/h5.hpp"
 
 namespace minicp::output {
@@ -12,9 +13,18 @@ namespace minicp::output {
 namespace {
 
 // A host copy of a view (the view itself when it already lives on the host).
+// bf16 values are widened to fp32 (exactly: every bf16 is an fp32), which HDF5 and h5py read
+// natively; the file's `dtype` attribute says they were bf16.
 template <class V>
 auto on_host(const V& v) {
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  if constexpr (std::is_same<typename V::non_const_value_type, kernels::bf16>::value) {
+    Kokkos::View<float*, kernels::Mem> wide(Kokkos::view_alloc(std::string("dump_wide"), Kokkos::WithoutInitializing),
+                                            v.span());
+    kernels::convert<float, kernels::bf16>(wide.data(), v.data(), int64_t(v.span()));
+    return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), wide);
+  } else {
+    return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  }
 }
 
 constexpr const char* kRopeConvention =
@@ -72,7 +82,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   f.set_attr("/", "softmax_scale", a.attn.scale > 0 ? a.attn.scale : 1.0 / std::sqrt(double(m.head_dim)));
   f.set_attr("/", "scheme", scheme);
   f.set_attr("/", "ranks", comm.world().size);
-  f.set_attr("/", "dtype", std::is_same<T, float>::value ? "f32" : "f64");
+  f.set_attr("/", "dtype", kernels::dtype_name<T>());
   f.set_attr("/", "pass", model::to_string(cfg.pass));
   f.set_attr("/", "rope_convention", kRopeConvention);
   if (decode) f.set_attr("/", "decode_tokens", T_);
@@ -118,5 +128,7 @@ template void write_dump<float>(const std::string&, const model::Stack<float>&, 
                                 const std::string&, comm::Communicator&);
 template void write_dump<double>(const std::string&, const model::Stack<double>&, const model::StackConfig&,
                                  const std::string&, comm::Communicator&);
+template void write_dump<kernels::bf16>(const std::string&, const model::Stack<kernels::bf16>&,
+                                        const model::StackConfig&, const std::string&, comm::Communicator&);
 
 }  // namespace minicp::output

@@ -304,6 +304,16 @@ void check_mask(const Deck& d) {
     throw UsageError("run.doc_len = " + std::to_string(d.doc_len) + ": only with run.mask = \"documents\"");
 }
 
+// run.dkv_accumulator and run.grad_allreduce choose among bf16 run's types: set to bf16 on
+// another dtype they would change nothing, so they are refused.
+void check_bf16_keys(const Deck& d) {
+  if (d.dtype == "bf16") return;
+  for (const auto& [key, v] : {std::pair{"dkv_accumulator", &d.dkv_accumulator}, {"grad_allreduce", &d.grad_allreduce}})
+    if (*v == "bf16")
+      throw UsageError(std::string("run.") + key + " = \"bf16\": only with run.dtype = \"bf16\" (run.dtype is \"" +
+                       d.dtype + "\")");
+}
+
 // sweep.schemes: "all" stands alone and becomes every scheme that solves a pass; a named
 // scheme must solve one of run.pass.
 void expand_schemes(Deck& d) {
@@ -403,6 +413,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   const std::string bad = model::check(d.shape);
   if (!bad.empty()) throw UsageError(bad);
   check_mask(d);
+  check_bf16_keys(d);
   expand_schemes(d);
   check_sizes(d, world, any_ranks);
   d.resolved = resolved_toml(d);
@@ -440,12 +451,14 @@ std::vector<Case> make_cases(const Deck& d) {
             c.stack.shape = d.shape;
             c.stack.pass = pass;
             c.stack.seed = d.seed;
+            c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
             cp::Config& a = c.stack.attn;
             a.seq_len = S;
             a.ranks = ranks;
             a.causal = d.mask != "full";
             a.window = d.window;
             a.doc_len = d.doc_len;
+            a.bf16_dkv = d.dkv_accumulator == "bf16";
             std::string tag;
             for (const cp::Setting& st : cp::all_settings()) {
               a.*st.field = combo.at(st.name);

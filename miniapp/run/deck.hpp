@@ -25,7 +25,9 @@ struct Deck {
   std::vector<model::Pass> passes;  // run.pass: one or a list
   std::string mask;                 // causal | full | window | documents
   int64_t window = 0, doc_len = 0;
-  std::string dtype;  // f32 | f64
+  std::string dtype;  // f32 | f64 | bf16
+  // bf16 runs: the dK/dV ring accumulators' and the weight-gradient all-reduce's type (f32 | bf16)
+  std::string dkv_accumulator, grad_allreduce;
   int warmup = 0, reps = 0;
   int rounds = 1;  // run.rounds: passes over the cases, each running every case's warm-up and reps
   std::vector<cp::Mode> modes;

@@ -181,7 +181,23 @@ std::vector<Row> run_rows() {
           .def("0", "one document")
           .to(&Deck::doc_len)
           .attr(),
-      one_of("run", "dtype", {"f32", "f64"}, "precision of the tensors").def("\"f32\"").to(&Deck::dtype).attr(),
+      one_of("run", "dtype", {"f32", "f64", "bf16"},
+             "precision of the stored tensors (bf16: weights, activations, Q/K/V/O, activation gradients and CP "
+             "messages in bf16; GEMMs, softmax statistics, LSE, merges and weight gradients in fp32)")
+          .def("\"f32\"")
+          .to(&Deck::dtype)
+          .attr(),
+      one_of("run", "dkv_accumulator", {"f32", "bf16"},
+             "bf16 runs: the type of the dK/dV accumulators that travel with a ring backward (bf16: rounded at "
+             "every hop, half the bytes)")
+          .def("\"f32\"")
+          .to(&Deck::dkv_accumulator)
+          .attr(),
+      one_of("run", "grad_allreduce", {"f32", "bf16"},
+             "bf16 runs: the type the weight gradients are summed over the CP group in (bf16: half the bytes)")
+          .def("\"f32\"")
+          .to(&Deck::grad_allreduce)
+          .attr(),
       integer("run", "warmup", 0, 1000000, "untimed repetitions of each case").def("1").to(&Deck::warmup).attr(),
       integer("run", "reps", 1, 1000000, "timed repetitions of each case (per round)").def("3").to(&Deck::reps).attr(),
       integer("run", "rounds", 1, 1000,

@@ -28,6 +28,8 @@
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/output/results.hpp"
+#include "kernels/gemm.hpp"
+#include "miniapp/run/dtype.hpp"
 #include "miniapp/run/figures.hpp"
 #include "miniapp/run/measure.hpp"
 #include "miniapp/run/report.hpp"
@@ -285,7 +287,7 @@ Plan parse(const hn::Args& a) {
   if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
   if (predicting) p.deck.all_schemes = true;  // a prediction lists what a scheme refuses instead of stopping
   p.cases = make_cases(p.deck);
-  const size_t elem = p.deck.dtype == "f64" ? sizeof(double) : sizeof(float);
+  const size_t elem = elem_size(p.deck.dtype);
   int64_t most = 0;
   std::string most_id;
   for (const Case& c : p.cases) {
@@ -373,8 +375,10 @@ std::vector<std::string> kind_names() {
 
 // The start-up line, and a warning when the BLAS runs below what the CPU offers.
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
+  const std::string dtype =
+      p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() + ")" : p.deck.dtype;
   std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, BLAS %s, SGEMM %.1f GFLOP/s per rank%s\n",
-              p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), p.deck.dtype.c_str(),
+              p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), dtype.c_str(),
               blas.summary().c_str(), sgemm / 1e9,
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
   // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).

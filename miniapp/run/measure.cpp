@@ -13,6 +13,7 @@
 #include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/output/dump.hpp"
+#include "miniapp/run/dtype.hpp"
 #include "miniapp/run/perf_cmds.hpp"
 
 namespace minicp::run {
@@ -292,7 +293,7 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
   world.trace().set_enabled(false);
   const int L = c.stack.shape.layers;
   const bool train = c.stack.pass == model::Pass::Train;
-  const std::string dtype = sizeof(T) == sizeof(double) ? "f64" : "f32";
+  const std::string dtype = kernels::dtype_name<T>();
   auto kernels = [](const model::PhaseTimes& ph) {
     double s = 0;
     for (model::Phase k :
@@ -354,7 +355,7 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
     comm::Communicator& on = group ? *group : world;
     if (rank < P) {
       const perf::LayerTime l =
-          p.deck.dtype == "f64" ? time_layer<double>(*c, rows, pieces, on) : time_layer<float>(*c, rows, pieces, on);
+          with_dtype(p.deck.dtype, [&](auto t) { return time_layer<decltype(t)>(*c, rows, pieces, on); });
       if (rank == 0) out.layers.push_back(l);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -363,10 +364,7 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
 
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                   CeilingCache& ceiling, CaseRun& out, int round) {
-  if (p.deck.dtype == "f64")
-    measure_typed<double>(p, c, comm, dump, ceiling, out, round);
-  else
-    measure_typed<float>(p, c, comm, dump, ceiling, out, round);
+  with_dtype(p.deck.dtype, [&](auto t) { measure_typed<decltype(t)>(p, c, comm, dump, ceiling, out, round); });
 }
 
 }  // namespace minicp::run

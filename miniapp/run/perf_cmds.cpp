@@ -21,6 +21,7 @@
 #include "harness/output.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/run/driver.hpp"
+#include "miniapp/run/dtype.hpp"
 #include "miniapp/run/measure.hpp"
 
 namespace minicp::run {
@@ -32,7 +33,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-size_t elem_of(const Deck& d) { return d.dtype == "f64" ? sizeof(double) : sizeof(float); }
+size_t elem_of(const Deck& d) { return elem_size(d.dtype); }
 
 // The deck's fabric profile (nullptr: none named).
 std::unique_ptr<hn::FabricProfile> profile_of(const Deck& d) {

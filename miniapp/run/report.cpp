@@ -89,6 +89,7 @@ void build_attrs(output::Attrs& r) {
   r.integer["kokkos_concurrency"] = kernels::Exec().concurrency();
   r.text["attention_tiles"] = kernels::attention_tiles();
   r.text["gemm_backend"] = kernels::gemm_backend();
+  r.text["gemm_bf16_engine"] = kernels::gemm_bf16_engine();
 }
 
 void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
