@@ -2,8 +2,12 @@
 // Unlike one up-front gather, K,V rows go in chunks pipelined with compute (double-buffered),
 // each chunk holding a piece of both zigzag halves so its causal work is balanced; the backward
 // re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
+// Precision (bf16 runs): K,V are gathered in bf16; the merge, dQ and the per-chunk dK,dV are
+// fp32, reduce-scattered in fp32 (DType::F32), or with Config::bf16_dkv rounded to bf16 and
+// reduce-scattered as BF16 (summed in fp32 where they arrive, rounded once into dk, dv).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,14 +92,16 @@ class KVGather {
 template <class T>
 class AllGather final : public Scheme<T> {
  public:
+  using A = kernels::acc_t<T>;
   // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
     const auto all = positions(ctx.cfg, g.size);
     const std::vector<int64_t>& qpos = all[g.rank];
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     KVGather<T> gather(ctx, k, v, ch);
-    OnlineMerge<T> acc(o, lse, "cp::allgather");
+    const AccOut<T> oa(o, "cp::allgather::o_acc");
+    OnlineMerge<A> acc(oa.acc(), lse, "cp::allgather");
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
       ctx.at_step(int(c));
@@ -114,12 +120,12 @@ class AllGather final : public Scheme<T> {
       acc.merge(ctx);
     }
     acc.finish();  // nothing visible to any local row (or no compute): 0 / -inf
+    oa.store(ctx);
   }
 
   // Given o, lse, dout[Sl,H,D] -> dq[Sl,H,D], dk, dv[Sl,Hkv,D] (overwritten).
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                View3<T> dq, View3<T> dk, View3<T> dv) override {
-    using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
+                View3<T> dq_out, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
     const int P = g.size;
     const auto all = positions(ctx.cfg, P);
@@ -127,17 +133,43 @@ class AllGather final : public Scheme<T> {
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
     const size_t n = 2 * size_t(P) * size_t(ch.max_size()) * row;
-    const comm::DType dt = dtype_of<T>();
+    // bf16 on the wire (rounded per chunk into dk16, dv16, reduced straight into dk, dv), or
+    // acc_t into the accumulators of dk, dv (dk, dv themselves for fp32 and fp64).
+    const bool thin = DkvWire<T>::narrow(ctx.cfg);
+    const comm::DType dt = thin ? dtype_of<T>() : dtype_of<A>();
     KVGather<T> gather(ctx, k, v, ch);
     // Per-chunk dK,dV of the gathered rows [2*P*rows_c,Hkv,D] (piece 0 of every rank, then
     // piece 1), double-buffered so chunk c's reduce-scatters stay in flight while c+1 computes.
-    View1<T> dk_buf[2] = {scratch<T>("cp::allgather::dk0", n), scratch<T>("cp::allgather::dk1", n)};
-    View1<T> dv_buf[2] = {scratch<T>("cp::allgather::dv0", n), scratch<T>("cp::allgather::dv1", n)};
+    View1<A> dk_buf[2] = {scratch<A>("cp::allgather::dk0", n), scratch<A>("cp::allgather::dk1", n)};
+    View1<A> dv_buf[2] = {scratch<A>("cp::allgather::dv0", n), scratch<A>("cp::allgather::dv1", n)};
+    View1<T> dk16[2], dv16[2];
+    std::optional<AccOut<T>> dka, dva;
+    if (thin) {
+      for (int i = 0; i < 2; ++i) {
+        dk16[i] = scratch<T>("cp::allgather::dk16_" + std::to_string(i), n);
+        dv16[i] = scratch<T>("cp::allgather::dv16_" + std::to_string(i), n);
+      }
+    } else {
+      dka.emplace(dk, "cp::allgather::dk_acc");
+      dva.emplace(dv, "cp::allgather::dv_acc");
+    }
+    // Where rank-local rows [off, off + cnt) of dK / dV land.
+    auto dst = [&](bool is_k, size_t off) -> void* {
+      if (thin) return (is_k ? dk : dv).data() + off;
+      return (is_k ? dka : dva)->acc().data() + off;
+    };
+    const AccOut<T> dqa(dq_out, "cp::allgather::dq_acc");
+    const View3<A>& dq = dqa.acc();
     comm::Request rs[2][4];
-    Kokkos::deep_copy(dq, T(0));
+    Kokkos::deep_copy(dq, A(0));
     if (!communicates(ctx)) {  // nothing will be reduce-scattered into them
-      Kokkos::deep_copy(dk, T(0));
-      Kokkos::deep_copy(dv, T(0));
+      if (thin) {
+        Kokkos::deep_copy(dk, T(0));
+        Kokkos::deep_copy(dv, T(0));
+      } else {
+        Kokkos::deep_copy(dka->acc(), A(0));
+        Kokkos::deep_copy(dva->acc(), A(0));
+      }
     }
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
@@ -146,11 +178,11 @@ class AllGather final : public Scheme<T> {
       const size_t rows = size_t(ch.size(c)), cnt = rows * row;
       gather.post(c + 1);
       gather.wait(c);
-      auto dKc = view3<T>(dk_buf[s].data(), 2 * P * rows, Hkv, D),
-           dVc = view3<T>(dv_buf[s].data(), 2 * P * rows, Hkv, D);
+      auto dKc = view3<A>(dk_buf[s].data(), 2 * P * rows, Hkv, D),
+           dVc = view3<A>(dv_buf[s].data(), 2 * P * rows, Hkv, D);
       timed_aux(ctx, [&] {
-        Kokkos::deep_copy(View1<T>(dk_buf[s].data(), 2 * P * cnt), T(0));
-        Kokkos::deep_copy(View1<T>(dv_buf[s].data(), 2 * P * cnt), T(0));
+        Kokkos::deep_copy(View1<A>(dk_buf[s].data(), 2 * P * cnt), A(0));
+        Kokkos::deep_copy(View1<A>(dv_buf[s].data(), 2 * P * cnt), A(0));
       });
       if (computes(ctx)) {
         const auto kpos = chunk_positions(all, ch, c);
@@ -164,26 +196,45 @@ class AllGather final : public Scheme<T> {
           });
         }
       }
+      if (thin && communicates(ctx))  // this chunk's partials, rounded once for the wire
+        timed_aux(ctx, [&] {
+          kernels::convert<T, A>(dk16[s].data(), dk_buf[s].data(), int64_t(2 * P * cnt));
+          kernels::convert<T, A>(dv16[s].data(), dv_buf[s].data(), int64_t(2 * P * cnt));
+        });
       for (int h = 0; h < 2; ++h) {
         // Block i of each piece's gathered rows belongs to rank i: each rank gets the sum of its own.
         const size_t off = size_t(ch.first_row(c, h)) * row, src = size_t(h) * P * cnt;
         if (communicates(ctx)) {
-          rs[s][2 * h] = ctx.comm.ireduce_scatter(dk_buf[s].data() + src, dk.data() + off, cnt, dt, g, int(c));
-          rs[s][2 * h + 1] = ctx.comm.ireduce_scatter(dv_buf[s].data() + src, dv.data() + off, cnt, dt, g, int(c));
+          const void* sk = thin ? static_cast<const void*>(dk16[s].data() + src) : dk_buf[s].data() + src;
+          const void* sv = thin ? static_cast<const void*>(dv16[s].data() + src) : dv_buf[s].data() + src;
+          rs[s][2 * h] = ctx.comm.ireduce_scatter(sk, dst(true, off), cnt, dt, g, int(c));
+          rs[s][2 * h + 1] = ctx.comm.ireduce_scatter(sv, dst(false, off), cnt, dt, g, int(c));
         } else {  // local block only (numbers wrong, the copy stands in for the reduction)
-          timed_aux(ctx, [&] {
-            Kokkos::deep_copy(View1<T>(dk.data() + off, cnt), CV1(dk_buf[s].data() + src + g.rank * cnt, cnt));
-            Kokkos::deep_copy(View1<T>(dv.data() + off, cnt), CV1(dv_buf[s].data() + src + g.rank * cnt, cnt));
-          });
+          timed_aux(ctx, [&] { local_block(thin, dst(true, off), dk_buf[s].data() + src + g.rank * cnt, cnt); });
+          timed_aux(ctx, [&] { local_block(thin, dst(false, off), dv_buf[s].data() + src + g.rank * cnt, cnt); });
         }
       }
       for (auto& r : rs[1 - s]) timed_wait(ctx, r);  // chunk c-1's, whose buffers chunk c+1 reuses
     }
     for (auto& pair : rs)
       for (auto& r : pair) timed_wait(ctx, r);
+    dqa.store(ctx);
+    if (!thin) {
+      dka->store(ctx);
+      dva->store(ctx);
+    }
   }
 
  private:
+  // dst[0, cnt) = src[0, cnt): dst in T when thin, else in acc_t (compute-only mode's stand-in
+  // for the reduction).
+  static void local_block(bool thin, void* dst, const A* src, size_t cnt) {
+    using CVA = Kokkos::View<const A*, Kokkos::LayoutRight, kernels::Mem>;
+    if constexpr (!std::is_same<T, A>::value) {
+      if (thin) return kernels::convert<T, A>(static_cast<T*>(dst), src, int64_t(cnt));
+    }
+    Kokkos::deep_copy(View1<A>(static_cast<A*>(dst), cnt), CVA(src, cnt));
+  }
   static std::vector<std::vector<int64_t>> positions(const Config& cfg, int P) {
     std::vector<std::vector<int64_t>> all(P);
     for (int i = 0; i < P; ++i) all[i] = layout::zigzag(cfg.seq_len, P, i);
@@ -208,7 +259,8 @@ static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, i
   const bool inter = t.spans_nodes(0, P, 1);
   const perf::Spans q = layout::zigzag_spans(c.seq_len, P, r);
   auto piece = [&](int64_t k, comm::EventKind op) {  // one of the 4 calls per chunk (K, V x 2 halves)
-    return perf::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * elem), P, inter};
+    const size_t e = op == comm::EventKind::ReduceScatter ? dkv_elem(c, elem) : elem;
+    return perf::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * e), P, inter};
   };
   perf::Schedule out;
   for (int64_t k = 0; k < ch.count; ++k) {
@@ -250,14 +302,22 @@ SchemeInfo allgather_scheme() {
     const auto t = layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each),
-  // and with more than one chunk one partial (O, LSE).
+  // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each, dK
+  // and dV in acc_t; with bf16_dkv in a bf16 run also their bf16 copies for the wire), and with
+  // more than one chunk one partial (O, LSE) in acc_t; a bf16 run's fp32 accumulators of o, dq,
+  // and of dk, dv unless they come back in bf16.
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, half = n / 2;
     const double count = std::max(1.0, std::min<double>(c.chunks, std::floor(half)));
     const double rows_c = std::ceil(half / count);
-    const double partial = count > 1 ? n * c.heads * (c.head_dim + 1.0) : 0;
-    return Workspace{8 * 2 * c.ranks * rows_c * c.kv_heads * c.head_dim + partial, 0};
+    const double nq = n * c.heads * c.head_dim, nkv = n * c.kv_heads * c.head_dim;
+    const double chunk = 2 * c.ranks * rows_c * c.kv_heads * c.head_dim;
+    return by_precision(c, [&](const Units& u) {
+      const bool thin = u.dkv < u.acc;
+      const double partial = count > 1 ? u.acc * n * c.heads * (c.head_dim + 1.0) : 0;
+      const double outputs = u.extra * u.acc * (2 * nq + (thin ? 0 : 2 * nkv));
+      return Workspace{(4 + 4 * u.acc + (thin ? 4 : 0)) * chunk + partial + outputs, 0};
+    });
   };
   s.schedule = allgather_schedule;
   return s;

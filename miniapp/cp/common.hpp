@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
 #include "miniapp/cp/scheme.hpp"
 
 namespace minicp::cp {
@@ -48,9 +49,10 @@ inline void timed_wait(Context& ctx, comm::Request& r) {
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
 }
 
-// The communicator's data type of T (float or double).
+// The communicator's data type of T (bf16, float or double).
 template <class T>
 constexpr comm::DType dtype_of() {
+  if constexpr (std::is_same<T, kernels::bf16>::value) return comm::DType::BF16;
   return std::is_same<T, float>::value ? comm::DType::F32 : comm::DType::F64;
 }
 
@@ -124,8 +126,8 @@ struct Fingerprint {
 
 template <class T>
 Fingerprint fingerprint(const T* p, size_t n) {
-  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-  static_assert(sizeof(T) == sizeof(Bits), "fingerprint: 4- or 8-byte values");
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+  static_assert(sizeof(T) == sizeof(Bits), "fingerprint: 2-, 4- or 8-byte values");
   uint64_t h = 0;
   // A sum of mixed (bits, index) pairs: order-free, so the parallel reduction is exact.
   Kokkos::parallel_reduce(
@@ -151,11 +153,12 @@ Fingerprint fingerprint(const V& v) {
 // never match.
 bool all_agree(Context& ctx, const comm::Group& g, bool mine);
 
-// The online merge of partial attention results over blocks of keys: the first block's
-// (O, LSE) is written into o, lse directly, each later one into a scratch partial and merged
-// by LSE (kernels::lse_merge, fp32 or wider); when no block was merged, finish() gives o = 0,
-// lse = -inf (rows that see no key). Use:
-//   OnlineMerge<T> acc(o, lse, "ring:g3");
+// The online merge of partial attention results over blocks of keys, in the accumulator type
+// A (acc_t of the stored type: the kernels' partial results are in it, fp32 for bf16): the
+// first block's (O, LSE) is written into o, lse directly, each later one into a scratch
+// partial and merged by LSE (kernels::lse_merge); when no block was merged, finish() gives
+// o = 0, lse = -inf (rows that see no key). Use:
+//   OnlineMerge<A> acc(o_acc, lse, "ring:g3");
 //   for each visible block: auto [ob, lb] = acc.next(); <attention into ob, lb>; acc.merge(ctx);
 //   acc.finish();
 template <class T>
@@ -204,12 +207,102 @@ void pack_kv(CView3<T> k, CView3<T> v, View1<T> dst) {
   Kokkos::deep_copy(View1<T>(dst.data() + n, n), CV1(v.data(), n));
 }
 
-// dst += src, elementwise over the whole span.
-template <class T>
-void add_into(View1<T> dst, Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem> src) {
+// dst += src, elementwise over the whole span of dst, in dst's type (src may be narrower: a
+// bf16 accumulator received into an fp32 one).
+template <class T, class S = T>
+void add_into(View1<T> dst, Kokkos::View<const S*, Kokkos::LayoutRight, kernels::Mem> src) {
   Kokkos::parallel_for(
       "cp::add_into", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, int64_t(dst.extent(0))),
-      KOKKOS_LAMBDA(const int64_t i) { dst(i) += src(i); });
+      KOKKOS_LAMBDA(const int64_t i) { dst(i) += T(src(i)); });
+}
+
+// An output tensor out[n0,n1,n2] of the stored type T and the acc_t<T> tensor a scheme
+// accumulates it in (the kernels' results, merges and sums of partials): out itself when T is
+// its own accumulator (fp32, fp64: no copy), else the scratch buffer `name`, which store()
+// rounds into out once, when the scheme writes its output.
+template <class T>
+class AccOut {
+ public:
+  using A = kernels::acc_t<T>;
+  AccOut(View3<T> out, const std::string& name) : out_(out) {
+    if constexpr (std::is_same<T, A>::value)
+      acc_ = out;
+    else
+      acc_ = view3<A>(scratch<A>(name, out.span()).data(), out.extent(0), out.extent(1), out.extent(2));
+  }
+  const View3<A>& acc() const { return acc_; }
+  void store(Context& ctx) const {
+    if constexpr (!std::is_same<T, A>::value) timed_aux(ctx, [&] { kernels::convert_view<T, A>(out_, acc_); });
+  }
+
+ private:
+  View3<T> out_;
+  View3<A> acc_;
+};
+
+// Bytes per value of a dK/dV accumulator on the wire in a run of elem-byte stored values.
+inline size_t dkv_elem(const Config& c, size_t elem) { return c.bf16_dkv ? elem : acc_elem(elem); }
+
+// The wire of the dK/dV accumulators a backward passes on (n values each, acc_t<T> where they
+// are summed): acc_t<T> itself, or, in a bf16 run with cfg.bf16_dkv, T: each hop rounds the
+// sum it sends, and the receiver adds it in acc_t (receive bf16, add in fp32, round, send).
+// fp32 and fp64 runs send their accumulator buffers as they are.
+template <class T>
+class DkvWire {
+ public:
+  using A = kernels::acc_t<T>;
+  static bool narrow(const Config& c) { return !std::is_same<T, A>::value && c.bf16_dkv; }
+  // recv: the scratch buffer a received accumulator lands in (a "_bf16" one when narrow).
+  DkvWire(const Context& ctx, size_t n, const std::string& recv) : narrow_(narrow(ctx.cfg)), n_(n) {
+    if (narrow_) {
+      in16_ = scratch<T>(recv + "_bf16", n);
+      out16_ = scratch<T>(recv + "_bf16_send", n);
+    } else {
+      in_ = scratch<A>(recv, n);
+    }
+  }
+  size_t bytes() const { return n_ * (narrow_ ? sizeof(T) : sizeof(A)); }
+  void* received() const { return narrow_ ? static_cast<void*>(in16_.data()) : static_cast<void*>(in_.data()); }
+  // What goes on the wire for the accumulator acc: acc itself, or acc rounded into the one send
+  // buffer (free again once the previous send was waited for, as every caller does first).
+  const void* to_send(Context& ctx, View1<A> acc) const {
+    if (!narrow_) return acc.data();
+    if constexpr (!std::is_same<T, A>::value)
+      timed_aux(ctx, [&] { kernels::convert<T, A>(out16_.data(), acc.data(), int64_t(n_)); });
+    return out16_.data();
+  }
+  // dst += the received values [off, off + dst.extent(0)), in acc_t.
+  void add_received(View1<A> dst, size_t off) const {
+    using CVT = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+    using CVA = Kokkos::View<const A*, Kokkos::LayoutRight, kernels::Mem>;
+    if (narrow_)
+      add_into<A, T>(dst, CVT(in16_.data() + off, dst.extent(0)));
+    else
+      add_into<A>(dst, CVA(in_.data() + off, dst.extent(0)));
+  }
+  void zero_received() const {
+    if (narrow_)
+      Kokkos::deep_copy(in16_, T(0.0f));
+    else
+      Kokkos::deep_copy(in_, A(0));
+  }
+
+ private:
+  bool narrow_;
+  size_t n_;
+  View1<A> in_;
+  View1<T> in16_, out16_;
+};
+
+// Values (units u) of a DkvWire per accumulator value: the received buffer, and with
+// bf16_dkv in a bf16 run also the rounded send buffer.
+inline double dkv_wire_values(const Units& u) { return u.dkv < u.acc ? 2 * u.dkv : u.dkv; }
+
+// Values (in units u) of the AccOut buffers of a scheme's outputs for sq query rows and skv
+// key rows: o, and for train dq, dk, dv (none for fp32 and fp64, which accumulate in place).
+inline double output_accumulators(const Units& u, const Config& c, double sq, double skv) {
+  const double q = sq * c.heads * c.head_dim, kv = skv * c.kv_heads * c.head_dim;
+  return u.extra * u.acc * (c.problem == Problem::Train ? 2 * q + 2 * kv : q);
 }
 
 template <class T>

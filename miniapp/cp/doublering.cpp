@@ -6,6 +6,7 @@
 // with the own block; each outer step's dK/dV partial goes straight back to its owner node.
 // Inner ring size I: cfg.inner_ring when > 0; else the fewest ranks sharing a node (MIN over
 // ranks) when that divides P and is < P; else 2 when P >= 4 and even; else P (one ring).
+#include <optional>
 #include <stdexcept>
 
 #include "miniapp/cp/ring_common.hpp"
@@ -23,13 +24,16 @@ int inner_ring_size(const Config& cfg, const comm::Topology& topo, int P) {
   return P;
 }
 
+// Outer blocks travel in T; the outer merge, dQ and the dK/dV sums are in acc_t<T>, and each
+// outer step's dK/dV partial goes home on the DkvWire (fp32, or bf16 with bf16_dkv).
 template <class T>
 class DoubleRing final : public Scheme<T> {
-  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
+  using A = kernels::acc_t<T>;
+  using CVA = Kokkos::View<const A*, Kokkos::LayoutRight, kernels::Mem>;
 
  public:
   // q, k, v[S/P, H|Hkv, D] (zigzag shard) -> o[S/P,H,D], lse[S/P,H].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     setup(ctx);
     const int O = outer_.size, nd = outer_.rank;
     const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span(), bytes = 2 * n * sizeof(T);
@@ -46,7 +50,8 @@ class DoubleRing final : public Scheme<T> {
       buf[(O - 1) % 2] = outer_kept_.reserve(2 * n);
       pack_kv<T>(k, v, buf[0]);
     }
-    OnlineMerge<T> acc(o, lse, "doublering");
+    const AccOut<T> oa(o, "doublering_o_acc");
+    OnlineMerge<A> acc(oa.acc(), lse, "doublering");
     for (int s = 0; s < O; ++s) {
       comm::Request req;
       if (s < O - 1 && outer_comm)  // next outer block, in flight during the inner ring
@@ -66,6 +71,7 @@ class DoubleRing final : public Scheme<T> {
       timed_wait(ctx, req);
     }
     acc.finish();
+    oa.store(ctx);
     if (outer_comm) outer_kept_.keep(k, v);
   }
 
@@ -74,36 +80,40 @@ class DoubleRing final : public Scheme<T> {
   // block the forward ended with (node nd+1's) and ends with the node's own, so each outer
   // step's dK/dV partial goes straight home while a later step computes, and the last
   // partial for this rank's own block arrives during its own last step.
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                View3<T> dq, View3<T> dk, View3<T> dv) override {
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
+                View3<T> dq_out, View3<T> dk_out, View3<T> dv_out) override {
     setup(ctx);
     const int O = outer_.size, nd = outer_.rank;
     const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span(), bytes = 2 * n * sizeof(T);
     const bool outer_comm = O > 1 && communicates(ctx);
     const auto qpos = block_positions(ctx, 0);
-    Kokkos::deep_copy(dq, T(0));
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
-    View1<T> kv[2], first, dkv_recv;
-    View1<T> dkv[2] = {scratch<T>("doublering_dkv0", 2 * n), {}};
+    const AccOut<T> dqa(dq_out, "doublering_dq_acc"), dka(dk_out, "doublering_dk_acc"),
+        dva(dv_out, "doublering_dv_acc");
+    const View3<A> &dq = dqa.acc(), &dk = dka.acc(), &dv = dva.acc();
+    Kokkos::deep_copy(dq, A(0));
+    Kokkos::deep_copy(dk, A(0));
+    Kokkos::deep_copy(dv, A(0));
+    View1<T> kv[2], first;
+    View1<A> dkv[2] = {scratch<A>("doublering_dkv0", 2 * n), {}};
+    std::optional<DkvWire<T>> wire;
     if (outer_comm) {
       kv[0] = scratch<T>("doublering_kv0", 2 * n);
       kv[1] = scratch<T>("doublering_kv1", 2 * n);
-      dkv[1] = scratch<T>("doublering_dkv1", 2 * n);
-      dkv_recv = scratch<T>("doublering_dkv_recv", 2 * n);
+      dkv[1] = scratch<A>("doublering_dkv1", 2 * n);
+      wire.emplace(ctx, 2 * n, "doublering_dkv_recv");
       // No forward on this object: node nd+1's block is fetched now.
       first = outer_kept_.holds_everywhere(ctx, outer_, k, v)
                   ? outer_kept_.buf
                   : fetch_block<T>(ctx, outer_, k, v, (nd - 1 + O) % O, (nd + 1) % O, "doublering_kv_first");
     }
     auto kv_of = [&](int t) { return t == 0 ? first : kv[(t - 1) % 2]; };
-    View3<T> dq_step = view3<T>(scratch<T>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),
+    View3<A> dq_step = view3<A>(scratch<A>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),
                                 dq.extent(2));
     // dk, dv += a [dK | dV] buffer of 2n values.
-    auto add_dkv = [&](View1<T> src) {
+    auto add_dkv = [&](View1<A> src) {
       timed_aux(ctx, [&] {
-        add_into<T>(flat(dk), CV1(src.data(), n));
-        add_into<T>(flat(dv), CV1(src.data() + n, n));
+        add_into<A>(flat(dk), CVA(src.data(), n));
+        add_into<A>(flat(dv), CVA(src.data() + n, n));
       });
     };
     comm::Request req_dkv;
@@ -123,22 +133,26 @@ class DoubleRing final : public Scheme<T> {
       }
       const auto kpos = outer_block_positions(ctx, b);
       // This node's dK/dV partial for outer block b.
-      View1<T> part = outer_comm ? dkv[t % 2] : dkv[0];
-      ring_backward<T>(ctx, inner_, q, Kc, Vc, o, lse, dout, qpos, kpos, dq_step, view3<T>(part.data(), Skv, Hkv, D),
-                       view3<T>(part.data() + n, Skv, Hkv, D), t == 0 ? &inner_kept_ : nullptr);
-      timed_aux(ctx, [&] { add_into<T>(flat(dq), CV1(dq_step.data(), dq_step.span())); });
+      View1<A> part = outer_comm ? dkv[t % 2] : dkv[0];
+      ring_backward<T>(ctx, inner_, q, Kc, Vc, o, lse, dout, qpos, kpos, dq_step, view3<A>(part.data(), Skv, Hkv, D),
+                       view3<A>(part.data() + n, Skv, Hkv, D), t == 0 ? &inner_kept_ : nullptr);
+      timed_aux(ctx, [&] { add_into<A>(flat(dq), CVA(dq_step.data(), dq_step.span())); });
       if (req_dkv.active()) {  // a partial for this rank's own block, from node nd-t
         timed_wait(ctx, req_dkv);
-        add_dkv(dkv_recv);
+        timed_aux(ctx, [&] {
+          wire->add_received(flat(dk), 0);
+          wire->add_received(flat(dv), n);
+        });
       }
       if (own || !outer_comm) {
         add_dkv(part);
       } else {  // home to node b; node nd-1-t's partial for this rank's block comes back
-        req_dkv = ctx.comm.isendrecv(part.data(), bytes, b, dkv_recv.data(), bytes, (nd - 1 - t + 2 * O) % O, outer_,
-                                     t, kAccChannel);
+        req_dkv = ctx.comm.isendrecv(wire->to_send(ctx, part), wire->bytes(), b, wire->received(), wire->bytes(),
+                                     (nd - 1 - t + 2 * O) % O, outer_, t, kAccChannel);
       }
       timed_wait(ctx, req_kv);
     }
+    for (const AccOut<T>* x : {&dqa, &dka, &dva}) x->store(ctx);
   }
 
  private:
@@ -195,6 +209,7 @@ static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, 
   const double block = 2.0 * double(layout::count(own)) * c.kv_heads * c.head_dim;
   const bool inter = !t.same_node(r, ((nd + 1) % O) * I + ir) || !t.same_node(r, ((nd - 1 + O) % O) * I + ir);
   const perf::CommCall outer{comm::EventKind::SendRecv, int64_t(block * elem), O, inter};
+  const perf::CommCall partial{comm::EventKind::SendRecv, int64_t(block * dkv_elem(c, elem)), O, inter};
   perf::Schedule out;
   for (int s = 0; s < O; ++s) {
     const int b = backward ? (nd + 1 + s) % O : (nd - s + O) % O;
@@ -204,7 +219,7 @@ static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, 
         backward && s > 0, &own);
     if (O > 1) {
       if (backward ? s + 1 < O - 1 : s < O - 1) inner.back().overlapped.push_back(outer);
-      if (backward && s < O - 1) inner.back().overlapped.push_back(outer);  // the partial going home
+      if (backward && s < O - 1) inner.back().overlapped.push_back(partial);  // the partial going home
       if (backward && s == 0) inner.front().exposed.push_back({comm::EventKind::AllReduce, 8, O, inter});
     }
     out.steps.insert(out.steps.end(), inner.begin(), inner.end());
@@ -234,8 +249,9 @@ SchemeInfo doublering_scheme() {
     return Shard{t, t};
   };
   // For an inner ring of I ranks and an outer one of O = P/I: a dQ step, and with O > 1 the
-  // outer ring's five [K | V]-sized scratch buffers (two in flight, three dK/dV) and a partial
-  // (O, LSE), else one dK/dV buffer; each object keeps the outer block it ended with (O > 1).
+  // outer ring's [K | V]-sized scratch buffers (two in flight, two dK/dV partials and the
+  // received one on its wire) and a partial (O, LSE), else one dK/dV buffer, all but the K/V
+  // blocks in acc_t; each object keeps the outer block it ended with (O > 1).
   // The inner ring's buffers are each object's own: its scratch is named by the inner group,
   // which every object splits anew (setup()); with O > 1 its backward fetches its first block
   // at every outer step after the first (no kept block there). I depends on the node topology
@@ -245,17 +261,22 @@ SchemeInfo doublering_scheme() {
     const double n = double(c.seq_len) / c.ranks, nkv = n * c.kv_heads * c.head_dim, nq = n * c.heads * c.head_dim;
     const double block = 2 * nkv;
     auto of = [&](int I) {
-      const int O = c.ranks / I;
-      const Workspace inner = ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim, I, O > 1);
-      const double shared = nq + (O > 1 ? 5 * block + nq + n * c.heads : block);
-      return Workspace{shared, (O > 1 ? block : 0) + inner.shared + inner.per_object};
+      return by_precision(c, [&](const Units& u) {
+        const int O = c.ranks / I;
+        const Workspace inner = ring_workspace(u, n, n, c.heads, c.kv_heads, c.head_dim, I, O > 1);
+        const double outer = O > 1 ? (2 + 2 * u.acc + dkv_wire_values(u)) * block + u.acc * (nq + n * c.heads)
+                                   : u.acc * block;
+        return Workspace{u.acc * nq + outer + output_accumulators(u, c, n, n),
+                         (O > 1 ? block : 0) + inner.shared + inner.per_object};
+      });
     };
     if (c.inner_ring > 0) return of(c.inner_ring);
     Workspace most;
     for (int I = 1; I <= c.ranks; ++I) {
       if (c.ranks % I != 0) continue;
       const Workspace w = of(I);
-      if (w.shared + w.per_object > most.shared + most.per_object) most = w;
+      if (w.values(sizeof(float), 1) > most.values(sizeof(float), 1)) most.shared = w.shared, most.per_object = w.per_object;
+      if (w.values(2, 1) > most.values(2, 1)) most.narrow_shared = w.narrow_shared, most.narrow_per_object = w.narrow_per_object;
     }
     return most;
   };

@@ -6,27 +6,35 @@
 namespace minicp::cp {
 namespace {
 
+// The kernels' results are in acc_t<T> (fp32 for bf16), rounded once into o, dq, dk, dv.
 template <class T>
 class None final : public Scheme<T> {
  public:
+  using A = kernels::acc_t<T>;
   // train: q, k, v[S,.,D]; decode: q[T,H,D] at positions S.. against the cache k, v[S,Hkv,D].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     if (!computes(ctx)) return;
     const auto kpos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
     const auto qpos = ctx.cfg.problem == Problem::Decode ? decode_positions(ctx.cfg) : kpos;
     const auto mask = make_mask(ctx.cfg, qpos, kpos);
-    timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, k, v, mask, o, lse, ctx.cfg.attn); });
+    const AccOut<T> oa(o, "none_o_acc");
+    timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, k, v, mask, oa.acc(), lse, ctx.cfg.attn); });
+    oa.store(ctx);
   }
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
-    Kokkos::deep_copy(dq, T(0));
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
-    if (!computes(ctx)) return;
-    const auto pos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
-    const auto mask = make_mask(ctx.cfg, pos, pos);
-    timed_compute(ctx,
-                  [&] { return kernels::attention_bwd<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, ctx.cfg.attn); });
+    const AccOut<T> dqa(dq, "none_dq_acc"), dka(dk, "none_dk_acc"), dva(dv, "none_dv_acc");
+    Kokkos::deep_copy(dqa.acc(), A(0));
+    Kokkos::deep_copy(dka.acc(), A(0));
+    Kokkos::deep_copy(dva.acc(), A(0));
+    if (computes(ctx)) {
+      const auto pos = layout::contiguous(ctx.cfg.seq_len, 1, 0);
+      const auto mask = make_mask(ctx.cfg, pos, pos);
+      timed_compute(ctx, [&] {
+        return kernels::attention_bwd<T>(q, k, v, o, lse, dout, mask, dqa.acc(), dka.acc(), dva.acc(), ctx.cfg.attn);
+      });
+    }
+    for (const AccOut<T>* x : {&dqa, &dka, &dva}) x->store(ctx);
   }
 };
 
@@ -42,6 +50,11 @@ SchemeInfo none_scheme() {
   s.shard = [](const Config& c, int r) {
     const auto t = layout::contiguous(c.seq_len, 1, r);
     return Shard{c.problem == Problem::Decode ? decode_positions(c) : t, t};
+  };
+  s.workspace = [](const Config& c) {  // the fp32 accumulators of a bf16 run's outputs
+    return by_precision(c, [&](const Units& u) {
+      return Workspace{output_accumulators(u, c, double(global_q_tokens(c)), double(c.seq_len)), 0};
+    });
   };
   s.schedule = [](const Config& c, const perf::Topo&, int, bool, size_t) {
     const perf::Spans all = layout::contiguous_spans(c.seq_len, 1, 0);

@@ -1,6 +1,8 @@
 // Scheme `passq` (Meta's pass-Q): K,V stay, Q blocks travel a ring (next in flight during compute).
 // Unlike pass-KV, a visited rank only makes a partial (O, LSE); one all-to-all returns the partials to
 // their owners, which merge by LSE. Backward: Q travels with dout, o, lse; dQ partials return the same way.
+// Precision (bf16 runs): Q (backward: Q, dOut, O) travels in bf16, the LSE and the partials
+// that go home to be merged or summed, (O, LSE) and dQ, in fp32; dK, dV stay on their rank.
 #include <string>
 #include <vector>
 
@@ -10,16 +12,18 @@
 namespace minicp::cp {
 namespace {
 
-// out[n] = sum over p < P of slots[p*n + i] (the dQ partials of one block, in rank order).
+// out[n] = sum over p < P of slots[p*n + i] (the dQ partials of one block, in rank order),
+// summed in acc_t and stored once.
 template <class T>
-void sum_slots(View1<T> out, View1<T> slots, int P) {
+void sum_slots(View1<T> out, View1<kernels::acc_t<T>> slots, int P) {
+  using A = kernels::acc_t<T>;
   const int64_t n = int64_t(out.extent(0));
   Kokkos::parallel_for(
       "cp::passq::sum_dq", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n),
       KOKKOS_LAMBDA(const int64_t i) {
-        T acc = 0;
+        A acc = 0;
         for (int p = 0; p < P; ++p) acc += slots(p * n + i);
-        out(i) = acc;
+        out(i) = T(acc);
       });
 }
 
@@ -32,8 +36,9 @@ void copy_into(T* dst, const T* src, size_t n) {
 template <class T>
 class PassQ final : public Scheme<T> {
  public:
+  using A = kernels::acc_t<T>;
   // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
     const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
@@ -42,10 +47,10 @@ class PassQ final : public Scheme<T> {
     const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
     View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n), scratch<T>("cp::passq::q1", n)};
     copy_into<T>(qbuf[0].data(), q.data(), n);
-    // parts[b] = this rank's partial for Q block b (slot b goes to rank b).
-    View1<T> parts = scratch<T>("cp::passq::parts", P * slot);
-    auto O_of = [&](View1<T> buf, int b) { return view3<T>(buf.data() + b * slot, Sl, H, D); };
-    auto L_of = [&](View1<T> buf, int b) { return View2<T>(buf.data() + b * slot + n, Sl, H); };
+    // parts[b] = this rank's partial for Q block b (slot b goes to rank b), in acc_t.
+    View1<A> parts = scratch<A>("cp::passq::parts", P * slot);
+    auto O_of = [&](View1<A> buf, int b) { return view3<A>(buf.data() + b * slot, Sl, H, D); };
+    auto L_of = [&](View1<A> buf, int b) { return View2<A>(buf.data() + b * slot + n, Sl, H); };
     for (int s = 0; s < P; ++s) {
       ctx.at_step(s);
       View1<T> cur = communicates(ctx) ? qbuf[s % 2] : qbuf[0], nxt = qbuf[(s + 1) % 2];
@@ -57,8 +62,8 @@ class PassQ final : public Scheme<T> {
         if (fully_masked(ctx.cfg, qpos[b], kvpos)) {
           ++ctx.stats.blocks_skipped;
           timed_aux(ctx, [&] {
-            Kokkos::deep_copy(Ob, T(0));
-            Kokkos::deep_copy(Lb, kernels::neg_inf<T>());
+            Kokkos::deep_copy(Ob, A(0));
+            Kokkos::deep_copy(Lb, kernels::neg_inf<A>());
           });
         } else {
           const auto Qb = view3<T>(cur.data(), Sl, H, D);
@@ -69,44 +74,51 @@ class PassQ final : public Scheme<T> {
       timed_wait(ctx, req);
     }
     // Partials home: recv slot j = rank j's partial for my Q block.
-    View1<T> recv = parts;
+    View1<A> recv = parts;
     if (communicates(ctx)) {
-      recv = scratch<T>("cp::passq::recv", P * slot);
+      recv = scratch<A>("cp::passq::recv", P * slot);
       ctx.at_step(P);
-      timed_alltoall(ctx, g, parts.data(), recv.data(), slot * sizeof(T));
+      timed_alltoall(ctx, g, parts.data(), recv.data(), slot * sizeof(A));
     }
     if (!computes(ctx)) {
       Kokkos::deep_copy(o, T(0));
-      Kokkos::deep_copy(lse, kernels::neg_inf<T>());
+      Kokkos::deep_copy(lse, kernels::neg_inf<A>());
       return;
     }
+    const AccOut<T> oa(o, "cp::passq::o_acc");
     timed_aux(ctx, [&] {
-      Kokkos::deep_copy(o, O_of(recv, 0));
+      Kokkos::deep_copy(oa.acc(), O_of(recv, 0));
       Kokkos::deep_copy(lse, L_of(recv, 0));
-      for (int j = 1; j < P; ++j) kernels::lse_merge<T>(o, lse, O_of(recv, j), L_of(recv, j));
+      for (int j = 1; j < P; ++j) kernels::lse_merge<A>(oa.acc(), lse, O_of(recv, j), L_of(recv, j));
     });
+    oa.store(ctx);
   }
 
   // Given o, lse, dout[Sl,H,D] -> dq[Sl,H,D], dk, dv[Sl,Hkv,D] (overwritten).
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                View3<T> dq, View3<T> dk, View3<T> dv) override {
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
+                View3<T> dq, View3<T> dk_out, View3<T> dv_out) override {
     const auto& g = ctx.comm.world();
     const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
-    const size_t blk = 3 * n + Sl * H;  // one travelling block: Q, dOut, O [Sl,H,D] then LSE [Sl,H]
+    // One travelling block: Q, dOut, O [Sl,H,D] in T, then LSE [Sl,H] in acc_t (3n values of
+    // T: 4-byte aligned, n being even with D).
+    const size_t blk = 3 * n + lse_values(Sl * H);
     const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);
     View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk), scratch<T>("cp::passq::qblk1", blk)};
+    auto lse_of = [&](T* p) { return reinterpret_cast<A*>(p + 3 * n); };
     timed_aux(ctx, [&] {
       copy_into<T>(buf[0].data(), q.data(), n);
       copy_into<T>(buf[0].data() + n, dout.data(), n);
       copy_into<T>(buf[0].data() + 2 * n, o.data(), n);
-      copy_into<T>(buf[0].data() + 3 * n, lse.data(), Sl * H);
+      copy_into<A>(lse_of(buf[0].data()), lse.data(), Sl * H);
     });
-    // dq_parts[b] = this rank's dQ contribution for Q block b [Sl,H,D].
-    View1<T> dq_parts("cp::passq::dq_parts", P * n);
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
+    // dq_parts[b] = this rank's dQ contribution for Q block b [Sl,H,D], in acc_t.
+    View1<A> dq_parts("cp::passq::dq_parts", P * n);
+    const AccOut<T> dka(dk_out, "cp::passq::dk_acc"), dva(dv_out, "cp::passq::dv_acc");
+    const View3<A>&dk = dka.acc(), &dv = dva.acc();
+    Kokkos::deep_copy(dk, A(0));
+    Kokkos::deep_copy(dv, A(0));
     for (int s = 0; s < P; ++s) {
       ctx.at_step(s);
       View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
@@ -116,10 +128,10 @@ class PassQ final : public Scheme<T> {
         if (fully_masked(ctx.cfg, qpos[b], kvpos)) {
           ++ctx.stats.blocks_skipped;
         } else {
-          const T* p = cur.data();
+          T* p = cur.data();
           const CView3<T> Qb(p, Sl, H, D), dOb(p + n, Sl, H, D), Ob(p + 2 * n, Sl, H, D);
-          const CView2<T> Lb(p + 3 * n, Sl, H);
-          auto dQb = view3<T>(dq_parts.data() + b * n, Sl, H, D);
+          const CView2<A> Lb(lse_of(p), Sl, H);
+          auto dQb = view3<A>(dq_parts.data() + b * n, Sl, H, D);
           const auto mask = make_mask(ctx.cfg, qpos[b], kvpos);
           timed_compute(
               ctx, [&] { return kernels::attention_bwd<T>(Qb, k, v, Ob, Lb, dOb, mask, dQb, dk, dv, ctx.cfg.attn); });
@@ -128,14 +140,20 @@ class PassQ final : public Scheme<T> {
       timed_wait(ctx, req);
     }
     // dQ partials home: recv slot j = rank j's contribution to my dQ.
-    View1<T> recv = dq_parts;
+    View1<A> recv = dq_parts;
     if (communicates(ctx)) {
-      recv = scratch<T>("cp::passq::dq_recv", P * n);
+      recv = scratch<A>("cp::passq::dq_recv", P * n);
       ctx.at_step(P);
-      timed_alltoall(ctx, g, dq_parts.data(), recv.data(), n * sizeof(T));
+      timed_alltoall(ctx, g, dq_parts.data(), recv.data(), n * sizeof(A));
     }
     timed_aux(ctx, [&] { sum_slots<T>(flat(dq), recv, P); });
+    dka.store(ctx);
+    dva.store(ctx);
   }
+
+ private:
+  // Values of T that hold m values of acc_t.
+  static size_t lse_values(size_t m) { return m * sizeof(A) / sizeof(T); }
 };
 
 }  // namespace
@@ -147,7 +165,9 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
   const int P = c.ranks;
   const double n = double(c.seq_len) / P * c.heads * c.head_dim, lse = double(c.seq_len) / P * c.heads;
   const bool inter = !t.same_node(r, (r + 1) % P) || !t.same_node(r, (r - 1 + P) % P);
-  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t((backward ? 3 * n + lse : n) * elem), P, inter};
+  const size_t acc = acc_elem(elem);  // the LSE and the partials that go home
+  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
+                            inter};
   const perf::Spans kv = layout::zigzag_spans(c.seq_len, P, r);
   perf::Schedule out;
   for (int s = 0; s < P; ++s) {
@@ -162,7 +182,7 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
   perf::Step home;
   if (P > 1)
     home.exposed.push_back(
-        {comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * elem), P, t.spans_nodes(0, P, 1)});
+        {comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * acc), P, t.spans_nodes(0, P, 1)});
   home.aux_values = P * (backward ? n : n + lse);
   out.steps.push_back(home);
   return out;
@@ -179,10 +199,17 @@ SchemeInfo passq_scheme() {
     return Shard{t, t};
   };
   // Forward: two Q blocks, P partials (O, LSE) and their received copies; backward: two
-  // travelling [Q | dOut | O | LSE] blocks, P dQ partials and their received copies.
+  // travelling [Q | dOut | O | LSE] blocks, P dQ partials and their received copies; the
+  // partials and LSEs in acc_t, and a bf16 run's fp32 accumulators of o, dk, dv.
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, P = c.ranks, nq = n * c.heads * c.head_dim, nh = n * c.heads;
-    return Workspace{2 * nq + 2 * P * (nq + nh) + 2 * (3 * nq + nh) + 2 * P * nq, 0};
+    const double nkv = n * c.kv_heads * c.head_dim;
+    return by_precision(c, [&](const Units& u) {
+      const double a = u.acc;
+      return Workspace{2 * nq + 2 * P * a * (nq + nh) + 2 * (3 * nq + a * nh) + 2 * P * a * nq +
+                           u.extra * a * (nq + 2 * nkv),
+                       0};
+    });
   };
   s.schedule = passq_schedule;
   return s;

@@ -8,6 +8,9 @@
 // owner during the owner's last step: every transfer overlaps a step of compute, and the
 // backward moves P-2 K/V blocks and P-1 accumulators instead of P-1 and P. Blocks whose
 // positions are fully masked are skipped (positions are all-gathered once, not sent).
+// Precision (bf16 runs): K/V blocks travel in the stored type T (bf16); partial (O, LSE),
+// their merges and dQ are in acc_t<T> (fp32); the dK/dV accumulators travel in fp32, or in
+// bf16 with Config::bf16_dkv (DkvWire). Callers round the acc_t results into their outputs.
 #pragma once
 #include <functional>
 #include <vector>
@@ -68,10 +71,11 @@ View1<T> fetch_block(Context& ctx, const comm::Group& g, CView3<T> k, CView3<T> 
 }
 
 // q[Sq,H,D] at positions qpos; k,v[Skv,Hkv,D] at kpos (equal Skv on every group rank).
+// o, lse: the merged result in acc_t<T>.
 template <class T>
 void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v,
-                  const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<T> o, View2<T> lse,
-                  KeptBlock<T>* keep = nullptr) {
+                  const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<kernels::acc_t<T>> o,
+                  View2<kernels::acc_t<T>> lse, KeptBlock<T>* keep = nullptr) {
   const int P = g.size, r = g.rank;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
   const auto allpos = allgather_positions(ctx, g, kpos);
@@ -80,7 +84,7 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   if (keep) keep->valid = false;
   if (keep && P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->reserve(2 * n);  // the last step's: kept
   pack_kv<T>(k, v, buf[0]);
-  OnlineMerge<T> acc(o, lse, "ring" + gid);
+  OnlineMerge<kernels::acc_t<T>> acc(o, lse, "ring" + gid);
   for (int s = 0; s < P; ++s) {
     ctx.at_step(s);
     View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
@@ -103,39 +107,40 @@ void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, 
   if (keep && P > 1 && communicates(ctx)) keep->keep(k, v);
 }
 
-// Given the forward's o, lse[Sq,H] and dout[Sq,H,D] -> dq[Sq,H,D], dk, dv[Skv,Hkv,D]
-// (overwritten). kept: the forward's KeptBlock, or null (the first block is then fetched).
+// Given the forward's o, lse[Sq,H] and dout[Sq,H,D] -> dq[Sq,H,D], dk, dv[Skv,Hkv,D] in
+// acc_t<T> (overwritten). kept: the forward's KeptBlock, or null (the first block is then fetched).
 template <class T>
 void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o,
-                   CView2<T> lse, CView3<T> dout, const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos,
-                   View3<T> dq, View3<T> dk, View3<T> dv, const KeptBlock<T>* kept = nullptr) {
+                   CView2<kernels::acc_t<T>> lse, CView3<T> dout, const std::vector<int64_t>& qpos,
+                   const std::vector<int64_t>& kpos, View3<kernels::acc_t<T>> dq, View3<kernels::acc_t<T>> dk,
+                   View3<kernels::acc_t<T>> dv, const KeptBlock<T>* kept = nullptr) {
+  using A = kernels::acc_t<T>;
   const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
   const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
   const size_t bytes = 2 * n * sizeof(T);
   const bool talk = communicates(ctx) && P > 1;
   const auto allpos = allgather_positions(ctx, g, kpos);
-  using CV1 = Kokkos::View<const T*, Kokkos::LayoutRight, kernels::Mem>;
   const std::string gid = ":g" + std::to_string(g.id);
   // K/V of steps 1..P-2 alternate between two scratch buffers; step 0's is the kept block
   // (or a buffer it is fetched into); step P-1 computes on k, v themselves.
   View1<T> kv[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
-  View1<T> dkv[2] = {scratch<T>("ring_dkv0" + gid, 2 * n), scratch<T>("ring_dkv1" + gid, 2 * n)};
-  View1<T> acc_in = scratch<T>("ring_dkv_recv" + gid, 2 * n);
+  View1<A> dkv[2] = {scratch<A>("ring_dkv0" + gid, 2 * n), scratch<A>("ring_dkv1" + gid, 2 * n)};
+  const DkvWire<T> wire(ctx, 2 * n, "ring_dkv_recv" + gid);
   auto kv_of = [&](int s) { return kv[(s - 1) % 2]; };
   View1<T> first;  // no forward on this object: rank r+1's block is fetched now
   if (talk)
     first = kept && kept->holds_everywhere(ctx, g, k, v)
                 ? kept->buf
                 : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid);
-  Kokkos::deep_copy(dq, T(0));
-  if (!talk && P > 1) Kokkos::deep_copy(acc_in, T(0));
+  Kokkos::deep_copy(dq, A(0));
+  if (!talk && P > 1) wire.zero_received();
   comm::Request req_kv, req_acc;
   for (int s = 0; s < P; ++s) {
     ctx.at_step(s);
     const bool own = s == P - 1;
     // This step's K/V, and the [dK | dV] buffer its partial goes to (dk, dv on the last step).
     CView3<T> Kc = k, Vc = v;  // compute-only mode computes every step on the own block: same work
-    View3<T> dKc, dVc;
+    View3<A> dKc, dVc;
     if (!own && talk) {
       View1<T> cur = s == 0 ? first : kv_of(s);
       Kc = view3<T>(cur.data(), Skv, Hkv, D);
@@ -148,12 +153,12 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
       dKc = dk;
       dVc = dv;
     } else {
-      dKc = view3<T>(dkv[s % 2].data(), Skv, Hkv, D);
-      dVc = view3<T>(dkv[s % 2].data() + n, Skv, Hkv, D);
+      dKc = view3<A>(dkv[s % 2].data(), Skv, Hkv, D);
+      dVc = view3<A>(dkv[s % 2].data() + n, Skv, Hkv, D);
     }
     timed_aux(ctx, [&] {
-      Kokkos::deep_copy(dKc, T(0));
-      Kokkos::deep_copy(dVc, T(0));
+      Kokkos::deep_copy(dKc, A(0));
+      Kokkos::deep_copy(dVc, A(0));
     });
     const std::vector<int64_t>& bpos = allpos[(r + 1 + s) % P];
     if (computes(ctx)) {
@@ -170,12 +175,13 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
       timed_wait(ctx, req_acc);
       if (computes(ctx))
         timed_aux(ctx, [&] {
-          add_into<T>(flat(dKc), CV1(acc_in.data(), n));
-          add_into<T>(flat(dVc), CV1(acc_in.data() + n, n));
+          wire.add_received(flat(dKc), 0);
+          wire.add_received(flat(dVc), n);
         });
     }
     if (!own && talk) {  // on to the previous rank, which computes this block next step
-      req_acc = ctx.comm.isendrecv(dkv[s % 2].data(), bytes, prev, acc_in.data(), bytes, next, g, s, kAccChannel);
+      req_acc = ctx.comm.isendrecv(wire.to_send(ctx, dkv[s % 2]), wire.bytes(), prev, wire.received(), wire.bytes(),
+                                   next, g, s, kAccChannel);
     }
     timed_wait(ctx, req_kv);
   }
@@ -192,16 +198,21 @@ template <class T>
 class RingScheme final : public Scheme<T> {
  public:
   explicit RingScheme(layout::Kind kind) : kind_(kind) {}
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  using A = kernels::acc_t<T>;
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
     const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
-    ring_forward<T>(ctx, g, q, k, v, pos, pos, o, lse, &kept_);
+    const AccOut<T> oa(o, "ring_o_acc");
+    ring_forward<T>(ctx, g, q, k, v, pos, pos, oa.acc(), lse, &kept_);
+    oa.store(ctx);
   }
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
     const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
-    ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dq, dk, dv, &kept_);
+    const AccOut<T> dqa(dq, "ring_dq_acc"), dka(dk, "ring_dk_acc"), dva(dv, "ring_dv_acc");
+    ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dqa.acc(), dka.acc(), dva.acc(), &kept_);
+    for (const AccOut<T>* x : {&dqa, &dka, &dva}) x->store(ctx);
   }
 
  private:
@@ -209,15 +220,19 @@ class RingScheme final : public Scheme<T> {
   KeptBlock<T> kept_;  // the forward's last K/V block, which the backward starts from
 };
 
-// A ring of P ranks' buffers for q[sq,H,D], k,v[skv,Hkv,D], a forward then its backward:
-// scratch for two K/V blocks in flight and three dK/dV accumulators (2*skv*Hkv*D each, at any
-// P), and with P > 1 one partial (O, LSE) and the K/V block each object keeps. A backward
-// without its forward's block (no forward on the object, or other data) fetches its first
-// block into two more blocks (fetch_block): `fetched` counts them, for callers that do that.
-inline Workspace ring_workspace(double sq, double skv, int H, int Hkv, int D, int P, bool fetched = false) {
+// A ring of P ranks' buffers for q[sq,H,D], k,v[skv,Hkv,D], a forward then its backward, in
+// units u (Units): scratch for two K/V blocks in flight and three dK/dV accumulators (2*skv*Hkv*D
+// each, at any P: two in acc_t, the received one on the wire, which with bf16_dkv also has a
+// send buffer), and with P > 1 one partial (O, LSE) in acc_t and the K/V block each object
+// keeps. A backward without its forward's block (no forward on the object, or other data)
+// fetches its first block into two more blocks (fetch_block): `fetched` counts them, for
+// callers that do that.
+inline Workspace ring_workspace(const Units& u, double sq, double skv, int H, int Hkv, int D, int P,
+                                bool fetched = false) {
   const double block = 2.0 * skv * Hkv * D;
   const bool ring = P > 1;
-  return {(5 + (fetched && ring ? 2 : 0)) * block + (ring ? sq * H * (D + 1.0) : 0), ring ? block : 0};
+  return {(2 + (fetched && ring ? 2 : 0) + 2 * u.acc + dkv_wire_values(u)) * block + (ring ? u.acc * sq * H * (D + 1.0) : 0),
+          ring ? block : 0};
 }
 
 // ring_forward / ring_backward on group rank r of a ring of P members as the performance model
@@ -233,6 +248,7 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
   const double nq = double(layout::count(q)), kv_values = 2 * nq * kv_heads * c.head_dim;
   const bool inter = !t.same_node(world(r), world((r + 1) % P)) || !t.same_node(world(r), world((r - 1 + P) % P));
   const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(kv_values * elem), P, inter};
+  const perf::CommCall acc_pass{comm::EventKind::SendRecv, int64_t(kv_values * dkv_elem(c, elem)), P, inter};
   std::vector<perf::Step> steps(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     perf::Step& st = steps[size_t(s)];
@@ -245,7 +261,7 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
     }
     if (P == 1) break;
     if (s + 1 < P - 1) st.overlapped.push_back(pass);  // the next K/V block
-    if (s >= 1) st.overlapped.push_back(pass);         // this block's dK/dV
+    if (s >= 1) st.overlapped.push_back(acc_pass);     // this block's dK/dV
     st.aux_values = (s >= 1 ? 2 : 1) * kv_values + (s == 0 ? nq * heads * c.head_dim : 0);
   }
   bool group_inter = false;
@@ -268,7 +284,11 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
   };
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks;
-    return ring_workspace(n, n, c.heads, c.kv_heads, c.head_dim, c.ranks);
+    return by_precision(c, [&](const Units& u) {
+      Workspace w = ring_workspace(u, n, n, c.heads, c.kv_heads, c.head_dim, c.ranks);
+      w.shared += output_accumulators(u, c, n, n);
+      return w;
+    });
   };
   s.schedule = [kind](const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
     return perf::Schedule{ring_steps(

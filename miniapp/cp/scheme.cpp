@@ -92,10 +92,10 @@ int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
   const int copies = cfg.problem == Problem::Train ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
   // lse [Sq,H], and in the backward the kernel's row term (dout . o) [Sq,H] during the call.
-  const double tensors = 2.0 * copies * (q + kv) + double(copies) * double(sq) * cfg.heads;
+  const double acc = double(acc_elem(elem)) / double(elem);
+  const double tensors = 2.0 * copies * (q + kv) + acc * copies * double(sq) * cfg.heads;
   const Workspace w = s.workspace ? s.workspace(cfg) : Workspace{};
-  const double work = w.shared + w.per_object;
-  return bytes_of(tensors + work, elem);
+  return bytes_of(tensors + w.values(elem, 1), elem);
 }
 
 Kokkos::View<int64_t*, kernels::Mem> to_device(const std::vector<int64_t>& v, const char* label) {

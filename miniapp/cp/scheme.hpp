@@ -129,13 +129,39 @@ struct Setting {
   std::function<int(const Config&, const comm::Topology&)> resolve;
 };
 
-// A scheme's buffers, in values, for a forward then its backward: `shared` scratch serves
-// every object of the scheme (one per layer) in turn; `per_object` is held by each object
-// between calls (kept K/V blocks, the Ulysses engine's head-sharded tensors, and scratch
-// named by a group the object splits for itself).
+// A scheme's buffers, in values of the stored type, for a forward then its backward: `shared`
+// scratch serves every object of the scheme (one per layer) in turn; `per_object` is held by
+// each object between calls (kept K/V blocks, the Ulysses engine's head-sharded tensors, and
+// scratch named by a group the object splits for itself). shared and per_object are a run's
+// whose accumulator is its stored type (fp32, fp64); narrow_* the same for a bf16 run, in
+// bf16 values: its fp32 buffers count two each, and it holds fp32 accumulators the others
+// need not (an fp32 run accumulates O, dQ, dK, dV in the outputs themselves).
 struct Workspace {
   double shared = 0, per_object = 0;
+  double narrow_shared = 0, narrow_per_object = 0;
+  // Values of elem bytes (2: bf16) held by `objects` objects of the scheme.
+  double values(size_t elem, double objects) const {
+    return elem < sizeof(float) ? narrow_shared + objects * narrow_per_object : shared + objects * per_object;
+  }
 };
+
+// What one buffer value of each kind costs, in values of the stored type: an acc_t value
+// (`acc`: 1, or 2 for bf16's fp32), a value of a dK/dV accumulator that travels (`dkv`: as
+// acc, or 1 with Config::bf16_dkv); `extra` (0 or 1) multiplies the buffers only a bf16 run
+// holds (the fp32 accumulators of its outputs, its outputs rounded before they are sent).
+struct Units {
+  double acc = 1, dkv = 1, extra = 0;
+};
+// The workspace a rule gives in the units of an fp32/fp64 run and in those of a bf16 run of c
+// (the rule fills shared and per_object).
+template <class Rule>
+Workspace by_precision(const Config& c, const Rule& rule) {
+  Workspace w = rule(Units{});
+  const Workspace n = rule(Units{2, c.bf16_dkv ? 1.0 : 2.0, 1});
+  w.narrow_shared = n.shared;
+  w.narrow_per_object = n.per_object;
+  return w;
+}
 
 struct SchemeInfo {
   std::string name;
@@ -152,7 +178,8 @@ struct SchemeInfo {
   // the tensors it is handed are not counted.
   std::function<Workspace(const Config&)> workspace;
   // The scheme's steps on world rank r of a job laid out as topo, forward or backward, as the
-  // performance model sees them (miniapp/perf/schedule.hpp); elem: bytes per value.
+  // performance model sees them (miniapp/perf/schedule.hpp); elem: bytes per stored value (2
+  // for bf16, whose fp32 partials and accumulators travel at 4 bytes per value).
   std::function<perf::Schedule(const Config&, const perf::Topo&, int r, bool backward, size_t elem)> schedule;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
@@ -168,7 +195,11 @@ inline int64_t bytes_of(double values, size_t elem) {
   return b >= 9.2e18 ? INT64_MAX : int64_t(b);
 }
 
-// The fp32 and fp64 factories of a scheme class template Impl<T> built from args (copied).
+// Bytes per value of what a scheme keeps in acc_t (partial (O, LSE), LSE, accumulators) in a
+// run of elem-byte stored values: fp32 for bf16.
+inline size_t acc_elem(size_t elem) { return elem < sizeof(float) ? sizeof(float) : elem; }
+
+// The fp32, fp64 and bf16 factories of a scheme class template Impl<T> built from args (copied).
 template <template <class> class Impl, class... Args>
 SchemeInfo make_info(std::string name, std::string summary, Args... args) {
   SchemeInfo s;
@@ -176,6 +207,7 @@ SchemeInfo make_info(std::string name, std::string summary, Args... args) {
   s.summary = std::move(summary);
   s.make_f32 = [args...] { return std::unique_ptr<Scheme<float>>(new Impl<float>(args...)); };
   s.make_f64 = [args...] { return std::unique_ptr<Scheme<double>>(new Impl<double>(args...)); };
+  s.make_bf16 = [args...] { return std::unique_ptr<Scheme<kernels::bf16>>(new Impl<kernels::bf16>(args...)); };
   return s;
 }
 
@@ -212,9 +244,9 @@ int64_t first_q_position(const Config& cfg);
 std::vector<int64_t> decode_positions(const Config& cfg);
 
 // Bytes per rank of the attention tensors a caller hands the scheme on the rank that holds
-// most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H]; the backward
-// ones only for train, with the backward kernel's row term [Sq,H]), plus the scheme's
-// workspace for one object.
+// most rows (q, o, dout, dq [Sq,H,D]; k, v, dk, dv [Skv,Hkv,D]; lse [Sq,H] in acc_t; the
+// backward ones only for train, with the backward kernel's row term [Sq,H] in acc_t), plus
+// the scheme's workspace for one object, for elem-byte stored values.
 int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem);
 
 // Helpers shared by the scheme files.

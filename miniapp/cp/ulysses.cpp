@@ -12,12 +12,13 @@ namespace {
 template <class T>
 class Ulysses final : public Scheme<T> {
  public:
+  using A = kernels::acc_t<T>;
   // q[S/P,H,D], k,v[S/P,Hkv,D] (contiguous rows) -> o[S/P,H,D], lse[S/P,H].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
     engine_.forward(ctx, g, nullptr, positions(ctx), q, k, v, o, lse);
   }
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
     engine_.backward(ctx, g, nullptr, positions(ctx), q, k, v, o, lse, dout, dq, dk, dv);
@@ -44,7 +45,9 @@ SchemeInfo ulysses_scheme() {
     const auto t = layout::contiguous(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
-  s.workspace = [](const Config& c) { return ulysses_workspace(c, c.ranks, double(c.seq_len) / c.ranks); };
+  s.workspace = [](const Config& c) {
+    return by_precision(c, [&](const Units& u) { return ulysses_workspace(u, c, c.ranks, double(c.seq_len) / c.ranks); });
+  };
   // All-to-alls around one local call: every rank attends all S tokens with its H/P heads.
   s.schedule = [](const Config& c, const perf::Topo& t, int, bool backward, size_t elem) {
     const HeadSplit qs = HeadSplit::query(c.heads, c.ranks), ks = HeadSplit::kv(c.heads, c.kv_heads, c.ranks);

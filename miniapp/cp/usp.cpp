@@ -17,12 +17,13 @@ namespace {
 template <class T>
 class Usp final : public Scheme<T> {
  public:
+  using A = kernels::acc_t<T>;
   // q[S/P,H,D], k,v[S/P,Hkv,D] (layout::usp rows) -> o[S/P,H,D], lse[S/P,H].
-  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<T> lse) override {
+  void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     setup(ctx);
     engine_.forward(ctx, *ulysses_, &*ring_, pos_, q, k, v, o, lse);
   }
-  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
+  void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     setup(ctx);
     engine_.backward(ctx, *ulysses_, &*ring_, pos_, q, k, v, o, lse, dout, dq, dk, dv);
@@ -77,10 +78,12 @@ SchemeInfo usp_scheme() {
     const int U = usp_ulysses_size(c), R = c.ranks / U;
     const double n = double(c.seq_len) / c.ranks, N = U * n;  // head-sharded rows
     const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
-    const Workspace u = ulysses_workspace(c, U, n);
-    if (R == 1) return u;
-    const Workspace r = ring_workspace(N, N, c.heads / U, ks.per, c.head_dim, R);
-    return Workspace{u.shared, u.per_object + r.shared + r.per_object};
+    return by_precision(c, [&](const Units& un) {
+      const Workspace u = ulysses_workspace(un, c, U, n);
+      if (R == 1) return u;
+      const Workspace r = ring_workspace(un, N, N, c.heads / U, ks.per, c.head_dim, R);
+      return Workspace{u.shared, u.per_object + r.shared + r.per_object};
+    });
   };
   // The Ulysses exchange inside the group of U consecutive ranks, a ring over the R groups on
   // the head-sharded rows (ring member i holds the shards of world ranks i*U .. i*U+U-1).
