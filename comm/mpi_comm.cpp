@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "comm/comm.hpp"
+#include "kernels/bf16.hpp"
 
 #ifdef MINICP_ENABLE_NCCL
 #include <cuda_runtime.h>
@@ -63,15 +64,46 @@ struct HostBuf {
   char* data() { return p.get(); }
 };
 
+using kernels::bf16;
+
+// MPI has no bfloat16: BF16 buffers travel as 16-bit integers and are reduced by user
+// operations that widen each pair to fp32, combine, and round once to nearest even (one
+// rounding per element and per reduction step, as a bf16 all-reduce on the wire does).
+template <bool Sum>
+void bf16_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = a[i], y = b[i];
+    if (Sum)
+      b[i] = x + y;
+    else if (x > y)
+      b[i] = a[i];
+  }
+}
+MPI_Op bf16_op(ReduceOp op) {
+  static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;  // created once, on first use (after MPI_Init)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MPI_Op_create(&bf16_reduce<true>, /*commute=*/1, &sum);
+    MPI_Op_create(&bf16_reduce<false>, /*commute=*/1, &max);
+  });
+  return op == ReduceOp::Sum ? sum : max;
+}
+
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
     case DType::F64: return MPI_DOUBLE;
     case DType::I64: return MPI_INT64_T;
+    case DType::BF16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::BF16) return bf16_op(op);
+  return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+}
 MPI_Comm comm_of(const Group& g) { return *static_cast<MPI_Comm*>(g.native); }
 
 void check(int rc, const char* what) {
@@ -122,6 +154,18 @@ void sum_blocks(const void* own, const char* staging, int nblocks, size_t count,
   for (int b = 0; b < nblocks; ++b) {
     const T* x = reinterpret_cast<const T*>(staging) + size_t(b) * count;
     for (size_t i = 0; i < count; ++i) out[i] += x[i];
+  }
+}
+// bf16 blocks: summed in fp32 and rounded once (the direct reduce-scatter is one step).
+template <>
+void sum_blocks<bf16>(const void* own, const char* staging, int nblocks, size_t count, void* recv) {
+  const bf16* a = static_cast<const bf16*>(own);
+  const bf16* x = reinterpret_cast<const bf16*>(staging);
+  bf16* out = static_cast<bf16*>(recv);
+  for (size_t i = 0; i < count; ++i) {
+    float sum = a[i];
+    for (int b = 0; b < nblocks; ++b) sum += float(x[size_t(b) * count + i]);
+    out[i] = sum;
   }
 }
 
@@ -234,6 +278,7 @@ class MpiComm final : public Communicator {
         case DType::F32: sum_blocks<float>(own, raw->staging.data(), P - 1, count, recv); break;
         case DType::F64: sum_blocks<double>(own, raw->staging.data(), P - 1, count, recv); break;
         case DType::I64: sum_blocks<int64_t>(own, raw->staging.data(), P - 1, count, recv); break;
+        case DType::BF16: sum_blocks<bf16>(own, raw->staging.data(), P - 1, count, recv); break;
       }
       if (copy_out) copy_out();
     };
@@ -310,7 +355,7 @@ class MpiComm final : public Communicator {
     if (coll_thread_.joinable()) {
       const MPI_Comm c = collective_comm(g);
       const MPI_Datatype type = mpi_type(t);
-      const MPI_Op o = mpi_op(op);
+      const MPI_Op o = mpi_op(op, t);
       r->on_worker = true;
       {
         std::lock_guard<std::mutex> lock(coll_mu_);
@@ -322,7 +367,7 @@ class MpiComm final : public Communicator {
       return Request{r};
     }
     r->reqs.resize(1);
-    check(MPI_Iallreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op), comm_of(g), &r->reqs[0]), "Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op, t), comm_of(g), &r->reqs[0]), "Iallreduce");
     return post(r);
   }
 
@@ -335,7 +380,7 @@ class MpiComm final : public Communicator {
       b = stage_out(st, buf, count * dtype_size(t));
       stage_copy(b, buf, count * dtype_size(t));
     }
-    check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op), comm_of(g)), "Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op, t), comm_of(g)), "Allreduce");
     finish_staging(st);
     ev.t_end = MPI_Wtime();
     trace_.add(ev);

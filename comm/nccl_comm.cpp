@@ -24,6 +24,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F32: return ncclFloat32;
     case DType::F64: return ncclFloat64;
     case DType::I64: return ncclInt64;
+    case DType::BF16: return ncclBfloat16;
   }
   return ncclFloat32;
 }

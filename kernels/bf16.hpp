@@ -3,7 +3,15 @@
 // storage type only: every kernel computes in acc_t<T> (fp32 for bf16) and rounds once, to
 // nearest even, when it stores.
 #pragma once
+// The communicator (which sums bf16 buffers) is built without Kokkos: there its functions are
+// plain inline ones.
+#if __has_include(<Kokkos_Core.hpp>)
 #include <Kokkos_Core.hpp>
+#define MINICP_BF16_FN KOKKOS_INLINE_FUNCTION
+#else
+#define MINICP_BF16_FN inline
+#endif
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -13,15 +21,15 @@ namespace minicp::kernels {
 struct bf16 {
   uint16_t bits;
   bf16() = default;
-  KOKKOS_INLINE_FUNCTION bf16(float f) : bits(round(f)) {}  // NOLINT: converts like a float would
-  KOKKOS_INLINE_FUNCTION operator float() const {
+  MINICP_BF16_FN bf16(float f) : bits(round(f)) {}  // NOLINT: converts like a float would
+  MINICP_BF16_FN operator float() const {
     const uint32_t u = uint32_t(bits) << 16;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
   }
   // Round to nearest even; a NaN stays a (quiet) NaN, an infinity stays infinite.
-  KOKKOS_INLINE_FUNCTION static uint16_t round(float f) {
+  MINICP_BF16_FN static uint16_t round(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return uint16_t((u >> 16) | 0x0040u);
@@ -31,7 +39,7 @@ struct bf16 {
   // An fp64 rounded once to nearest even. Through a float rounded to nearest, a value just
   // past a bf16 halfway point can land on it and round to even the wrong way; a float
   // rounded to odd (24 bits, far more than bf16's 8 + 2) keeps which side it was on.
-  KOKKOS_INLINE_FUNCTION static bf16 from_double(double d) {
+  MINICP_BF16_FN static bf16 from_double(double d) {
     float f = float(d);
     if (double(f) != d && f == f) {
       uint32_t u;

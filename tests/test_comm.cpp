@@ -19,6 +19,7 @@
 
 #include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
+#include "kernels/bf16.hpp"
 
 namespace minicp::comm {
 // Names the progress mode in gtest's failure messages.
@@ -27,6 +28,7 @@ void PrintTo(Progress p, std::ostream* os) { *os << (p == Progress::None ? "none
 
 namespace {
 namespace mc = minicp::comm;
+namespace mk = minicp::kernels;
 using mc::EventKind;
 
 using minicp::test::world_rank;
@@ -321,6 +323,58 @@ TEST_P(Comm, ReduceScatterF32) {
 }
 TEST_P(Comm, ReduceScatterF64) {
   for (const mc::Group& g : groups_) reduce_scatter_case<double>(*c_, g, mc::DType::F64);
+}
+
+// BF16 reductions widen to fp32, add, and round once to nearest even. Reduce-scatter inputs
+// 1 + i/128 (exact in bf16) sum exactly in fp32, so the result must be that sum rounded once.
+// All-reduce: small integers (every partial sum exact in bf16, whatever MPI's order), and on
+// two ranks 1 + k/128 plus 1/256, a halfway case that must round to even.
+TEST_P(Comm, Bf16SumsInFp32RoundedOnce) {
+  using mk::bf16;
+  for (const mc::Group& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int n = g.size;
+    const size_t count = 300;
+    auto rs_value = [](int rank, size_t j) { return bf16(1.0f + float((rank * 7 + j) % 128) / 128.0f); };
+    std::vector<bf16> send(count * n), recv(count + 1, bf16(-3.0f));
+    for (size_t j = 0; j < send.size(); ++j) send[j] = rs_value(g.rank, j);
+    const size_t before = c_->trace().events().size();
+    mc::Request r = c_->ireduce_scatter(send.data(), recv.data(), count, mc::DType::BF16, g, 6);
+    c_->wait(r);
+    size_t bad = 0;
+    for (size_t k = 0; k < count; ++k) {
+      float sum = 0;
+      for (int q = 0; q < n; ++q) sum += float(rs_value(q, size_t(g.rank) * count + k));
+      if (recv[k].bits != bf16(sum).bits && bad++ == 0)
+        ADD_FAILURE() << "reduce-scatter element " << k << ": " << float(recv[k]) << ", want " << float(bf16(sum));
+    }
+    EXPECT_EQ(bad, 0u);
+    EXPECT_EQ(float(recv[count]), -3.0f) << "wrote past count";
+    expect_waited(c_->trace(), before, EventKind::ReduceScatter, g, int64_t(count * 2) * (n - 1), 6, -1);
+    for (mc::ReduceOp op : {mc::ReduceOp::Sum, mc::ReduceOp::Max}) {
+      std::vector<bf16> buf(count);
+      auto ar_int = [](int rank, size_t k) { return float((rank + 1) * int(k % 7 + 1)); };
+      for (size_t k = 0; k < count; ++k) buf[k] = ar_int(g.rank, k);
+      c_->allreduce(buf.data(), count, mc::DType::BF16, op, g, 9);
+      bad = 0;
+      for (size_t k = 0; k < count; ++k) {
+        float want = ar_int(0, k);
+        for (int q = 1; q < n; ++q) want = op == mc::ReduceOp::Sum ? want + ar_int(q, k) : std::max(want, ar_int(q, k));
+        if (float(buf[k]) != want && bad++ == 0) ADD_FAILURE() << "all-reduce element " << k << ": " << float(buf[k]);
+      }
+      EXPECT_EQ(bad, 0u);
+    }
+    if (n == 2) {
+      std::vector<bf16> buf(128);
+      for (size_t k = 0; k < buf.size(); ++k) buf[k] = g.rank == 0 ? 1.0f + float(k) / 128.0f : 1.0f / 256.0f;
+      mc::Request ar = c_->iallreduce(buf.data(), buf.size(), mc::DType::BF16, mc::ReduceOp::Sum, g, 9);
+      c_->wait(ar);
+      for (size_t k = 0; k < buf.size(); ++k) {
+        const float want = 1.0f + float(k + (k % 2)) / 128.0f;  // halfway: to the even mantissa
+        EXPECT_EQ(float(buf[k]), want) << "halfway element " << k;
+      }
+    }
+  }
 }
 
 TEST_P(Comm, AllToAll) {
@@ -698,6 +752,7 @@ TEST(CommParse, StagingNamesAndCpuLists) {
 TEST(CommParse, DTypeSizes) {
   EXPECT_EQ(mc::dtype_size(mc::DType::F32), 4u);
   EXPECT_EQ(mc::dtype_size(mc::DType::F64), 8u);
+  EXPECT_EQ(mc::dtype_size(mc::DType::BF16), 2u);
   EXPECT_EQ(mc::dtype_size(mc::DType::I64), 8u);
 }
 

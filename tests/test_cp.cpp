@@ -6,14 +6,20 @@
 // tensor's largest entry): below that both are rounding noise and summing P partials in a
 // different order alone moves the result by a few ulps. The fp64 scheme must match fp64
 // `none` to 1e-11 (the fp64 runs move their data through the MPI backend's host staging).
+// bf16 the same way on inputs rounded to bf16: against fp64 on those inputs, within 2x the
+// error of bf16 `none` (at least one bf16 ulp, 2^-8 of the largest entry); with bf16 dK/dV
+// accumulators (Config::bf16_dkv, through host staging), dK and dV may add half an ulp per
+// hop (P - 1 of them).
 // Usage: minicp-test-cp --scheme=NAME [gtest flags]
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "kernels/convert.hpp"
 #include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
 #include "miniapp/cp/scheme.hpp"
@@ -47,6 +53,24 @@ struct Outputs {
   Vec o, lse, dq, dk, dv;
 };
 
+// Each value rounded to bf16 (to nearest even), as a double.
+Vec bf16_rounded(Vec x) {
+  for (double& e : x) e = double(float(kernels::bf16::from_double(e)));
+  return x;
+}
+
+// o's values in T: o itself when T is its own accumulator, else o rounded into a new view.
+template <class T>
+kernels::View3<T> stored(const kernels::View3<kernels::acc_t<T>>& o) {
+  if constexpr (std::is_same<T, kernels::acc_t<T>>::value) {
+    return o;
+  } else {
+    kernels::View3<T> out("stored", o.extent(0), o.extent(1), o.extent(2));
+    kernels::convert_view<T, kernels::acc_t<T>>(out, o);
+    return out;
+  }
+}
+
 // Runs a scheme (or `none` through the registry when P == 1) on local rows.
 template <class T>
 Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm, const Vec& q, const Vec& k,
@@ -56,14 +80,9 @@ Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm
   auto Q = test::make_view<V3>("q", q, sq, H, D), K = test::make_view<V3>("k", k, skv, Hkv, D),
        Vv = test::make_view<V3>("v", v, skv, Hkv, D), dO = test::make_view<V3>("dout", dout, sq, H, D);
   V3 O("o", sq, H, D), dQ("dq", sq, H, D), dK("dk", skv, Hkv, D), dV("dv", skv, Hkv, D);
-  kernels::View2<T> L("lse", sq, H);
+  kernels::View2<kernels::acc_t<T>> L("lse", sq, H);
   cp::Context ctx{comm, cfg};
-  auto scheme = [&] {
-    if constexpr (std::is_same<T, float>::value)
-      return info.make_f32();
-    else
-      return info.make_f64();
-  }();
+  auto scheme = cp::make_scheme<T>(info);
   scheme->forward(ctx, Q, K, Vv, O, L);
   Outputs out{test::to_vec(O), test::to_vec(L), {}, {}, {}};
   if (cfg.problem == cp::Problem::Train) {
@@ -155,19 +174,26 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     std::vector<int64_t> qidx(Sq), kidx(Sk);
     for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
     for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
-    auto reference = [&](auto tag) {
+    // In T, the results computed in acc_t<T> and stored in T (bf16: rounded once, LSE fp32).
+    auto reference = [&](auto tag, const Vec& Qi, const Vec& Ki, const Vec& Vi, const Vec& dOi) {
       using T = decltype(tag);
       using V3 = kernels::View3<T>;
-      auto Q = test::make_view<V3>("q", Qg, Sq, H, D), K = test::make_view<V3>("k", Kg, Sk, Hkv, D),
-           Vv = test::make_view<V3>("v", Vg, Sk, Hkv, D), dO = test::make_view<V3>("do", dOg, Sq, H, D);
-      V3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
-      kernels::View2<T> L("lse", Sq, H);
+      using A3 = kernels::View3<kernels::acc_t<T>>;
+      auto Q = test::make_view<V3>("q", Qi, Sq, H, D), K = test::make_view<V3>("k", Ki, Sk, Hkv, D),
+           Vv = test::make_view<V3>("v", Vi, Sk, Hkv, D), dO = test::make_view<V3>("do", dOi, Sq, H, D);
+      A3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
+      kernels::View2<kernels::acc_t<T>> L("lse", Sq, H);
       const auto mask = cp::make_mask(one, qidx, kidx);
       kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
-      kernels::attention_bwd<T>(Q, K, Vv, O, L, dO, mask, dQ, dK, dV, cfg.attn);
-      return Outputs{test::to_vec(O), test::to_vec(L), test::to_vec(dQ), test::to_vec(dK), test::to_vec(dV)};
+      const V3 Os = stored<T>(O);
+      kernels::attention_bwd<T>(Q, K, Vv, Os, L, dO, mask, dQ, dK, dV, cfg.attn);
+      return Outputs{test::to_vec(Os), test::to_vec(L), test::to_vec(stored<T>(dQ)), test::to_vec(stored<T>(dK)),
+                     test::to_vec(stored<T>(dV))};
     };
-    const Outputs ref64 = reference(double{}), ref32 = reference(float{});
+    const Outputs ref64 = reference(double{}, Qg, Kg, Vg, dOg), ref32 = reference(float{}, Qg, Kg, Vg, dOg);
+    // The bf16 runs' inputs, and fp64 and bf16 `none` on them.
+    const Vec Qb = bf16_rounded(Qg), Kb = bf16_rounded(Kg), Vb = bf16_rounded(Vg), dOb = bf16_rounded(dOg);
+    const Outputs ref64b = reference(double{}, Qb, Kb, Vb, dOb), ref16 = reference(kernels::bf16{}, Qb, Kb, Vb, dOb);
 
     const cp::Shard sh = info.shard(cfg, r);
     // fp32 on direct buffers with a progress thread (as the benchmarks run), fp64 through host
@@ -178,6 +204,12 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
               dout = rows(dOg, sh.q, q0, H * D);
     const Outputs got32 = run<float>(info, cfg, *comm, q, k, v, dout, sh.q.size(), sh.kv.size());
     const Outputs got64 = run<double>(info, cfg, *staged, q, k, v, dout, sh.q.size(), sh.kv.size());
+    const Vec qb = rows(Qb, sh.q, q0, H * D), kb = rows(Kb, sh.kv, 0, Hkv * D), vb = rows(Vb, sh.kv, 0, Hkv * D),
+              doutb = rows(dOb, sh.q, q0, H * D);
+    const Outputs got16 = run<kernels::bf16>(info, cfg, *comm, qb, kb, vb, doutb, sh.q.size(), sh.kv.size());
+    cp::Config thin = cfg;
+    thin.bf16_dkv = true;
+    const Outputs thin16 = run<kernels::bf16>(info, thin, *staged, qb, kb, vb, doutb, sh.q.size(), sh.kv.size());
 
     struct Item {
       const char* what;
@@ -203,8 +235,19 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
       EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps))
           << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
       EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
-      if (r == 0 && ::testing::Test::HasFailure())
-        std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g\n", g_scheme.c_str(), P, it.what, e32, e_none, e64);
+      const Vec& want64b = ref64b.*(it.field);
+      const double normb = norm_of(want64b);
+      const Vec wantb = rows(want64b, *it.idx, it.offset, it.width);
+      const double e_none16 = err(rows(ref16.*(it.field), *it.idx, it.offset, it.width), wantb, normb);
+      const double e16 = err(got16.*(it.field), wantb, normb), e_thin = err(thin16.*(it.field), wantb, normb);
+      const double bound16 = 2.0 * std::max(e_none16, std::ldexp(1.0, -8));
+      const bool accumulated = it.field == &Outputs::dk || it.field == &Outputs::dv;
+      EXPECT_LE(e16, bound16) << it.what << ": bf16 error " << e16 << " vs 2x none's " << e_none16;
+      EXPECT_LE(e_thin, bound16 + (accumulated ? (P - 1) * std::ldexp(1.0, -9) : 0.0))
+          << it.what << ": bf16 error with bf16 dK/dV accumulators " << e_thin;
+      if (r == 0 && (::testing::Test::HasFailure() || std::getenv("MINICP_TEST_VERBOSE")))
+        std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g e16=%.3g e_none16=%.3g e16_dkv=%.3g\n",
+                    g_scheme.c_str(), P, it.what, e32, e_none, e64, e16, e_none16, e_thin);
     }
   }
 }

@@ -241,7 +241,7 @@ class AccOut {
 };
 
 // Bytes per value of a dK/dV accumulator on the wire in a run of elem-byte stored values.
-inline size_t dkv_elem(const Config& c, size_t elem) { return c.bf16_dkv ? elem : acc_elem(elem); }
+inline size_t dkv_elem(const Config& c, size_t elem) { return c.bf16_dkv ? elem : kernels::acc_size(elem); }
 
 // The wire of the dK/dV accumulators a backward passes on (n values each, acc_t<T> where they
 // are summed): acc_t<T> itself, or, in a bf16 run with cfg.bf16_dkv, T: each hop rounds the

@@ -165,7 +165,7 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
   const int P = c.ranks;
   const double n = double(c.seq_len) / P * c.heads * c.head_dim, lse = double(c.seq_len) / P * c.heads;
   const bool inter = !t.same_node(r, (r + 1) % P) || !t.same_node(r, (r - 1 + P) % P);
-  const size_t acc = acc_elem(elem);  // the LSE and the partials that go home
+  const size_t acc = kernels::acc_size(elem);  // the LSE and the partials that go home
   const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
                             inter};
   const perf::Spans kv = layout::zigzag_spans(c.seq_len, P, r);

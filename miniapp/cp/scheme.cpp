@@ -92,7 +92,7 @@ int64_t predicted_bytes(const SchemeInfo& s, const Config& cfg, size_t elem) {
   const double q = double(sq) * cfg.heads * cfg.head_dim, kv = double(skv) * cfg.kv_heads * cfg.head_dim;
   const int copies = cfg.problem == Problem::Train ? 2 : 1;  // the backward's dq, dout / dk, dv beside q, o / k, v
   // lse [Sq,H], and in the backward the kernel's row term (dout . o) [Sq,H] during the call.
-  const double acc = double(acc_elem(elem)) / double(elem);
+  const double acc = double(kernels::acc_size(elem)) / double(elem);
   const double tensors = 2.0 * copies * (q + kv) + acc * copies * double(sq) * cfg.heads;
   const Workspace w = s.workspace ? s.workspace(cfg) : Workspace{};
   return bytes_of(tensors + w.values(elem, 1), elem);

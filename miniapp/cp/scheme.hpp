@@ -195,10 +195,6 @@ inline int64_t bytes_of(double values, size_t elem) {
   return b >= 9.2e18 ? INT64_MAX : int64_t(b);
 }
 
-// Bytes per value of what a scheme keeps in acc_t (partial (O, LSE), LSE, accumulators) in a
-// run of elem-byte stored values: fp32 for bf16.
-inline size_t acc_elem(size_t elem) { return elem < sizeof(float) ? sizeof(float) : elem; }
-
 // The fp32, fp64 and bf16 factories of a scheme class template Impl<T> built from args (copied).
 template <template <class> class Impl, class... Args>
 SchemeInfo make_info(std::string name, std::string summary, Args... args) {

@@ -118,7 +118,7 @@ SchemeInfo tree_scheme() {
         {{{c.seq_len, c.decode_tokens, 1}}, layout::contiguous_spans(c.seq_len, c.ranks, r), c.heads, c.kv_heads});
     if (c.ranks > 1) {  // both in acc_t
       const bool inter = t.spans_nodes(0, c.ranks, 1);
-      const size_t acc = acc_elem(elem);
+      const size_t acc = kernels::acc_size(elem);
       combine.exposed = {{comm::EventKind::AllReduce, int64_t(rows * acc), c.ranks, inter},
                          {comm::EventKind::AllReduce, int64_t(rows * (c.head_dim + 1.0) * acc), c.ranks, inter}};
     }

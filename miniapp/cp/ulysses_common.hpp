@@ -95,7 +95,7 @@ inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& 
   auto a2a = [&](int per, int width, size_t e) {
     return perf::CommCall{comm::EventKind::AllToAll, int64_t(n * per * width * e), U, inter};
   };
-  const size_t dkv = ulysses_dkv_wide(c, ks) ? acc_elem(elem) : elem;
+  const size_t dkv = ulysses_dkv_wide(c, ks) ? kernels::acc_size(elem) : elem;
   perf::Step in, out;
   if (U > 1) {
     if (backward) {
@@ -103,7 +103,7 @@ inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& 
       out.exposed = {a2a(qs.per, c.head_dim, elem), a2a(ks.per, c.head_dim, dkv), a2a(ks.per, c.head_dim, dkv)};
     } else {
       in.exposed = {a2a(qs.per, c.head_dim, elem), a2a(ks.per, c.head_dim, elem), a2a(ks.per, c.head_dim, elem)};
-      out.exposed = {a2a(qs.per, c.head_dim, elem), a2a(qs.per, 1, acc_elem(elem))};
+      out.exposed = {a2a(qs.per, c.head_dim, elem), a2a(qs.per, 1, kernels::acc_size(elem))};
     }
   }
   const double qv = U * n * qs.per * c.head_dim, kv = U * n * ks.per * c.head_dim;
