@@ -96,6 +96,17 @@ AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CV
                               CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                               View3<float> dv, const AttnOptions& opt);
 
+// fp32 values the attention kernels allocate during one call on sq query rows and skv key
+// rows beyond their arguments (the memory model counts them): the bf16 path that widens its
+// inputs to fp32 holds q, k, v and, in the backward, o and dout widened. Nothing for fp32
+// and fp64 (their backward's row term is counted with the tensors a caller hands over).
+inline double attention_scratch_values(size_t elem, double sq, double skv, int heads, int kv_heads, int head_dim,
+                                       bool backward) {
+  if (elem != sizeof(bf16)) return 0;
+  const double q = sq * heads * head_dim, kv = skv * kv_heads * head_dim;
+  return (backward ? 3 : 1) * q + 2 * kv;
+}
+
 // Merge a partial result into a running one: (o, lse) <- merge((o, lse), (o2, lse2)), in
 // the accumulator type (fp32 or fp64: a bf16 attention's partial results are fp32); rows with both LSEs -inf give o = 0, lse = -inf, never NaN.
 template <class T>

@@ -85,13 +85,17 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
   v += n * F;                                                              // the gate g
   if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;         // backward workspace
   if (train) a += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
+  // The kernel's own buffers during a call, as if on this rank's rows (a scheme that calls it
+  // on more rows at once, as allgather's gathered chunks, holds more).
+  a += kernels::attention_scratch_values(elem, n, cfg.pass == Pass::Decode ? r.cache : n, m.heads, m.kv_heads,
+                                         m.head_dim, train);
   if (cfg.pass == Pass::Decode) {
     v += 2 * L * r.cache * KD;                  // the cache
     a += n * HD + n * H + (mixed ? n * HD : 0);  // the self block (o, lse); o widened for its merge
   }
   const double pos = n * 8.0;  // RoPE positions [N] (int64), in bytes
   const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
-  v += w.shared + L * w.per_object;
+  v += w.values(elem, L);
   // Not counted: the masks' positions (int64, one per query and key row of a block, during a
   // call) and RoPE's D/2 angles; host-side std::vector temporaries of the kernels (the tiled
   // attention's per-item tiles and dQ splits) are not Kokkos allocations.
