@@ -59,6 +59,12 @@ struct StackConfig {
   bool bf16_grad_allreduce = false;
 };
 
+// Bytes per value of the weight-gradient all-reduce of a stack of elem-byte stored values:
+// the fp32 gradients themselves, or with bf16_grad_allreduce their bf16 copies.
+inline size_t grad_allreduce_elem(const StackConfig& cfg, size_t elem) {
+  return cfg.bf16_grad_allreduce ? elem : kernels::acc_size(elem);
+}
+
 // The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
 // the pass's problem.
 cp::Config attention_config(const StackConfig& cfg);

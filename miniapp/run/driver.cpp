@@ -449,6 +449,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
   if (world_rank == 0) {
     const double clock_err = data.summary.real["clock_uncertainty_s"], drift = data.summary.real["clock_drift"];
     data.summary = figures(c, run.m, rs.none, int(kernels::Exec().concurrency()));
+    message_sizes(data.summary, c, elem_size(rs.p.deck.dtype));
     data.summary.real["clock_uncertainty_s"] = clock_err, data.summary.real["clock_drift"] = drift;
     data.attrs.text["start_time"] = run.m.start_utc, data.attrs.text["end_time"] = run.m.end_utc;
     if (c.scheme == std::string("none")) rs.none[none_key(c)] = data.summary.real["measured_time_s"];

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "harness/stats.hpp"
+#include "miniapp/cp/common.hpp"
 
 namespace minicp::run {
 namespace {
@@ -105,17 +106,30 @@ void time_figures(output::Attrs& s, const Case& c, const std::map<cp::Mode, std:
   s.real["grad_allreduce_exposed_s"] = hn::median(field(full, [](const Rep& r) { return r.grad; }));
 }
 
+// A bf16 layer's ceiling: its GEMM engine's (gemm<bf16>) and its attention tiles' (the bf16
+// tile kernel, or the fp32 tiles while the bf16 attention widens to them).
+double bf16_ceiling(const kernels::Bf16GemmCeiling& x, const kernels::GemmCeiling& f32) {
+  return std::max({x.square, x.layer, x.tile > 0 ? x.tile : f32.tile});
+}
+
 void ceiling_figures(output::Attrs& s, const Measured& m, double t) {
   const kernels::GemmCeiling& b = m.before;
   const kernels::GemmCeiling& a = m.after;
-  const double ceiling = std::max(b.best(), a.best());
+  const double before = m.bf16 ? bf16_ceiling(m.bf16_before, b) : b.best();
+  const double after = m.bf16 ? bf16_ceiling(m.bf16_after, a) : a.best();
+  const double ceiling = std::max(before, after);
   s.real["gemm_ceiling_flops_per_s"] = ceiling;
-  s.real["gemm_ceiling_before_flops_per_s"] = b.best();
-  s.real["gemm_ceiling_after_flops_per_s"] = a.best();
+  s.real["gemm_ceiling_before_flops_per_s"] = before;
+  s.real["gemm_ceiling_after_flops_per_s"] = after;
   s.real["gemm_ceiling_before_age_s"] = m.before_age_s;
   s.real["sgemm_flops_per_s"] = std::max(b.blas_square, a.blas_square);
   s.real["blas_layer_gemm_flops_per_s"] = std::max(b.blas_layer, a.blas_layer);
   s.real["tile_gemm_flops_per_s"] = std::max(b.tile, a.tile);
+  if (m.bf16) {
+    s.real["bf16_gemm_flops_per_s"] = std::max(m.bf16_before.square, m.bf16_after.square);
+    s.real["bf16_layer_gemm_flops_per_s"] = std::max(m.bf16_before.layer, m.bf16_after.layer);
+    s.real["bf16_tile_gemm_flops_per_s"] = std::max(m.bf16_before.tile, m.bf16_after.tile);
+  }
   s.real["layer_efficiency"] = m.useful_flops / t / ceiling;
 }
 
@@ -138,6 +152,13 @@ void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int t
 
 std::string none_key(const Case& c) {
   return std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.stack.attn.seq_len);
+}
+
+void message_sizes(output::Attrs& s, const Case& c, size_t elem) {
+  s.integer["block_bytes_per_value"] = int64_t(elem);
+  s.integer["partial_bytes_per_value"] = int64_t(kernels::acc_size(elem));
+  s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(model::attention_config(c.stack), elem));
+  s.integer["grad_allreduce_bytes_per_value"] = int64_t(model::grad_allreduce_elem(c.stack, elem));
 }
 
 output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads) {

@@ -19,6 +19,10 @@ std::string none_key(const Case& c);
 // been measured was not resolved), then check_ranges.
 output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads);
 
+// The bytes per value of each kind of message of case c in a run of elem-byte stored values
+// (block_, partial_, dkv_, grad_allreduce_bytes_per_value).
+void message_sizes(output::Attrs& s, const Case& c, size_t elem);
+
 // Checks every figure that has a range (NaN passes) and sets `out_of_range` ("" or
 // "name=value (allowed [lo, hi]: why); ...") and `figures_in_range` (1 or 0). Returns the text.
 std::string check_ranges(output::Attrs& summary);

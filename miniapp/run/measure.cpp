@@ -72,7 +72,7 @@ const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector
   return t;
 }
 
-CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShape s) {
+CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShape s, bool bf16) {
   const auto sync = [g] {
     hn::Watchdog::instance().tick();  // each timed loop of a reading
     MPI_Barrier(g);
@@ -82,10 +82,23 @@ CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShap
   const Timed& tile = component(g, {ranks, 1}, [&] { return kernels::tile_gemm_rate(sync); });
   r.rates.blas_square = square.rate, r.rates.tile = tile.rate;
   r.taken = std::min(square.taken, tile.taken);
-  if (s.m > 0 && s.n > 0 && s.k > 0) {
+  const bool shaped = s.m > 0 && s.n > 0 && s.k > 0;
+  if (shaped && !bf16) {
     const Timed& layer = component(g, {ranks, 2, s.m, s.n, s.k}, [&] { return kernels::blas_gemm_rate(s, sync); });
     r.rates.blas_layer = layer.rate;
     r.taken = std::min(r.taken, layer.taken);
+  }
+  if (bf16) {
+    const Timed& sq =
+        component(g, {ranks, 3}, [&] { return kernels::bf16_gemm_rate({2048, 2048, 2048}, sync); });
+    const Timed& t16 = component(g, {ranks, 4}, [&] { return kernels::bf16_tile_gemm_rate(sync); });
+    r.bf16.square = sq.rate, r.bf16.tile = t16.rate;
+    r.taken = std::min({r.taken, sq.taken, t16.taken});
+    if (shaped) {
+      const Timed& layer = component(g, {ranks, 5, s.m, s.n, s.k}, [&] { return kernels::bf16_gemm_rate(s, sync); });
+      r.bf16.layer = layer.rate;
+      r.taken = std::min(r.taken, layer.taken);
+    }
   }
   return r;
 }
@@ -216,8 +229,9 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   const kernels::GemmShape shape = largest_gemm(c);
   if (round == 0) {
     at(Stage::CaseCeiling);
-    const CeilingCache::Reading before = ceiling.get(g, P, shape);
-    m.before = before.rates, m.before_age_s = MPI_Wtime() - before.taken;
+    m.bf16 = std::is_same<T, kernels::bf16>::value;
+    const CeilingCache::Reading before = ceiling.get(g, P, shape, m.bf16);
+    m.before = before.rates, m.bf16_before = before.bf16, m.before_age_s = MPI_Wtime() - before.taken;
   }
   cp::release_scratch();  // the schemes' scratch of the cases before: this case is charged for its own
   mem.reset_peak();
@@ -267,10 +281,16 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   m.useful_flops = step_useful_flops(c);
   m.tokens = double(cp::global_q_tokens(ctx.cfg));
   at(Stage::CaseCeiling);
-  m.after = ceiling.get(g, P, shape).rates;
+  const CeilingCache::Reading after = ceiling.get(g, P, shape, m.bf16);
+  m.after = after.rates, m.bf16_after = after.bf16;
   at(Stage::Gathering);
   for (kernels::GemmCeiling* x : {&m.before, &m.after}) {  // the group's: summed over its ranks
     double v[3] = {x->blas_square, x->blas_layer, x->tile};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
+    *x = {v[0], v[1], v[2]};
+  }
+  for (kernels::Bf16GemmCeiling* x : {&m.bf16_before, &m.bf16_after}) {
+    double v[3] = {x->square, x->layer, x->tile};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
     *x = {v[0], v[1], v[2]};
   }

@@ -57,12 +57,15 @@ class CeilingCache {
  public:
   static constexpr double kFreshSeconds = 30;
   struct Reading {
-    kernels::GemmCeiling rates;  // this rank's, FLOP/s
+    kernels::GemmCeiling rates;      // this rank's, FLOP/s
+    kernels::Bf16GemmCeiling bf16;  // this rank's bf16 engines (bf16 cases only; else zeros)
     double taken = 0;            // MPI_Wtime() when taken (this rank's clock)
   };
   // This rank's ceiling for a case of `ranks` ranks whose layer's largest GEMM is `shape`
-  // (an empty shape: the BLAS square and tile components only).
-  Reading get(MPI_Comm group, int ranks, kernels::GemmShape shape);
+  // (an empty shape: the BLAS square and tile components only); bf16: also the bf16 engines'
+  // components (gemm<bf16> 2048^3 and at the shape, the bf16 tile kernel), and not SGEMM at
+  // the shape, which a bf16 layer does not run.
+  Reading get(MPI_Comm group, int ranks, kernels::GemmShape shape, bool bf16 = false);
 
  private:
   struct Timed {
@@ -79,6 +82,8 @@ struct Measured {
   std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
   double useful_flops = 0, tokens = 0;
   kernels::GemmCeiling before, after;        // summed over the group's ranks (FLOP/s)
+  kernels::Bf16GemmCeiling bf16_before, bf16_after;  // the same, of the bf16 engines (bf16 cases)
+  bool bf16 = false;                                 // a bf16 case: its ceiling is of the bf16 engines
   double before_age_s = 0;                   // how old the reading before the case was when it started
   model::PhaseTimes fwd_phases, bwd_phases;  // rank 0, all layers, the last full rep (the printed table)
   std::string start_utc, end_utc;
