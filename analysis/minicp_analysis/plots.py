@@ -698,7 +698,7 @@ def fidelity_run(args, paths):
         raise UsageError("INPUT: a fidelity study file is plotted alone (give one, and no results files)")
     doc = fidelity.load(paths[0])
     out = args.out or os.path.join("results", "plots", os.path.splitext(os.path.basename(paths[0]))[0])
-    check_out_folder(out, ["fidelity.png"], [paths[0]], args.overwrite)
+    check_out_folder(out, ["fidelity.png"], [("INPUT", paths[0])], args.overwrite)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
