@@ -26,6 +26,7 @@
 #include "harness/output.hpp"
 #include "harness/stats.hpp"
 #include "miniapp/cp/scheme.hpp"
+#include "miniapp/run/dtype.hpp"
 
 namespace {
 using namespace minicp;
@@ -40,7 +41,7 @@ struct Options {
   int64_t window = 0, doc_len = 0;
   int tile = 0;
   std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus,
-              staging = "direct", json;
+              staging = "direct", json, dtype = "f32";
   int reps = 3, warmup = 1, poll_us = 50;
 };
 
@@ -106,6 +107,10 @@ Plan parse(const hn::Args& a) {
   for (const cp::Setting& st : cp::all_settings())  // the schemes' own settings, from the registry
     hn::add_int(app, "--" + kebab(st.name), cfg.*st.field, st.min_value, hn::kNoMax, st.help);
   hn::add_int(app, "--tile", o.tile, 0, hn::kNoMax, "attention tile size, tokens (0 kernel default)");
+  app.add_option("--dtype", o.dtype,
+                 "stored values: f32, f64, or bf16 (bf16 tensors and K/V messages; merges, LSE and dK/dV "
+                 "accumulators fp32)")
+      ->capture_default_str();
   app.add_option("--pass", o.pass, "fwd, bwd (timed alone, after an untimed fwd) or fwdbwd")->capture_default_str();
   app.add_option("--modes", o.modes, "comma list of full, compute-only, comm-only")->capture_default_str();
   hn::add_int(app, "--reps", o.reps, 1, hn::kNoMax, "timed repetitions per mode (median reported)");
@@ -126,6 +131,8 @@ Plan parse(const hn::Args& a) {
   app.footer("Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.");
   hn::parse(app, a);
 
+  if (o.dtype != "f32" && o.dtype != "f64" && o.dtype != "bf16")
+    throw UsageError("--dtype '" + o.dtype + "': must be one of f32, f64, bf16");
   if (o.head_dim % 2) throw UsageError("--head-dim " + std::to_string(o.head_dim) + ": must be even and >= 2");
   if (o.pass != "fwd" && o.pass != "bwd" && o.pass != "fwdbwd")
     throw UsageError("--pass '" + o.pass + "': must be one of fwd, bwd, fwdbwd");
@@ -182,7 +189,7 @@ Plan parse(const hn::Args& a) {
   std::string what = "--seq " + std::to_string(o.seq);
   for (const char* f : {"--heads", "--kv-heads", "--head-dim"})
     if (app.count(f)) what += std::string(" ") + f + " " + app.get_option(f)->as<std::string>();
-  hn::check_memory(a, what, double(cp::predicted_bytes(*p.info, cfg, sizeof(float))),
+  hn::check_memory(a, what, double(cp::predicted_bytes(*p.info, cfg, run::elem_size(o.dtype))),
                    comm::Communicator::node_topology().local_size);
   return p;
 }
@@ -197,48 +204,53 @@ double hash_unit(uint64_t seed, uint64_t i) {
 }
 
 // Local rows of a global [tokens, heads, D] tensor seeded by the global token index.
-kernels::View3<float> local_rows(const std::vector<int64_t>& idx, int64_t offset, int heads, int D, uint64_t seed) {
-  kernels::View3<float> v("x", idx.size(), heads, D);
+template <class T>
+kernels::View3<T> local_rows(const std::vector<int64_t>& idx, int64_t offset, int heads, int D, uint64_t seed) {
+  kernels::View3<T> v("x", idx.size(), heads, D);
   auto h = Kokkos::create_mirror_view(v);
   for (size_t i = 0; i < idx.size(); ++i)
     for (int a = 0; a < heads; ++a)
       for (int d = 0; d < D; ++d)
-        h(i, a, d) = float(hash_unit(seed, (uint64_t(idx[i] - offset) * heads + a) * D + d));
+        h(i, a, d) = T(float(hash_unit(seed, (uint64_t(idx[i] - offset) * heads + a) * D + d)));
   Kokkos::deep_copy(v, h);
   return v;
 }
 
-// One rank's tensors, communicator and scheme object.
+// One rank's tensors (T stored, the LSE in acc_t<T>), communicator and scheme object.
+template <class T>
 struct Setup {
-  kernels::View3<float> q, k, v, dout, out, dq, dk, dv;
-  kernels::View2<float> lse;
+  kernels::View3<T> q, k, v, dout, out, dq, dk, dv;
+  kernels::View2<kernels::acc_t<T>> lse;
   std::unique_ptr<comm::Communicator> comm;
-  std::unique_ptr<cp::Scheme<float>> scheme;
+  std::unique_ptr<cp::Scheme<T>> scheme;
   int threads = 1;
 };
 
-Setup build(const Plan& p, int rank) {
+template <class T>
+Setup<T> build(const Plan& p, int rank) {
   const cp::Config& cfg = p.cfg;
   const int64_t q0 = cp::first_q_position(cfg);
   const cp::Shard sh = p.info->shard(cfg, rank);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
-  Setup s;
-  s.q = local_rows(sh.q, q0, H, D, 1);
-  s.dout = local_rows(sh.q, q0, H, D, 4);
-  s.k = local_rows(sh.kv, 0, Hkv, D, 2);
-  s.v = local_rows(sh.kv, 0, Hkv, D, 3);
-  s.out = kernels::View3<float>("o", sh.q.size(), H, D);
-  s.dq = kernels::View3<float>("dq", sh.q.size(), H, D);
-  s.dk = kernels::View3<float>("dk", sh.kv.size(), Hkv, D);
-  s.dv = kernels::View3<float>("dv", sh.kv.size(), Hkv, D);
-  s.lse = kernels::View2<float>("lse", sh.q.size(), H);
+  Setup<T> s;
+  s.q = local_rows<T>(sh.q, q0, H, D, 1);
+  s.dout = local_rows<T>(sh.q, q0, H, D, 4);
+  s.k = local_rows<T>(sh.kv, 0, Hkv, D, 2);
+  s.v = local_rows<T>(sh.kv, 0, Hkv, D, 3);
+  s.out = kernels::View3<T>("o", sh.q.size(), H, D);
+  s.dq = kernels::View3<T>("dq", sh.q.size(), H, D);
+  s.dk = kernels::View3<T>("dk", sh.kv.size(), Hkv, D);
+  s.dv = kernels::View3<T>("dv", sh.kv.size(), Hkv, D);
+  s.lse = kernels::View2<kernels::acc_t<T>>("lse", sh.q.size(), H);
   s.comm = comm::make_mpi_comm(p.progress, p.o.poll_us, p.progress_cpus, p.staging);
   s.comm->trace().set_enabled(false);
-  s.scheme = p.info->make_f32();
+  s.scheme = cp::make_scheme<T>(*p.info);
   s.threads = int(kernels::Exec().concurrency());
   if (rank == 0)
-    std::printf("minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d %s pass=%s progress=%s%s comm=%s\n",
-                p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D,
+    std::printf(
+        "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s %s pass=%s progress=%s%s "
+        "comm=%s\n",
+        p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D, p.o.dtype.c_str(),
                 cfg.causal ? "causal" : "full", p.o.pass.c_str(), p.o.progress.c_str(),
                 p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(),
                 s.comm->backend().c_str());
@@ -253,7 +265,8 @@ struct Samples {
 
 // Modes are interleaved rep by rep (full, compute-only, comm-only, full, ...), so slow
 // drifts of a shared machine hit every mode alike.
-std::map<cp::Mode, Samples> measure(const Plan& p, Setup& s, int rank) {
+template <class T>
+std::map<cp::Mode, Samples> measure(const Plan& p, Setup<T>& s, int rank) {
   const Options& o = p.o;
   cp::Config cfg = p.cfg;
   std::map<cp::Mode, Samples> samples;
@@ -320,7 +333,7 @@ double max_of(const std::vector<double>& x) { return *std::max_element(x.begin()
 double min_of(const std::vector<double>& x) { return *std::min_element(x.begin(), x.end()); }
 
 // Rank 0: the table, the figures of merit, the MINICP_CP line and the JSON file.
-void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
+void report(const Plan& p, int threads, const std::string& backend, std::map<cp::Mode, Samples>& samples,
             std::map<cp::Mode, ModeResult>& results) {
   const Options& o = p.o;
   const cp::Config& cfg = p.cfg;
@@ -336,7 +349,7 @@ void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
   const ModeResult& basis = has_comp ? results[cp::Mode::ComputeOnly] : results.begin()->second;
   const double imb = hn::imbalance(basis.compute), flop_imb = hn::imbalance(basis.flops);
   std::string summary = "MINICP_CP scheme=" + o.scheme + " ranks=" + std::to_string(P) +
-                        " threads=" + std::to_string(s.threads) + " S=" + std::to_string(cfg.seq_len) +
+                        " threads=" + std::to_string(threads) + " dtype=" + o.dtype + " S=" + std::to_string(cfg.seq_len) +
                         " pass=" + o.pass + " progress=" + o.progress;
   char buf[256];
   for (const auto& [mode, r] : results) {
@@ -369,7 +382,8 @@ void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
   hn::Json js;
   js["scheme"] = o.scheme;
   js["ranks"] = P;
-  js["threads"] = s.threads;
+  js["threads"] = threads;
+  js["dtype"] = o.dtype;
   js["seq_len"] = cfg.seq_len;
   js["heads"] = cfg.heads;
   js["kv_heads"] = cfg.kv_heads;
@@ -378,7 +392,7 @@ void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
   js["pass"] = o.pass;
   js["progress"] = o.progress;
   js["progress_cpus"] = o.progress_cpus;
-  js["comm"] = s.comm->backend();
+  js["comm"] = backend;
   js["overlap"] = ov.overlap;  // null when not measured
   js["overlap_q1"] = ov.overlap_q1;
   js["overlap_q3"] = ov.overlap_q3;
@@ -393,13 +407,15 @@ void report(const Plan& p, const Setup& s, std::map<cp::Mode, Samples>& samples,
   hn::write_json("--json", o.json, js);
 }
 
-int run(const hn::Args& a, const Plan& p) {
+int run_bench(const hn::Args& a, const Plan& p) {
   hn::remove_old_outputs(a, {{"--json", p.o.json}});  // a failed run leaves no old result behind
-  Setup s = build(p, a.rank());
-  auto samples = measure(p, s, a.rank());
-  auto results = gather(p, samples);
-  if (a.rank() == 0) report(p, s, samples, results);
-  return 0;
+  return run::with_dtype(p.o.dtype, [&](auto tag) {
+    Setup<decltype(tag)> s = build<decltype(tag)>(p, a.rank());
+    auto samples = measure(p, s, a.rank());
+    auto results = gather(p, samples);
+    if (a.rank() == 0) report(p, s.threads, s.comm->backend(), samples, results);
+    return 0;
+  });
 }
 
 }  // namespace
@@ -408,5 +424,5 @@ int main(int argc, char** argv) {
   Plan plan;
   return hn::main(
       argc, argv, "minicp-cp-bench", [&](const hn::Args& a) { plan = parse(a); },
-      [&](const hn::Args& a) { return run(a, plan); });
+      [&](const hn::Args& a) { return run_bench(a, plan); });
 }

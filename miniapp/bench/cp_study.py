@@ -29,6 +29,7 @@ def parse_args():
     p.add_argument("--head-dim", type=int, default=128, help="head dimension D")
     p.add_argument("--reps", type=int, default=41, help="repetitions of each overlap run (median)")
     p.add_argument("--eff-rounds", type=int, default=3, help="alternated none/zigzag rounds for CP efficiency")
+    p.add_argument("--dtype", default="f32", choices=["f32", "bf16"], help="stored values of every run")
     a = p.parse_args()
     for k in ("overlap_seq", "eff_seq", "heads", "head_dim", "reps", "eff_rounds"):
         if getattr(a, k) < 1:
@@ -45,7 +46,7 @@ def bench(a, ranks, threads, args, bind=None, wrap=()):
     bind = bind or ("core" if threads == 1 else "none")
     cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", bind,
            "-x", f"OMP_NUM_THREADS={threads}", "-x", "OMP_PROC_BIND=false", *wrap, a.bench,
-           "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--json", path] + args
+           "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--dtype", a.dtype, "--json", path] + args
     print("+ " + " ".join(cmd), flush=True)
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in p.stdout.splitlines():
@@ -126,7 +127,7 @@ def main():
     print(f"{'imbalance (executed FLOPs max/mean), zigzag':<58}{zz_fimb:>10.3f}")
     print(f"{'imbalance (compute time max/mean), ring S=%d' % a.eff_seq:<58}{ring['imbalance']:>10.3f}")
     print(f"{'imbalance (executed FLOPs max/mean), ring':<58}{ring['flop_imbalance']:>10.3f}")
-    print(f"MINICP_CP_STUDY overlap_thread={ov_t['overlap']:.3f} overlap_none={ov_n['overlap']:.3f} "
+    print(f"MINICP_CP_STUDY dtype={a.dtype} overlap_thread={ov_t['overlap']:.3f} overlap_none={ov_n['overlap']:.3f} "
           f"overlap_spare_cpu={spare[0][1]['overlap'] if spare else float('nan'):.3f} exposed_ms={ov_t['exposed_comm_s'] * 1e3:.2f} "
           f"progress_copy_ms={busy * 1e3:.2f} "
           f"compute_over_comm={ratio:.1f} cp_efficiency={eff:.3f} t_none_s={statistics.median(t_none):.3f} "
