@@ -59,6 +59,12 @@ struct StackConfig {
   bool bf16_grad_allreduce = false;
 };
 
+// Bytes per value of the weight gradients a stack of `elem`-byte values all-reduces: the
+// accumulator's (fp32 for bf16), or a bf16 stack's own 2 with bf16_grad_allreduce.
+inline size_t grad_allreduce_elem(const StackConfig& cfg, size_t elem) {
+  return cfg.bf16_grad_allreduce ? elem : kernels::acc_size(elem);
+}
+
 // The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
 // the pass's problem.
 cp::Config attention_config(const StackConfig& cfg);
