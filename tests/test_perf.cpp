@@ -80,37 +80,48 @@ int64_t schedule_bytes(const perf::Schedule& s) {
 }
 
 // Each scheme's schedule must account for exactly the bytes the scheme sends on this rank,
-// forward and backward, run here on the job's ranks (one node).
-TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
+// forward and backward, run here on the job's ranks (one node), in T (a bf16 scheme's K/V in
+// bf16, its partial results and dK/dV accumulators in fp32, or in bf16 with bf16_dkv).
+template <class T>
+void schedules_send_what_the_schemes_send(bool bf16_dkv) {
+  using A = kernels::acc_t<T>;
   const int P = test::world_size(), r = test::world_rank();
   auto comm = comm::make_mpi_comm(comm::Progress::None);
+  const std::string what = std::string(kernels::dtype_name<T>()) + (bf16_dkv ? " bf16_dkv" : "");
   int checked = 0;
   for (const cp::SchemeInfo& info : cp::registry()) {
     cp::Config cfg;
     cfg.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
     cfg.seq_len = 32 * P, cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.ranks = P, cfg.decode_tokens = 3;
+    cfg.bf16_dkv = bf16_dkv;
     if (!cp::check(info, cfg).empty()) continue;  // e.g. none at P > 1
     const cp::Shard sh = info.shard(cfg, r);
     const int64_t sq = int64_t(sh.q.size()), skv = int64_t(sh.kv.size());
-    kernels::View3<double> q("q", sq, 4, 8), k("k", skv, 2, 8), v("v", skv, 2, 8), o("o", sq, 4, 8),
-        dq("dq", sq, 4, 8), dk("dk", skv, 2, 8), dv("dv", skv, 2, 8);
-    kernels::View2<double> lse("lse", sq, 4);
-    Kokkos::deep_copy(q, 0.1), Kokkos::deep_copy(k, 0.2), Kokkos::deep_copy(v, 0.3);
+    kernels::View3<T> q("q", sq, 4, 8), k("k", skv, 2, 8), v("v", skv, 2, 8), o("o", sq, 4, 8), dq("dq", sq, 4, 8),
+        dk("dk", skv, 2, 8), dv("dv", skv, 2, 8);
+    kernels::View2<A> lse("lse", sq, 4);
+    Kokkos::deep_copy(q, T(0.1)), Kokkos::deep_copy(k, T(0.2)), Kokkos::deep_copy(v, T(0.3));
     cp::Context ctx{*comm, cfg};
-    auto scheme = info.make_f64();
+    auto scheme = cp::make_scheme<T>(info);
     const perf::Topo topo{P, P};
     scheme->forward(ctx, q, k, v, o, lse);
-    EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(double))))
-        << info.name << " forward, rank " << r;
+    EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(T))))
+        << info.name << " forward, rank " << r << ", " << what;
     if (cfg.problem == cp::Problem::Train) {
       ctx.reset();
       scheme->backward(ctx, q, k, v, o, lse, o, dq, dk, dv);
-      EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, true, sizeof(double))))
-          << info.name << " backward, rank " << r;
+      EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, true, sizeof(T))))
+          << info.name << " backward, rank " << r << ", " << what;
     }
     ++checked;
   }
-  EXPECT_GT(checked, P == 1 ? 0 : 5);
+  EXPECT_GT(checked, P == 1 ? 0 : 5) << what;
+}
+
+TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
+  schedules_send_what_the_schemes_send<double>(false);
+  schedules_send_what_the_schemes_send<kernels::bf16>(false);
+  schedules_send_what_the_schemes_send<kernels::bf16>(true);
 }
 
 // cpu-small's layer shape, as the table rows below spell it.
@@ -493,6 +504,114 @@ TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
   // at or between measured sizes of one time: exactly per_call)
   EXPECT_NEAR(slow - fast, 2 * (5 + 5) * (1e-3 - 1e-5), 1e-9);
   EXPECT_NEAR(step("zigzag", 1e-3) - step("zigzag", 1e-5), 2 * 1 * (1e-3 - 1e-5), 1e-9);  // its one small all-reduce
+}
+
+// The tiny table of TinyCase with bf16 rows `x` times as fast as its f32 ones.
+perf::Calibration with_bf16_rows(const perf::Calibration& f32, double x) {
+  perf::Calibration c = f32;
+  for (perf::GemmRate g : f32.gemm) g.dtype = "bf16", g.flops_per_s *= x, c.gemm.push_back(g);
+  for (perf::AttnRate a : f32.attn) {
+    a.dtype = "bf16", a.full_s /= x, a.partial_s /= x, a.call_s /= x, a.tile_s /= x;
+    c.attn.push_back(a);
+  }
+  for (perf::ElemRate e : f32.elem) e.dtype = "bf16", e.s_per_value /= x, c.elem.push_back(e);
+  return c;
+}
+
+// A bf16 case (2-byte values) takes the table's bf16 rows: with them twice as fast as the
+// f32 rows, its compute (the layer's kernels, attention, merges) is half the f32 case's.
+TEST(PerfModel, Bf16CasesTakeTheBf16Rows) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {0, 1e30, 0, "t", 0, {}, {}, {}};  // an instant link: compute alone
+  m.cal = with_bf16_rows(m.cal, 2.0);
+  const perf::Prediction f32 = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  const perf::Prediction bf16 = perf::predict(sc, cp::find("zigzag"), m, sizeof(kernels::bf16));
+  ASSERT_GT(f32.attn_compute_s, 0);
+  EXPECT_NEAR(layer_kernels_s(bf16), 0.5 * layer_kernels_s(f32), 1e-9 * layer_kernels_s(f32));
+  EXPECT_NEAR(bf16.attn_compute_s, 0.5 * f32.attn_compute_s, 1e-9 * f32.attn_compute_s);
+  EXPECT_NEAR(bf16.step_s, 0.5 * f32.step_s, 1e-6 * f32.step_s);
+}
+
+// What a bf16 case moves: a ring step's K/V in bf16 (half an f32 step's bytes); the dK/dV
+// accumulators of its backward in fp32 (an f32 step's bytes), in bf16 with bf16_dkv (half);
+// the weight gradients all-reduced in fp32 (the f32 case's bytes and time), in bf16 with
+// bf16_grad_allreduce (half).
+TEST(PerfModel, Bf16CasesMoveBf16ValuesAndFp32Sums) {
+  const int P = 4;
+  TinyCase tiny(P);
+  auto& [sc, m] = tiny;
+  m.cal = with_bf16_rows(m.cal, 1.0);
+  const cp::Config c = model::attention_config(sc);
+  cp::Config narrow = c;
+  narrow.bf16_dkv = true;
+  // The send-receives of rank 0's ring steps: forward K/V blocks; backward K/V blocks and the
+  // dK/dV accumulators of the P - 1 blocks not its own, going home.
+  auto sends = [&](const cp::Config& cfg, bool backward, size_t elem) {
+    std::vector<int64_t> out;
+    for (const perf::Step& st : cp::find("ring").schedule(cfg, m.topo, 0, backward, elem).steps)
+      for (const perf::CommCall& cc : st.overlapped)
+        if (cc.op == comm::EventKind::SendRecv) out.push_back(cc.payload);
+    return out;
+  };
+  const std::vector<int64_t> f32 = sends(c, false, 4), f16 = sends(c, false, 2);
+  ASSERT_EQ(f32.size(), size_t(P - 1));
+  const int64_t kv = f32.front();  // a K/V block in f32
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(f16.at(i), kv / 2) << "forward send " << i;
+  int kv_blocks = 0, sums = 0;
+  for (int64_t b : sends(c, true, 2)) {
+    kv_blocks += b == kv / 2 ? 1 : 0;  // K/V in bf16
+    sums += b == kv ? 1 : 0;           // dK/dV in fp32
+  }
+  EXPECT_EQ(sums, P - 1);
+  EXPECT_EQ(kv_blocks, P - 2);
+  for (int64_t b : sends(c, true, 4)) EXPECT_EQ(b, kv);
+  for (int64_t b : sends(narrow, true, 2)) EXPECT_EQ(b, kv / 2);  // bf16_dkv: the sums in bf16
+  // The weight gradients over a link whose all-reduce crawls (1 B/s), so that nothing of them
+  // hides behind the backward: the exposed time is their bytes'.
+  m.intra = m.inter = {0, 1e30, 0, "t", 1.0, {}, {}, {}};
+  auto grads = [&](size_t elem, bool bf16_grads) {
+    model::StackConfig s = sc;
+    s.bf16_grad_allreduce = bf16_grads;
+    return perf::predict(s, cp::find("zigzag"), m, elem).grad_allreduce_exposed_s;
+  };
+  const double g32 = grads(4, false);
+  ASSERT_GT(g32, 0);
+  EXPECT_NEAR(grads(2, false), g32, 1e-6 * g32);
+  EXPECT_NEAR(grads(2, true), 0.5 * g32, 1e-6 * g32);
+}
+
+// An attention head_dim the table has no rows of takes the rows of the nearest head_dim,
+// scaled by the head_dims' ratio, and says so in the prediction's notes; rows of its own
+// head_dim are taken as they are, without a note.
+TEST(PerfModel, AnotherHeadDimTakesTheNearestRowsAndSaysSo) {
+  TinyCase tiny(2);
+  auto& [sc, m] = tiny;
+  m.intra = m.inter = {0, 1e30, 0, "t", 0, {}, {}, {}};
+  auto head_dim_notes = [](const perf::Prediction& p) {
+    int n = 0;
+    for (const std::string& s : p.notes) n += s.find("head_dim") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  ASSERT_EQ(sc.shape.head_dim, 16);  // the table's head_dim
+  const perf::Prediction own = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  EXPECT_EQ(head_dim_notes(own), 0);
+  sc.shape.head_dim = 64;
+  const perf::Prediction other = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  EXPECT_EQ(head_dim_notes(other), 2) << "one per pass";
+  bool named = false;
+  for (const std::string& s : other.notes)
+    named = named || s.find("attention forward at head_dim 64 not in the table: the rates of head_dim 16") == 0;
+  EXPECT_TRUE(named);
+  // Rows of head_dim 64 (3x the time of 16's per tile and head): taken, no note.
+  perf::Machine more = m;
+  for (perf::AttnRate a : m.cal.attn) {
+    a.head_dim = 64, a.full_s *= 3, a.partial_s *= 3, a.tile_s *= 3;
+    more.cal.attn.push_back(a);
+  }
+  const perf::Prediction taken = perf::predict(sc, cp::find("zigzag"), more, sizeof(float));
+  EXPECT_EQ(head_dim_notes(taken), 0);
+  EXPECT_LT(taken.attn_compute_s, other.attn_compute_s);  // 3x, where the scaled rows said 4x
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "kernels/swiglu.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "miniapp/perf/predict.hpp"
+#include "miniapp/run/dtype.hpp"
 
 namespace minicp::perf {
 
@@ -295,7 +296,8 @@ int copies_filling_memory(double bytes, double cap) {
 // after one untimed. Short calls are repeated, cycling through operands and outputs that fill
 // 256 MiB: a layer's calls read their weights from memory, not from a cache the previous call
 // warmed (decode's GEMMs are bound by that read), and write their outputs (a weight gradient:
-// C x F values from N rows) to memory no call touched lately.
+// C x F values from N rows) to memory no call touched lately. T is the stored type (bf16: the
+// GEMM the layer runs, oneDNN's where built, summing in fp32).
 template <class T>
 double gemm_rate(MPI_Comm world, const std::string& ops, int64_t m, int64_t n, int64_t k) {
   const Trans ta = ops[0] == 'T' ? Trans::T : Trans::N, tb = ops[1] == 'T' ? Trans::T : Trans::N;
@@ -314,7 +316,7 @@ double gemm_rate(MPI_Comm world, const std::string& ops, int64_t m, int64_t n, i
   const double t = median_time(world, 3, [&] {
     for (int i = 0; i < inner; ++i) {
       const size_t j = size_t(i % copies);
-      kernels::gemm<T>(ta, tb, T(1), A[j], B[j], T(0), C[j]);
+      kernels::gemm<T>(ta, tb, 1, A[j], B[j], 0, C[j]);
     }
   });
   return flops * inner / t;
@@ -348,7 +350,8 @@ struct Measure {
     const int64_t C = s.hidden, F = s.ffn, H = s.heads, D = s.head_dim;
     kernels::View2<T> x("cal_x", N, C), y("cal_y", N, C), dy("cal_dy", N, C), a("cal_a", N, F), b("cal_b", N, F),
         g("cal_g", N, F), da("cal_da", N, F), db("cal_db", N, F);
-    kernels::View1<T> w("cal_w", C), dw("cal_dw", C), rstd("cal_rstd", N);
+    kernels::View1<T> w("cal_w", C);
+    kernels::View1<kernels::acc_t<T>> dw("cal_dw", C), rstd("cal_rstd", N);  // fp32 for bf16, as the layer has them
     kernels::View3<T> q("cal_q", N, H, D);
     Kokkos::View<int64_t*, kernels::Mem> pos("cal_pos", N);
     Kokkos::deep_copy(x, T(0.5));
@@ -358,7 +361,8 @@ struct Measure {
     Kokkos::deep_copy(dy, T(0.3));
     auto put = [&](const char* op, double values, double t) { out.elem.push_back({dtype, op, threads, t / values}); };
     const double nc = double(N) * C, nf = double(N) * F;
-    put("rmsnorm_fwd", nc, median_time(world, 3, [&] { kernels::rmsnorm_fwd<T>(x, w, T(1e-5), y, rstd); }));
+    put("rmsnorm_fwd", nc,
+        median_time(world, 3, [&] { kernels::rmsnorm_fwd<T>(x, w, kernels::acc_t<T>(1e-5), y, rstd); }));
     put("rmsnorm_bwd", nc, median_time(world, 3, [&] { kernels::rmsnorm_bwd<T>(x, w, rstd, dy, y, dw); }));
     put("rope", double(N) * H * D, median_time(world, 3, [&] { kernels::rope_apply<T>(q, pos, 10000.0); }));
     put("swiglu_fwd", nf, median_time(world, 3, [&] { kernels::swiglu_fwd<T>(a, b, g); }));
@@ -387,9 +391,14 @@ struct Measure {
     // read 7-16% faster than cold and than the layer's).
     auto time_call = [&](const Spans& qs, const Spans& ks, int reps, bool cold) {
       const int64_t nq = layout::count(qs), nk = layout::count(ks);
-      kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", nk, Hkv, D), v("cal_v", nk, Hkv, D), o("cal_o", nq, H, D),
-          dq("cal_dq", nq, H, D), dk("cal_dk", nk, Hkv, D), dv("cal_dv", nk, Hkv, D);
-      kernels::View2<T> lse("cal_lse", nq, H);
+      // The kernel's output, LSE and gradients in the accumulator type (fp32 for bf16); the
+      // backward reads the stored (rounded) output and its gradient, as a training step has them.
+      using A = kernels::acc_t<T>;
+      kernels::View3<T> q("cal_q", nq, H, D), k("cal_k", nk, Hkv, D), v("cal_v", nk, Hkv, D),
+          o_stored("cal_os", nq, H, D);
+      kernels::View3<A> o("cal_o", nq, H, D), dq("cal_dq", nq, H, D), dk("cal_dk", nk, Hkv, D),
+          dv("cal_dv", nk, Hkv, D);
+      kernels::View2<A> lse("cal_lse", nq, H);
       Kokkos::deep_copy(q, T(0.1));
       Kokkos::deep_copy(k, T(0.2));
       Kokkos::deep_copy(v, T(0.3));
@@ -399,6 +408,7 @@ struct Measure {
       kernels::AttnMask mask;
       mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
       kernels::attention_fwd<T>(q, k, v, mask, o, lse);
+      if (bwd) Kokkos::deep_copy(o_stored, T(0.3));
       const int copies = cold ? copies_filling_memory(2.0 * double(nk * Hkv * D) * sizeof(T), 64) : 1;
       std::vector<kernels::View3<T>> kc{k}, vc{v};  // (copies) x (nk, Hkv, D)
       for (int i = 1; i < copies; ++i) {
@@ -409,7 +419,8 @@ struct Measure {
                                    [&] {
                                      for (size_t i = 0; i < size_t(copies); ++i)
                                        if (bwd)
-                                         kernels::attention_bwd<T>(q, kc[i], vc[i], o, lse, o, mask, dq, dk, dv);
+                                         kernels::attention_bwd<T>(q, kc[i], vc[i], o_stored, lse, o_stored, mask, dq,
+                                                                   dk, dv);
                                        else
                                          kernels::attention_fwd<T>(q, kc[i], vc[i], mask, o, lse);
                                    }) /
@@ -740,15 +751,11 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
   auto sync = [&] { MPI_Barrier(world); };
   auto drift_reference = [&] { return kernels::blas_gemm_rate({2048, 2048, 2048}, sync); };
   out.sgemm[threads] = drift_reference();
-  for (const std::string& dt : plan.dtypes) {
-    if (dt == "f64") {
-      Measure<double> m{plan, world, threads, dt, verbose, rank};
+  for (const std::string& dt : plan.dtypes)
+    run::with_dtype(dt, [&](auto t) {
+      Measure<decltype(t)> m{plan, world, threads, dt, verbose, rank};
       m.gemms(out), m.elementwise(out), m.attention(out);
-    } else {
-      Measure<float> m{plan, world, threads, dt, verbose, rank};
-      m.gemms(out), m.elementwise(out), m.attention(out);
-    }
-  }
+    });
   // Links: rank 0 to the next rank on its node, and to the first rank on another node.
   int intra_peer = -1, inter_peer = -1;
   for (int r = 1; r < int(topo.node_of_rank.size()); ++r) {
@@ -864,8 +871,7 @@ std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, c
       if (op.ops.empty()) continue;
       double& rate = rates[{op.ops, op.m, op.n, op.k}];
       if (rate == 0)
-        rate = dtype == "f64" ? gemm_rate<double>(world, op.ops, op.m, op.n, op.k)
-                              : gemm_rate<float>(world, op.ops, op.m, op.n, op.k);
+        rate = run::with_dtype(dtype, [&](auto t) { return gemm_rate<decltype(t)>(world, op.ops, op.m, op.n, op.k); });
       t[b] += op.flops() / rate;
     }
   MPI_Bcast(t, 2, MPI_DOUBLE, 0, world);  // rank 0's, as the table's gemm rows

@@ -54,7 +54,11 @@
 //   info    KEY VALUE...                            where it was measured (host, cpu, date, ...)
 //
 // Rates are per rank, with THREADS threads per rank and every rank of the calibrating job
-// measuring at once (as the ranks of a run compute at once). '#' starts a comment.
+// measuring at once (as the ranks of a run compute at once). DTYPE is the stored type the
+// kernels ran on (f32, f64, bf16: a bf16 row times the bf16 kernels, which sum in fp32); a
+// deck is predicted from rows of its run.dtype only, and --calibrate measures that one. The
+// attention rows are per head_dim D (the calibrated deck's); another head_dim takes the
+// nearest D's rows scaled by the ratio of the two, noted in the prediction. '#' starts a comment.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -158,7 +162,8 @@ struct Calibration {
   std::string text() const;  // the file format above
   void merge(const Calibration& o);
   // Lookups; nullptr when the table has nothing that fits. gemm: the exact shape, else the
-  // nearest shape (log distance) of the same ops, else of any ops. attn: the nearest head_dim.
+  // nearest shape (log distance) of the same ops, else of any ops. attn: the nearest head_dim
+  // (the first of two as near).
   const GemmRate* find_gemm(const std::string& dtype, int threads, const std::string& ops, int64_t m, int64_t n,
                             int64_t k) const;
   const AttnRate* find_attn(const std::string& dtype, int threads, bool backward, int head_dim) const;
@@ -180,7 +185,8 @@ Calibration parse_calibration(const std::string& text, const std::string& source
 // file of at most harness::kCalibrationFile's size (harness/input.hpp), before it is read.
 Calibration read_calibration(const std::string& path);
 
-// What to measure: the layer shapes and rows per rank of a deck, in the precisions it runs.
+// What to measure: the layer shapes (attention at each one's head_dim) and rows per rank of a
+// deck, in the precisions it runs (f32, f64, bf16).
 struct CalibrationPlan {
   std::vector<model::Shape> shapes;
   std::vector<int64_t> rows;  // N, tokens per rank

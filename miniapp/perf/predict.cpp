@@ -201,7 +201,12 @@ std::pair<double, double> overlap(double compute_s, double alone_s, const Beside
 
 namespace {
 
-std::string dtype_of(size_t elem) { return elem == sizeof(double) ? "f64" : "f32"; }
+// The table's name of the stored type of `elem` bytes (the rows a case's rates come from).
+std::string dtype_of(size_t elem) {
+  if (elem == sizeof(double)) return kernels::dtype_name<double>();
+  if (elem == sizeof(kernels::bf16)) return kernels::dtype_name<kernels::bf16>();
+  return kernels::dtype_name<float>();
+}
 
 struct Rates {
   const Machine& m;
@@ -209,35 +214,44 @@ struct Rates {
   std::vector<std::string>& notes;
   std::mutex* notes_lock;
 
+  // Adds a note once (workers of attention_pass call this too).
+  void note(const std::string& n) const {
+    const std::lock_guard<std::mutex> lock(*notes_lock);
+    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+  }
   double gemm(const LayerOp& op) const {
     const GemmRate* r = m.cal.find_gemm(dtype, m.threads, op.ops, op.m, op.n, op.k);
     if (!r)
       throw std::runtime_error("the calibration table (" + m.cal.source + ") has no GEMM rate for " + dtype + " at " +
                                std::to_string(m.threads) + " threads per rank");
     if (r->m != op.m || r->n != op.n || r->k != op.k || r->ops != op.ops) {
-      const std::string note = "GEMM " + op.ops + " " + std::to_string(op.m) + "x" + std::to_string(op.n) + "x" +
-                               std::to_string(op.k) + " not in the table: the rate of " + r->ops + " " +
-                               std::to_string(r->m) + "x" + std::to_string(r->n) + "x" + std::to_string(r->k);
-      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+      note("GEMM " + op.ops + " " + std::to_string(op.m) + "x" + std::to_string(op.n) + "x" + std::to_string(op.k) +
+           " not in the table: the rate of " + r->ops + " " + std::to_string(r->m) + "x" + std::to_string(r->n) + "x" +
+           std::to_string(r->k));
     }
     return op.flops() / (r->flops_per_s * m.rate_scale);
   }
   double elem(const std::string& op, double values) const {
     const ElemRate* r = m.cal.find_elem(dtype, m.threads, op);
     if (!r) {
-      const std::string note = "no rate for " + op + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s";
-      const std::lock_guard<std::mutex> lock(*notes_lock);  // workers of attention_pass call this too
-      if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+      note("no rate for " + op + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s");
       return 0;
     }
     return values * r->s_per_value / m.rate_scale;
   }
-  const AttnRate* attn_rate(const cp::Config& c, bool backward) const {
+  // The attention rate of the case's head_dim, else of the nearest (noted when `noted`: once a
+  // pass, before its workers look it up per call).
+  const AttnRate* attn_rate(const cp::Config& c, bool backward, bool noted = false) const {
     const AttnRate* r = m.cal.find_attn(dtype, m.threads, backward, c.head_dim);
     if (!r)
       throw std::runtime_error("the calibration table (" + m.cal.source + ") has no attention " +
                                (backward ? "backward" : "forward") + " rate for " + dtype + " at " +
                                std::to_string(m.threads) + " threads per rank");
+    if (noted && r->head_dim != c.head_dim)
+      note(std::string("attention ") + (backward ? "backward" : "forward") + " at head_dim " +
+           std::to_string(c.head_dim) + " not in the table: the rates of head_dim " + std::to_string(r->head_dim) +
+           " scaled by " + std::to_string(c.head_dim) + "/" + std::to_string(r->head_dim) +
+           " (minicp --calibrate on a deck of this head_dim measures its own)");
     return r;
   }
   double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
@@ -337,8 +351,8 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
 PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
                         bool backward, size_t elem) {
   const int P = c.ranks;
-  rates.attn_rate(c, backward);  // a missing rate throws here, not in a worker
-  rates.elem("copy", 1.0);       // and its note is taken once
+  rates.attn_rate(c, backward, true);  // a missing rate throws here, not in a worker
+  rates.elem("copy", 1.0);             // and its note is taken once
   const int T = P < 64 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   std::vector<std::future<PassPart>> parts;
   for (int t = 0; t < T; ++t)
@@ -406,7 +420,7 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   if (train && c.ranks > 1) {  // the weight-gradient all-reduces, queued behind the backward
     const bool inter = m.topo.spans_nodes(0, c.ranks, 1);
     const Link& l = inter ? m.inter : m.intra;
-    const double params = double(model::layer_param_count(cfg.shape)) * elem;
+    const double params = double(model::layer_param_count(cfg.shape)) * double(model::grad_allreduce_elem(cfg, elem));
     const double bucket = double(model::kGradBucketBytes);
     double alone = 0;  // one layer's buckets
     Beside beside;

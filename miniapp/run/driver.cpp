@@ -216,8 +216,9 @@ Plan parse(const hn::Args& a) {
       ->type_name("SIZE");
   PerfOptions& pf = p.perf;
   app.add_flag("--calibrate", pf.calibrate,
-               "measure the performance model's kernel rates (the deck's GEMM shapes, attention tiles, element-wise "
-               "kernels) and links under this launch, write them to --calibration, run nothing else (default: off)");
+               "measure the performance model's kernel rates (the deck's GEMM shapes, attention tiles at its head_dim, "
+               "element-wise kernels, in its run.dtype) and links under this launch, write them to --calibration, run "
+               "nothing else (default: off)");
   app.add_option("--calibration", pf.calibration,
                  "calibration table: written by --calibrate (default results/calibration.txt), read by --predict, "
                  "--advise and a run (default for a run: measured at start-up and kept in the results file)")

@@ -99,6 +99,21 @@ perf::Calibration table_of(const PerfOptions& o) {
   }
 }
 
+// A deck is predicted from rates of its own precision: another's would time other kernels
+// (bf16's GEMMs and attention run other code than fp32's, at other speeds).
+void require_dtype(const Deck& d, const perf::Calibration& cal, int threads) {
+  std::set<std::string> have;  // the precisions of the table's GEMM rates at these threads
+  for (const perf::GemmRate& g : cal.gemm)
+    if (g.threads == threads) have.insert(g.dtype);
+  if (have.count(d.dtype)) return;
+  std::string list;
+  for (const std::string& t : have) list += (list.empty() ? "" : ", ") + t;
+  throw UsageError("--calibration " + cal.source + ": the table has no " + d.dtype + " rates at " +
+                   std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " per rank (only " + list +
+                   "), the deck's run.dtype: minicp --calibrate on this deck measures them into the table "
+                   "(keeping its rows of other precisions)");
+}
+
 }  // namespace
 
 int64_t rows_of(const Case& c) {
@@ -152,6 +167,7 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
     throw UsageError("--threads " + std::to_string(threads) + ": the table (" + cal.source + ") has rates at " + list +
                      " threads per rank only");
   }
+  require_dtype(d, cal, threads);
   m.threads = threads;
   m.topo.ranks_per_node = rpn;
   const std::string name = fabric_name(d);
