@@ -11,13 +11,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
+#include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -50,7 +50,8 @@ void stage_copy(void* dst, const void* src, size_t bytes) {
 #ifdef MINICP_ENABLE_NCCL
   if (is_device_ptr(dst) || is_device_ptr(src)) {
     const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-    if (e != cudaSuccess) throw std::runtime_error(std::string("host staging: cudaMemcpy failed: ") + cudaGetErrorString(e));
+    if (e != cudaSuccess)
+      throw std::runtime_error(std::string("host staging: cudaMemcpy failed: ") + cudaGetErrorString(e));
     return;
   }
 #endif
@@ -360,14 +361,16 @@ class MpiComm final : public Communicator {
       {
         std::lock_guard<std::mutex> lock(coll_mu_);
         coll_q_.push_back({r, [b, count, type, o, c] {
-                             check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), type, o, c), "Allreduce (collective thread)");
+                             check(MPI_Allreduce(MPI_IN_PLACE, b, int(count), type, o, c),
+                                   "Allreduce (collective thread)");
                            }});
       }
       coll_cv_.notify_all();
       return Request{r};
     }
     r->reqs.resize(1);
-    check(MPI_Iallreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op, t), comm_of(g), &r->reqs[0]), "Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, b, int(count), mpi_type(t), mpi_op(op, t), comm_of(g), &r->reqs[0]),
+          "Iallreduce");
     return post(r);
   }
 

@@ -66,7 +66,8 @@ class NcclComm final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   Request isendrecv(const void* send, size_t send_bytes, int dst, void* recv, size_t recv_bytes, int src,
-                    const Group& g, int step, int /*channel: NCCL matches sends and receives in stream order*/) override {
+                    const Group& g, int step,
+                    int /*channel: NCCL matches sends and receives in stream order*/) override {
     auto r = start(posted(EventKind::SendRecv, dst, g, step, int64_t(send_bytes)));
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     nccl_check(ncclSend(send, send_bytes, ncclUint8, dst, nc(g), stream_), "ncclSend");

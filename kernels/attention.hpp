@@ -38,7 +38,7 @@ struct AttnMask {
 enum class AttnImpl { Auto, Tiled, Portable };
 
 struct AttnOptions {
-  double scale = 0.0;         // softmax scale; 0 means 1/sqrt(D)
+  double scale = 0.0;          // softmax scale; 0 means 1/sqrt(D)
   int tile_q = 0, tile_k = 0;  // tiled path tile sizes in tokens; 0 picks the default
   AttnImpl impl = AttnImpl::Auto;
 };
@@ -108,7 +108,8 @@ inline double attention_scratch_values(size_t elem, double sq, double skv, int h
 }
 
 // Merge a partial result into a running one: (o, lse) <- merge((o, lse), (o2, lse2)), in
-// the accumulator type (fp32 or fp64: a bf16 attention's partial results are fp32); rows with both LSEs -inf give o = 0, lse = -inf, never NaN.
+// the accumulator type (fp32 or fp64: a bf16 attention's partial results are fp32); rows with both LSEs -inf give o =
+// 0, lse = -inf, never NaN.
 template <class T>
 void lse_merge(View3<T> o, View2<T> lse, CView3<T> o2, CView2<T> lse2);
 

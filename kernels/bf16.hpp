@@ -55,15 +55,23 @@ static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable<bf16>::value, "bf1
 
 // The type a kernel computes and accumulates a T in: fp32 for bf16, T itself otherwise.
 // LSEs, softmax statistics, online merges and gradient accumulators are held in it.
-template <class T> struct Accumulator { using type = T; };
-template <> struct Accumulator<bf16> { using type = float; };
-template <class T> using acc_t = typename Accumulator<T>::type;
+template <class T>
+struct Accumulator {
+  using type = T;
+};
+template <>
+struct Accumulator<bf16> {
+  using type = float;
+};
+template <class T>
+using acc_t = typename Accumulator<T>::type;
 
 // Bytes of the accumulator of a value of elem bytes (bf16: an fp32).
 constexpr size_t acc_size(size_t elem) { return elem == sizeof(bf16) ? sizeof(float) : elem; }
 
 // The name a results file and the command line give a value type.
-template <class T> constexpr const char* dtype_name() {
+template <class T>
+constexpr const char* dtype_name() {
   return std::is_same<T, bf16>::value ? "bf16" : std::is_same<T, float>::value ? "f32" : "f64";
 }
 

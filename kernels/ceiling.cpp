@@ -58,13 +58,11 @@ double tile_gemm_rate(const std::function<void()>& sync) {
     const int threads = int(HostExec().concurrency());
     const double flops = gemm_flops(M, N, K) * kProducts * threads;
     auto run = [&] {
-      Kokkos::parallel_for(
-          "kernels::ceiling::tile", Kokkos::RangePolicy<HostExec>(0, threads), [&](const int) {
-            std::vector<float> a(M * K, 1.0f), b(K * N, 0.5f), bp(tile::packed_size<float>(K, N)), c(M * N);
-            tile::pack(K, N, b.data(), N, bp.data());
-            for (int p = 0; p < kProducts; ++p)
-              tile::gemm_packed(M, N, K, a.data(), K, 1, bp.data(), c.data(), N, p > 0);
-          });
+      Kokkos::parallel_for("kernels::ceiling::tile", Kokkos::RangePolicy<HostExec>(0, threads), [&](const int) {
+        std::vector<float> a(M * K, 1.0f), b(K * N, 0.5f), bp(tile::packed_size<float>(K, N)), c(M * N);
+        tile::pack(K, N, b.data(), N, bp.data());
+        for (int p = 0; p < kProducts; ++p) tile::gemm_packed(M, N, K, a.data(), K, 1, bp.data(), c.data(), N, p > 0);
+      });
     };
     return best_rate(flops, 3, sync, run);
   }

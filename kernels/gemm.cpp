@@ -32,8 +32,8 @@
 
 extern "C" {
 void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha,
-            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
-            const int* ldc, std::size_t, std::size_t);
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c, const int* ldc,
+            std::size_t, std::size_t);
 void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
             const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
             const int* ldc, std::size_t, std::size_t);
@@ -42,8 +42,8 @@ void dgemm_(const char* ta, const char* tb, const int* m, const int* n, const in
 namespace minicp::kernels {
 namespace {
 
-void blas_colmajor(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
-                   int ldb, float beta, float* c, int ldc) {
+void blas_colmajor(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                   float beta, float* c, int ldc) {
   sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc, 1, 1);
 }
 void blas_colmajor(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
@@ -129,9 +129,10 @@ void convert_sgemm_acc(Trans ta, Trans tb, float alpha, CView2<bf16> A, CView2<b
 }
 
 void convert_sgemm(Trans ta, Trans tb, float alpha, CView2<bf16> A, CView2<bf16> B, float beta, View2<bf16> C) {
-  View2<float> c32 = beta != 0.0f ? widen(C, "gemm_c32")
-                                  : View2<float>(Kokkos::view_alloc(std::string("gemm_c32"), Kokkos::WithoutInitializing),
-                                                 C.extent(0), C.extent(1));
+  View2<float> c32 = beta != 0.0f
+                         ? widen(C, "gemm_c32")
+                         : View2<float>(Kokkos::view_alloc(std::string("gemm_c32"), Kokkos::WithoutInitializing),
+                                        C.extent(0), C.extent(1));
   convert_sgemm_acc(ta, tb, alpha, A, B, beta, c32);
   convert_view<bf16, float>(C, c32);
 }
@@ -293,8 +294,8 @@ const char* gemm_backend() {
 #endif
 }
 
-#define MINICP_GEMM_INST(T)                                                                                  \
-  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);                                  \
+#define MINICP_GEMM_INST(T)                                                  \
+  template void gemm<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>); \
   template void gemm_acc<T>(Trans, Trans, T, CView2<T>, CView2<T>, T, View2<T>);
 MINICP_GEMM_INST(float)
 MINICP_GEMM_INST(double)

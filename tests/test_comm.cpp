@@ -17,9 +17,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
 #include "kernels/bf16.hpp"
+#include "tests/mpi_util.hpp"
 
 namespace minicp::comm {
 // Names the progress mode in gtest's failure messages.
@@ -55,7 +55,7 @@ size_t mismatches(const uint8_t* p, size_t n, uint64_t a, uint64_t b, size_t* fi
   return bad;
 }
 
-constexpr size_t kGuard = 16;     // bytes after each receive buffer that must stay untouched
+constexpr size_t kGuard = 16;  // bytes after each receive buffer that must stay untouched
 constexpr uint8_t kSentinel = 0xEE;
 bool guard_intact(const uint8_t* p) {
   for (size_t i = 0; i < kGuard; ++i)
@@ -231,8 +231,7 @@ TEST_P(Comm, ChannelsKeepExchangesApartWhateverThePostingOrder) {
     EXPECT_TRUE(guard_intact(r1.data() + b));
   }
   uint8_t x = 0, y = 0;
-  EXPECT_THROW(c_->isendrecv(&x, 1, 0, &y, 1, 0, groups_[0], 0, mc::Communicator::kChannels),
-               std::invalid_argument);
+  EXPECT_THROW(c_->isendrecv(&x, 1, 0, &y, 1, 0, groups_[0], 0, mc::Communicator::kChannels), std::invalid_argument);
 }
 
 TEST_P(Comm, OutstandingRequestsCompleteInAnyOrder) {
@@ -255,8 +254,7 @@ TEST_P(Comm, OutstandingRequestsCompleteInAnyOrder) {
     size_t first = 0;
     EXPECT_EQ(mismatches(fr.data(), fb, prev, 2, &first), 0u) << "forward, first wrong byte " << first;
     EXPECT_EQ(mismatches(br.data(), bb, next, 3, &first), 0u) << "backward, first wrong byte " << first;
-    for (int s = 0; s < n; ++s)
-      EXPECT_EQ(mismatches(ar.data() + s * ab, ab, s, 4, &first), 0u) << "gather block " << s;
+    for (int s = 0; s < n; ++s) EXPECT_EQ(mismatches(ar.data() + s * ab, ab, s, 4, &first), 0u) << "gather block " << s;
     EXPECT_TRUE(guard_intact(fr.data() + fb));
     EXPECT_TRUE(guard_intact(br.data() + bb));
     EXPECT_TRUE(guard_intact(ar.data() + n * ab));
@@ -592,8 +590,7 @@ TEST_P(Comm, BytesSentFollowTheDefinition) {
       rd[p] = p > 0 ? rd[p - 1] + rb[p - 1] : 0;
       if (p != me) to_others += int64_t(sb[p]);
     }
-    check(EventKind::AllToAllV, to_others,
-          [&](int64_t) { c_->alltoallv(s.data(), sb, sd, r.data(), rb, rd, g, 4); });
+    check(EventKind::AllToAllV, to_others, [&](int64_t) { c_->alltoallv(s.data(), sb, sd, r.data(), rb, rd, g, 4); });
     // 2 (n-1) p / n, rounded down: p = 20 at n = 3 gives 26.
     std::vector<float> ar32(5, 1.0f);
     check(EventKind::AllReduce, 2 * int64_t(n - 1) * 20 / n,

@@ -19,10 +19,10 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/convert.hpp"
-#include "tests/mpi_util.hpp"
 #include "comm/comm.hpp"
+#include "kernels/convert.hpp"
 #include "miniapp/cp/scheme.hpp"
+#include "tests/mpi_util.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
 
@@ -147,7 +147,8 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     const bool expect_refusal = (g_scheme == "none" && P > 1) || (g_scheme == "ulysses" && cfg.heads % P != 0);
     if (expect_refusal) {
       ASSERT_FALSE(why.empty()) << g_scheme << " must refuse np=" << P;
-      EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u) << "message must start with '" << g_scheme << " needs ': " << why;
+      EXPECT_EQ(why.rfind(g_scheme + " needs ", 0), 0u)
+          << "message must start with '" << g_scheme << " needs ': " << why;
       if (g_scheme == "ulysses") {
         EXPECT_NE(why.find("heads (" + std::to_string(cfg.heads) + ") divisible by ranks (" + std::to_string(P) + ")"),
                   std::string::npos)
@@ -257,8 +258,7 @@ INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
                                            CpCase{"causal_gqa2", 8, 2, true, 0, 0},
                                            CpCase{"causal_mqa", 8, 1, true, 0, 0},
                                            CpCase{"window10_gqa2", 8, 2, true, 10, 0},
-                                           CpCase{"docs20", 8, 8, true, 0, 20},
-                                           CpCase{"full_gqa4", 8, 4, false, 0, 0},
+                                           CpCase{"docs20", 8, 8, true, 0, 20}, CpCase{"full_gqa4", 8, 4, false, 0, 0},
                                            // K/V groups of 3 query heads that ranks' head blocks straddle
                                            // (ulysses at np 3 and 6, usp at np 6)
                                            CpCase{"causal_h12_kv4", 12, 4, true, 0, 0}),
@@ -324,13 +324,14 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   const cp::Shard sh = info.shard(cfg, r);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
   using V3 = kernels::View3<double>;
-  auto Q = test::make_view<V3>("q", rows(global_tensor(201, cfg.seq_len, H, D, 2.0), sh.q, 0, H * D), sh.q.size(), H, D);
+  auto Q =
+      test::make_view<V3>("q", rows(global_tensor(201, cfg.seq_len, H, D, 2.0), sh.q, 0, H * D), sh.q.size(), H, D);
   auto K = test::make_view<V3>("k", rows(global_tensor(202, cfg.seq_len, Hkv, D, 2.0), sh.kv, 0, Hkv * D), sh.kv.size(),
                                Hkv, D);
   auto Vv = test::make_view<V3>("v", rows(global_tensor(203, cfg.seq_len, Hkv, D, 1.0), sh.kv, 0, Hkv * D),
                                 sh.kv.size(), Hkv, D);
-  auto dO = test::make_view<V3>("do", rows(global_tensor(204, cfg.seq_len, H, D, 1.0), sh.q, 0, H * D), sh.q.size(),
-                                H, D);
+  auto dO =
+      test::make_view<V3>("do", rows(global_tensor(204, cfg.seq_len, H, D, 1.0), sh.q, 0, H * D), sh.q.size(), H, D);
   V3 O("o", sh.q.size(), H, D);
   kernels::View2<double> L("lse", sh.q.size(), H);
   auto comm = comm::make_mpi_comm(comm::Progress::None);
@@ -374,7 +375,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     auto ring = [](int n, bool kept) { return n > 1 ? 2 * n - (kept ? 3 : 2) : 0; };
     const int64_t outer = O > 1 ? 2 * O - 3 : 0;
     const int64_t positions = O * (I - 1) * pos;  // one inner ring backward per outer step
-    const int64_t agreed = agree(O) + agree(I);    // outer kept block; the first inner ring's
+    const int64_t agreed = agree(O) + agree(I);   // outer kept block; the first inner ring's
     EXPECT_EQ(bytes[0], (outer + ring(I, true) + (O - 1) * ring(I, false)) * block + positions + agreed)
         << "chained backward";
     EXPECT_EQ(bytes[1], (outer + (O > 1 ? 1 : 0) + O * ring(I, false)) * block + positions + agreed)

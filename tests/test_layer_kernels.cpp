@@ -39,8 +39,8 @@ TYPED_TEST(LayerKernels, GemmAllTransposes) {
       auto A = test::make_view<kernels::View2<T>>("A", a, ta ? K : M, ta ? M : K);
       auto B = test::make_view<kernels::View2<T>>("B", b, tb ? N : K, tb ? K : N);
       auto C = test::make_view<kernels::View2<T>>("C", c0, M, N);
-      kernels::gemm<T>(ta ? kernels::Trans::T : kernels::Trans::N, tb ? kernels::Trans::T : kernels::Trans::N, 0.5,
-                       A, B, 2.0, C);
+      kernels::gemm<T>(ta ? kernels::Trans::T : kernels::Trans::N, tb ? kernels::Trans::T : kernels::Trans::N, 0.5, A,
+                       B, 2.0, C);
       Vec want = ref::gemm(ta, tb, M, N, K, a, b);
       for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5 * want[i] + 2.0 * c0[i];
       EXPECT_LE(ref::rel_err(test::to_vec(C), want), 10 * TestFixture::tol()) << "ta=" << ta << " tb=" << tb;

@@ -129,8 +129,8 @@ TEST(MemoryModel, PredictionWithinFivePercentOfKokkosPeak) {
     const double MiB = 1024.0 * 1024.0;
     for (const Case& c : cases)
       std::printf("  %-5s %-11s %-7s %6lld %14.2f %14.2f %+7.2f%%\n", c.dtype.c_str(), c.scheme.c_str(),
-                  model::to_string(c.pass),
-                  (long long)c.seq_len, double(c.predicted) / MiB, double(c.measured) / MiB, 100 * c.err());
+                  model::to_string(c.pass), (long long)c.seq_len, double(c.predicted) / MiB, double(c.measured) / MiB,
+                  100 * c.err());
     std::fflush(stdout);
   }
 }

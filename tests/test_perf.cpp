@@ -185,20 +185,25 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0 0.2\n", "x"), std::runtime_error);
   EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 0 0.1 0.2\n", "x"), std::runtime_error);
   // The optional GEMM seconds timed beside the layer: kept, written back; both or none.
-  const perf::Calibration g = perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24\n", "g");
+  const perf::Calibration g =
+      perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24\n", "g");
   ASSERT_EQ(g.layers.size(), 1u);
   EXPECT_EQ(g.layers[0].gemm_forward_s, 0.12);
   EXPECT_EQ(g.layers[0].gemm_backward_s, 0.24);
   EXPECT_EQ(perf::parse_calibration(g.text(), "again").text(), g.text());
   EXPECT_EQ(back.layers[0].gemm_forward_s, 0.0);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"), std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"),
+               std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"),
+               std::runtime_error);
+  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"),
+               std::runtime_error);
   // The optional ranks computing at once: kept, written back; a positive integer. The row of
   // the asked ranks wins over a nearer row count of other ranks; a row without ranks matches any.
   const perf::Calibration r = perf::parse_calibration(
       "layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24 2\n"
-      "layer f32 1 1024 1024 256 2816 1024 0.3 0.6 0.25 0.5 1\n", "r");
+      "layer f32 1 1024 1024 256 2816 1024 0.3 0.6 0.25 0.5 1\n",
+      "r");
   ASSERT_EQ(r.layers.size(), 2u);
   EXPECT_EQ(r.layers[0].ranks, 2);
   EXPECT_EQ(perf::parse_calibration(r.text(), "again").text(), r.text());
@@ -208,8 +213,10 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 0), &r.layers[0]);  // any ranks: the nearest rows
   EXPECT_EQ(back.find_layer("f32", 1, small_ffn(), 512, 1), &back.layers[0]);
   for (const char* bad : {"0", "1.5", "x", "2 3"})
-    EXPECT_THROW(perf::parse_calibration(std::string("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 0.2 ") + bad + "\n", "x"),
-                 std::runtime_error) << bad;
+    EXPECT_THROW(perf::parse_calibration(
+                     std::string("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 0.2 ") + bad + "\n", "x"),
+                 std::runtime_error)
+        << bad;
   try {
     perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
@@ -287,8 +294,10 @@ TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
   const perf::CommCall a2a{comm::EventKind::AllToAll, 1 << 20, 2, false};
   const double ab = perf::comm_seconds(a2a, l);
   EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), ab);  // no rows
-  l.colls = {{"f", "intra", "alltoall", 2, 1 << 18, 2e-4}, {"f", "intra", "alltoall", 2, 1 << 20, 9e-4},
-             {"f", "intra", "alltoall", 4, 1 << 20, 5e-3}, {"f", "intra", "allgather", 2, 1 << 20, 7e-3}};
+  l.colls = {{"f", "intra", "alltoall", 2, 1 << 18, 2e-4},
+             {"f", "intra", "alltoall", 2, 1 << 20, 9e-4},
+             {"f", "intra", "alltoall", 4, 1 << 20, 5e-3},
+             {"f", "intra", "allgather", 2, 1 << 20, 7e-3}};
   EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 9e-4);
   EXPECT_DOUBLE_EQ(perf::exposed_seconds({comm::EventKind::AllToAll, 1 << 20, 4, false}, l), 5e-3);
   const int64_t mid = (1 << 18) + ((1 << 20) - (1 << 18)) / 4;  // a quarter of the way
@@ -341,7 +350,8 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   EXPECT_NEAR(p.step_s - plain.step_s, s.layers * (own[0] + 0.5 * own[1]), 1e-6 * p.step_s);
   EXPECT_DOUBLE_EQ(p.attn_compute_s, plain.attn_compute_s);
   // A row more than 2x away in rows is not used.
-  EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s, plain.step_s);
+  EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s,
+                   plain.step_s);
   EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, 0, m, sizeof(float)), 1.0);
   // With the GEMMs timed beside the layer, the factor is the layer over those GEMMs and the
   // element-wise kernels at the table's rates, whatever the table's GEMM rates say: a row
@@ -433,8 +443,8 @@ TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
   const model::Shape& s = sc.shape;
   const double row[2] = {3e-3, 7e-3};  // one layer, forward and backward, as the run measured it
   perf::Machine r = m;
-  r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
-                          N, row[0], row[1], 1e-3, 2e-3, 2});
+  r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn, N,
+                          row[0], row[1], 1e-3, 2e-3, 2});
   r.cal.of_the_run = true;
   for (perf::GemmRate& g : r.cal.gemm)
     if (g.ops == "NN") g.flops_per_s /= 2;  // a reading at a slow moment

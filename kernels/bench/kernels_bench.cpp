@@ -74,8 +74,7 @@ void BM_Gemm(benchmark::State& state) {
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }
-  state.counters["FLOPS"] =
-      benchmark::Counter(kk::gemm_flops(n, n, n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOPS"] = benchmark::Counter(kk::gemm_flops(n, n, n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Inputs of one attention problem: q[S,H,D], k,v[S,Hkv,D], positions 0..S-1.
@@ -215,10 +214,9 @@ void parse(const minicp::harness::Args& a) {
   const int64_t S = *std::max_element(g_seq.begin(), g_seq.end());
   const int64_t D = *std::max_element(g_dim.begin(), g_dim.end());
   const double bytes = (8.0 * double(S) * kHeads * double(D) + double(S) * kHeads) * sizeof(float);
-  hn::check_memory(a,
-                   "--seq " + std::to_string(S) + " --heads " + std::to_string(kHeads) + " --head-dim " +
-                       std::to_string(D),
-                   bytes, 1);
+  hn::check_memory(
+      a, "--seq " + std::to_string(S) + " --heads " + std::to_string(kHeads) + " --head-dim " + std::to_string(D),
+      bytes, 1);
 }
 
 int run(const minicp::harness::Args&) {
@@ -256,6 +254,4 @@ int run(const minicp::harness::Args&) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return minicp::harness::main_serial(argc, argv, "minicp-kernels-bench", parse, run);
-}
+int main(int argc, char** argv) { return minicp::harness::main_serial(argc, argv, "minicp-kernels-bench", parse, run); }

@@ -148,7 +148,8 @@ Plan parse(const hn::Args& a) {
       throw UsageError("--modes '" + o.modes + "': " + e.what());
     }
   }
-  if (p.modes.empty()) throw UsageError("--modes '" + o.modes + "': must name at least one of full, compute-only, comm-only");
+  if (p.modes.empty())
+    throw UsageError("--modes '" + o.modes + "': must name at least one of full, compute-only, comm-only");
   try {
     p.progress = comm::parse_progress(o.progress);
   } catch (const std::invalid_argument& e) {
@@ -165,8 +166,8 @@ Plan parse(const hn::Args& a) {
     throw UsageError(e.what());
   }
   if (!p.progress_cpus.empty() && p.progress != comm::Progress::Thread)
-    throw UsageError("--progress-cpus '" + o.progress_cpus + "' needs --progress thread (got --progress " +
-                     o.progress + ")");
+    throw UsageError("--progress-cpus '" + o.progress_cpus + "' needs --progress thread (got --progress " + o.progress +
+                     ")");
 
   cfg.seq_len = o.seq;
   cfg.heads = o.heads;
@@ -181,7 +182,8 @@ Plan parse(const hn::Args& a) {
   const std::string why = cp::check(*p.info, cfg);
   if (!why.empty()) throw UsageError(with_flags(why));
   if (o.pass != "fwd" && !p.info->has_backward())
-    throw UsageError("--scheme " + o.scheme + " solves only the decode problem, which has no backward pass: "
+    throw UsageError("--scheme " + o.scheme +
+                     " solves only the decode problem, which has no backward pass: "
                      "use --pass fwd");
 
   if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
@@ -251,9 +253,8 @@ Setup<T> build(const Plan& p, int rank) {
         "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s %s pass=%s progress=%s%s "
         "comm=%s\n",
         p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D, p.o.dtype.c_str(),
-                cfg.causal ? "causal" : "full", p.o.pass.c_str(), p.o.progress.c_str(),
-                p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(),
-                s.comm->backend().c_str());
+        cfg.causal ? "causal" : "full", p.o.pass.c_str(), p.o.progress.c_str(),
+        p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(), s.comm->backend().c_str());
   return s;
 }
 
@@ -338,8 +339,8 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   const Options& o = p.o;
   const cp::Config& cfg = p.cfg;
   const int P = cfg.ranks;
-  std::printf("%-13s %10s %14s %14s %12s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]",
-              "compute min[s]", "wait max[s]", "progress[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
+  std::printf("%-13s %10s %14s %14s %12s %12s %16s %16s %12s\n", "mode", "time [s]", "compute max[s]", "compute min[s]",
+              "wait max[s]", "progress[s]", "GFLOP max/rank", "GFLOP min/rank", "MiB sent/r0");
   for (const auto& [mode, r] : results)
     std::printf("%-13s %10.4f %14.4f %14.4f %12.4f %12.4f %16.3f %16.3f %12.2f\n", cp::to_string(mode), r.t_max,
                 max_of(r.compute), min_of(r.compute), max_of(r.wait), max_of(r.busy), max_of(r.flops) / 1e9,
@@ -349,8 +350,8 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   const ModeResult& basis = has_comp ? results[cp::Mode::ComputeOnly] : results.begin()->second;
   const double imb = hn::imbalance(basis.compute), flop_imb = hn::imbalance(basis.flops);
   std::string summary = "MINICP_CP scheme=" + o.scheme + " ranks=" + std::to_string(P) +
-                        " threads=" + std::to_string(threads) + " dtype=" + o.dtype + " S=" + std::to_string(cfg.seq_len) +
-                        " pass=" + o.pass + " progress=" + o.progress;
+                        " threads=" + std::to_string(threads) + " dtype=" + o.dtype +
+                        " S=" + std::to_string(cfg.seq_len) + " pass=" + o.pass + " progress=" + o.progress;
   char buf[256];
   for (const auto& [mode, r] : results) {
     std::snprintf(buf, sizeof buf, " T_%s_s=%.5f", cp::to_string(mode), r.t_max);
@@ -361,9 +362,10 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
     const double tm = results[cp::Mode::CommOnly].t_max, tc = results[cp::Mode::ComputeOnly].t_max;
     ov = hn::paired_overlap(samples[cp::Mode::Full].tmax, samples[cp::Mode::ComputeOnly].tmax, tm);
     if (ov.measured()) {
-      std::printf("overlap = 1 - (T_full - T_compute) / T_comm = 1 - %.5f / %.5f = %.3f  (quartiles %.3f .. %.3f; "
-                  "T_compute/T_comm = %.1f)\n",
-                  ov.exposed_s, tm, ov.overlap, ov.overlap_q1, ov.overlap_q3, tc / tm);
+      std::printf(
+          "overlap = 1 - (T_full - T_compute) / T_comm = 1 - %.5f / %.5f = %.3f  (quartiles %.3f .. %.3f; "
+          "T_compute/T_comm = %.1f)\n",
+          ov.exposed_s, tm, ov.overlap, ov.overlap_q1, ov.overlap_q3, tc / tm);
       std::snprintf(buf, sizeof buf, " overlap=%.3f overlap_q1=%.3f overlap_q3=%.3f", ov.overlap, ov.overlap_q1,
                     ov.overlap_q3);
       summary += buf;
@@ -401,9 +403,8 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   js["flop_imbalance"] = flop_imb;
   js["modes"] = hn::Json::object();
   for (const auto& [mode, r] : results)
-    js["modes"][cp::to_string(mode)] = {{"time_s", r.t_max},     {"bytes_sent_rank0", r.bytes},
-                                        {"compute_s", r.compute}, {"wait_s", r.wait},
-                                        {"progress_s", r.busy},   {"flops", r.flops}};
+    js["modes"][cp::to_string(mode)] = {{"time_s", r.t_max}, {"bytes_sent_rank0", r.bytes}, {"compute_s", r.compute},
+                                        {"wait_s", r.wait},  {"progress_s", r.busy},        {"flops", r.flops}};
   hn::write_json("--json", o.json, js);
 }
 

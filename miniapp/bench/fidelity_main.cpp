@@ -44,7 +44,8 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 // Each of list in allowed, else UsageError naming the flag, the value and what is allowed.
-void check_each(const std::string& flag, const std::vector<std::string>& list, const std::vector<std::string>& allowed) {
+void check_each(const std::string& flag, const std::vector<std::string>& list,
+                const std::vector<std::string>& allowed) {
   std::string words;
   for (const auto& w : allowed) words += (words.empty() ? "" : ", ") + w;
   for (const auto& x : list)
@@ -130,15 +131,16 @@ int run(const hn::Args& a) {
               got = fidelity::layer_rows(scheme, mask, p.seq_len, shape, *comm);
             }
           } catch (const std::invalid_argument& refused) {  // the scheme's check at this P: the same on every rank
-            skipped.push_back({{"level", level}, {"scheme", scheme}, {"mask", mask.name}, {"kv_heads", kv},
-                               {"why", refused.what()}});
+            skipped.push_back(
+                {{"level", level}, {"scheme", scheme}, {"mask", mask.name}, {"kv_heads", kv}, {"why", refused.what()}});
             continue;
           }
           for (const auto& r : got) rows.push_back(to_json(r));
           if (a.rank() == 0) {
             double worst = 0;
             for (const auto& r : got)
-              if (r.variant == std::string("bf16") && r.none_rel_fro > 0) worst = std::max(worst, r.rel_fro / r.none_rel_fro);
+              if (r.variant == std::string("bf16") && r.none_rel_fro > 0)
+                worst = std::max(worst, r.rel_fro / r.none_rel_fro);
             std::printf("minicp-fidelity P=%d %-10s %-9s kv_heads %-3lld %-9s bf16 worst ratio to none %.2f\n", P,
                         scheme.c_str(), mask.name.c_str(), (long long)kv, level.c_str(), worst);
             std::fflush(stdout);
@@ -152,8 +154,7 @@ int run(const hn::Args& a) {
                  {"rows", rows},
                  {"skipped", skipped}};
     hn::write_json("--out", p.out, doc);
-    std::printf("minicp-fidelity: %zu rows, %zu cases skipped, wrote %s\n", rows.size(), skipped.size(),
-                p.out.c_str());
+    std::printf("minicp-fidelity: %zu rows, %zu cases skipped, wrote %s\n", rows.size(), skipped.size(), p.out.c_str());
   }
   return 0;
 }

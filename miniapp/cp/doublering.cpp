@@ -89,7 +89,7 @@ class DoubleRing final : public Scheme<T> {
     const auto qpos = block_positions(ctx, 0);
     const AccOut<T> dqa(dq_out, "doublering_dq_acc"), dka(dk_out, "doublering_dk_acc"),
         dva(dv_out, "doublering_dv_acc");
-    const View3<A> &dq = dqa.acc(), &dk = dka.acc(), &dv = dva.acc();
+    const View3<A>&dq = dqa.acc(), &dk = dka.acc(), &dv = dva.acc();
     Kokkos::deep_copy(dq, A(0));
     Kokkos::deep_copy(dk, A(0));
     Kokkos::deep_copy(dv, A(0));
@@ -107,8 +107,8 @@ class DoubleRing final : public Scheme<T> {
                   : fetch_block<T>(ctx, outer_, k, v, (nd - 1 + O) % O, (nd + 1) % O, "doublering_kv_first");
     }
     auto kv_of = [&](int t) { return t == 0 ? first : kv[(t - 1) % 2]; };
-    View3<A> dq_step = view3<A>(scratch<A>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1),
-                                dq.extent(2));
+    View3<A> dq_step =
+        view3<A>(scratch<A>("doublering_dq_step", dq.span()).data(), dq.extent(0), dq.extent(1), dq.extent(2));
     // dk, dv += a [dK | dV] buffer of 2n values.
     auto add_dkv = [&](View1<A> src) {
       timed_aux(ctx, [&] {
@@ -127,8 +127,8 @@ class DoubleRing final : public Scheme<T> {
         Kc = view3<T>(cur.data(), Skv, Hkv, D);
         Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
         if (t + 1 < O - 1) {  // step t+1's block; this one goes on to node nd-1
-          req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd - 1 + O) % O, kv_of(t + 1).data(), bytes,
-                                      (nd + 1) % O, outer_, t);
+          req_kv = ctx.comm.isendrecv(cur.data(), bytes, (nd - 1 + O) % O, kv_of(t + 1).data(), bytes, (nd + 1) % O,
+                                      outer_, t);
         }
       }
       const auto kpos = outer_block_positions(ctx, b);
@@ -200,10 +200,10 @@ class DoubleRing final : public Scheme<T> {
 static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
   const int P = c.ranks, per_node = std::min(t.ranks_per_node, P);
   const int fewest = std::min(per_node, P - (t.nodes() - 1) * per_node);
-  const int I = c.inner_ring > 0                    ? c.inner_ring
+  const int I = c.inner_ring > 0                  ? c.inner_ring
                 : (fewest < P && P % fewest == 0) ? fewest
-                : (P >= 4 && P % 2 == 0)           ? 2
-                                                   : P;
+                : (P >= 4 && P % 2 == 0)          ? 2
+                                                  : P;
   const int O = P / I, nd = r / I, ir = r % I;
   const perf::Spans own = layout::zigzag_spans(c.seq_len, P, r);
   const double block = 2.0 * double(layout::count(own)) * c.kv_heads * c.head_dim;
@@ -264,8 +264,8 @@ SchemeInfo doublering_scheme() {
       return by_precision(c, [&](const Units& u) {
         const int O = c.ranks / I;
         const Workspace inner = ring_workspace(u, n, n, c.heads, c.kv_heads, c.head_dim, I, O > 1);
-        const double outer = O > 1 ? (2 + 2 * u.acc + dkv_wire_values(u)) * block + u.acc * (nq + n * c.heads)
-                                   : u.acc * block;
+        const double outer =
+            O > 1 ? (2 + 2 * u.acc + dkv_wire_values(u)) * block + u.acc * (nq + n * c.heads) : u.acc * block;
         return Workspace{u.acc * nq + outer + output_accumulators(u, c, n, n),
                          (O > 1 ? block : 0) + inner.shared + inner.per_object};
       });
@@ -275,8 +275,10 @@ SchemeInfo doublering_scheme() {
     for (int I = 1; I <= c.ranks; ++I) {
       if (c.ranks % I != 0) continue;
       const Workspace w = of(I);
-      if (w.values(sizeof(float), 1) > most.values(sizeof(float), 1)) most.shared = w.shared, most.per_object = w.per_object;
-      if (w.values(2, 1) > most.values(2, 1)) most.narrow_shared = w.narrow_shared, most.narrow_per_object = w.narrow_per_object;
+      if (w.values(sizeof(float), 1) > most.values(sizeof(float), 1))
+        most.shared = w.shared, most.per_object = w.per_object;
+      if (w.values(2, 1) > most.values(2, 1))
+        most.narrow_shared = w.narrow_shared, most.narrow_per_object = w.narrow_per_object;
     }
     return most;
   };

@@ -206,9 +206,8 @@ SchemeInfo passq_scheme() {
     const double nkv = n * c.kv_heads * c.head_dim;
     return by_precision(c, [&](const Units& u) {
       const double a = u.acc;
-      return Workspace{2 * nq + 2 * P * a * (nq + nh) + 2 * (3 * nq + a * nh) + 2 * P * a * nq +
-                           u.extra * a * (nq + 2 * nkv),
-                       0};
+      return Workspace{
+          2 * nq + 2 * P * a * (nq + nh) + 2 * (3 * nq + a * nh) + 2 * P * a * nq + u.extra * a * (nq + 2 * nkv), 0};
     });
   };
   s.schedule = passq_schedule;

@@ -231,7 +231,8 @@ inline Workspace ring_workspace(const Units& u, double sq, double skv, int H, in
                                 bool fetched = false) {
   const double block = 2.0 * skv * Hkv * D;
   const bool ring = P > 1;
-  return {(2 + (fetched && ring ? 2 : 0) + 2 * u.acc + dkv_wire_values(u)) * block + (ring ? u.acc * sq * H * (D + 1.0) : 0),
+  return {(2 + (fetched && ring ? 2 : 0) + 2 * u.acc + dkv_wire_values(u)) * block +
+              (ring ? u.acc * sq * H * (D + 1.0) : 0),
           ring ? block : 0};
 }
 

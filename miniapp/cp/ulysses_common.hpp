@@ -78,9 +78,9 @@ inline bool ulysses_dkv_wide(const Config& c, const HeadSplit& ks) {
 inline Workspace ulysses_workspace(const Units& u, const Config& c, int U, double n) {
   const HeadSplit ks = HeadSplit::kv(c.heads, c.kv_heads, U);
   const double N = U * n, qh = N * (c.heads / U) * c.head_dim, kh = N * ks.per * c.head_dim, lh = N * (c.heads / U);
-  const double exchange = U > 1 ? std::max(qh, kh) + u.extra * u.acc * std::max(lh, ulysses_dkv_wide(c, ks) ? kh : 0) : 0;
-  return {u.extra * (u.acc * qh + std::max(qh, kh)),
-          (3 + u.acc) * qh + u.acc * lh + (2 + 2 * u.acc) * kh + exchange};
+  const double exchange =
+      U > 1 ? std::max(qh, kh) + u.extra * u.acc * std::max(lh, ulysses_dkv_wide(c, ks) ? kh : 0) : 0;
+  return {u.extra * (u.acc * qh + std::max(qh, kh)), (3 + u.acc) * qh + u.acc * lh + (2 + 2 * u.acc) * kh + exchange};
 }
 
 // The Ulysses engine as the performance model sees it, on member u of a group of U ranks
@@ -169,8 +169,8 @@ class UlyssesEngine {
       ctx.at_step(0);
       if (computes(ctx)) {
         const auto mask = make_mask(ctx.cfg, pos, pos);
-        timed_compute(ctx,
-                      [&] { return kernels::attention_fwd<T>(q_h_, k_h_, v_h_, mask, oh.acc(), lse_h_, ctx.cfg.attn); });
+        timed_compute(
+            ctx, [&] { return kernels::attention_fwd<T>(q_h_, k_h_, v_h_, mask, oh.acc(), lse_h_, ctx.cfg.attn); });
       }
     } else {
       ring_forward<T>(ctx, *rg, q_h_, k_h_, v_h_, pos, pos, oh.acc(), lse_h_, &kept_);
@@ -310,8 +310,8 @@ class UlyssesEngine {
   void result_to_seq(Context& ctx, const comm::Group& ug, View3<A> x_h, const HeadSplit& s, View3<T> x, bool wide) {
     if constexpr (!std::is_same<T, A>::value) {
       if (!wide && ug.size > 1) {
-        const View3<T> r = view3<T>(cp::scratch<T>("ulysses_rounded", x_h.span()).data(), x_h.extent(0),
-                                    x_h.extent(1), x_h.extent(2));
+        const View3<T> r =
+            view3<T>(cp::scratch<T>("ulysses_rounded", x_h.span()).data(), x_h.extent(0), x_h.extent(1), x_h.extent(2));
         timed_aux(ctx, [&] { kernels::convert_view<T, A>(r, x_h); });
         to_seq<T, T>(ctx, ug, r, s, x);
         return;
@@ -331,7 +331,7 @@ class UlyssesEngine {
   View3<T> dout_h_;
   View3<A> dq_h_, dk_h_, dv_h_;
   View1<T> buf_;
-  View1<A> buf_acc_;  // a bf16 run's fp32 exchange buffer (unused when T is its own acc_t)
+  View1<A> buf_acc_;       // a bf16 run's fp32 exchange buffer (unused when T is its own acc_t)
   bool have_fwd_ = false;  // the head-sharded tensors are the last forward's
   Prints fwd_;             // of the last forward's q, k, v, o, lse
   Mode fwd_mode_ = Mode::Full;

@@ -89,8 +89,7 @@ kernels::View3<T> view_of(const char* label, const Vec& data, size_t n0, size_t 
 Vec rows_of(const Vec& g, const std::vector<int64_t>& idx, int64_t first, int64_t width) {
   Vec out;
   out.reserve(idx.size() * size_t(width));
-  for (int64_t t : idx)
-    out.insert(out.end(), g.begin() + (t - first) * width, g.begin() + (t - first + 1) * width);
+  for (int64_t t : idx) out.insert(out.end(), g.begin() + (t - first) * width, g.begin() + (t - first + 1) * width);
   return out;
 }
 
@@ -169,8 +168,8 @@ Outputs run_variant(const cp::SchemeInfo& info, Problem p, bool wire, comm::Comm
 
 }  // namespace
 
-std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads,
-                                int kv_heads, int head_dim, comm::Communicator& comm) {
+std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads, int kv_heads,
+                                int head_dim, comm::Communicator& comm) {
   const cp::SchemeInfo& info = cp::find(scheme);
   Problem p;
   cp::Config& c = p.cfg;
@@ -190,11 +189,13 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
   const cp::SchemeInfo& none = cp::find("none");
   auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
   const cp::Shard sh = info.shard(c, comm.world().rank);
-  const cp::Shard all = none.shard([&] {
-    cp::Config one = c;
-    one.ranks = 1;
-    return one;
-  }(), 0);
+  const cp::Shard all = none.shard(
+      [&] {
+        cp::Config one = c;
+        one.ranks = 1;
+        return one;
+      }(),
+      0);
   // Decode queries are on every rank: rank 0's count once.
   const bool q_counted = c.problem == cp::Problem::Train || comm.world().rank == 0;
   const bool train = c.problem == cp::Problem::Train;
@@ -202,10 +203,10 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
   for (Variant var : kVariants) {
     const bool wire = var == Variant::BF16Wire;
     const bool f32 = var == Variant::F32;
-    const Outputs got = f32 ? run_variant<float>(info, p, false, comm)
-                            : run_variant<kernels::bf16>(info, p, wire, comm);
-    const Outputs base = f32 ? run_variant<float>(none, p, false, *self)
-                             : run_variant<kernels::bf16>(none, p, wire, *self);
+    const Outputs got =
+        f32 ? run_variant<float>(info, p, false, comm) : run_variant<kernels::bf16>(info, p, wire, comm);
+    const Outputs base =
+        f32 ? run_variant<float>(none, p, false, *self) : run_variant<kernels::bf16>(none, p, wire, *self);
     struct Item {
       const char* name;
       Vec Outputs::*field;
@@ -214,8 +215,9 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
     };
     const int64_t HD = int64_t(heads) * head_dim, KD = int64_t(kv_heads) * head_dim;
     std::vector<Item> items = {{"O", &Outputs::o, true, HD}, {"LSE", &Outputs::lse, true, heads}};
-    if (train) items.insert(items.end(), {{"dQ", &Outputs::dq, true, HD}, {"dK", &Outputs::dk, false, KD},
-                                          {"dV", &Outputs::dv, false, KD}});
+    if (train)
+      items.insert(items.end(),
+                   {{"dQ", &Outputs::dq, true, HD}, {"dK", &Outputs::dk, false, KD}, {"dV", &Outputs::dv, false, KD}});
     for (const Item& it : items) {
       const std::vector<int64_t>& mine = it.on_q ? sh.q : sh.kv;
       const std::vector<int64_t>& whole = it.on_q ? all.q : all.kv;

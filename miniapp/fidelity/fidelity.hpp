@@ -45,8 +45,8 @@ struct Row {
 
 // Attention level: q (S, H, D), k, v (S, Hkv, D), dout (S, H, D) for the training schemes
 // (decode schemes: T = 4 queries after an S-token cache, O and LSE only). Collective over comm.
-std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads,
-                                int kv_heads, int head_dim, comm::Communicator& comm);
+std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads, int kv_heads,
+                                int head_dim, comm::Communicator& comm);
 
 // Layer level: a train pass of `shape` over S tokens; the tensors y, dx and d<param> of each
 // layer ("l0.dwq"). Collective over comm.

@@ -76,21 +76,21 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
   const bool train = cfg.pass == Pass::Train, mixed = kernels::acc_size(elem) != elem;
   const double params = double(layer_param_count(m));
   // v: values stored in T (elem bytes each); a: values in the accumulator type (acc_size).
-  double v = L * params, a = train ? L * params : 0;  // weights; gradients
+  double v = L * params, a = train ? L * params : 0;               // weights; gradients
   if (train && mixed && cfg.bf16_grad_allreduce) v += L * params;  // the gradients rounded for the all-reduce
   v += (L + 1) * n * C + (train ? 3 : 0) * n * C;                  // layer inputs/outputs; dy and two dx buffers
   const double layers_saved = train ? L : 1;
   v += layers_saved * (3 * n * C + 2 * n * HD + 2 * n * KD + 2 * n * F);  // h1, x2, h2; q, o; k, v; a, b
-  a += layers_saved * (2 * n + n * H);                                     // rstd1, rstd2; lse
-  v += n * F;                                                              // the gate g
-  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;         // backward workspace
+  a += layers_saved * (2 * n + n * H);                                    // rstd1, rstd2; lse
+  v += n * F;                                                             // the gate g
+  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;        // backward workspace
   if (train) a += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
   // The kernel's own buffers during a call, as if on this rank's rows (a scheme that calls it
   // on more rows at once, as allgather's gathered chunks, holds more).
   a += kernels::attention_scratch_values(elem, n, cfg.pass == Pass::Decode ? r.cache : n, m.heads, m.kv_heads,
                                          m.head_dim, train);
   if (cfg.pass == Pass::Decode) {
-    v += 2 * L * r.cache * KD;                  // the cache
+    v += 2 * L * r.cache * KD;                   // the cache
     a += n * HD + n * H + (mixed ? n * HD : 0);  // the self block (o, lse); o widened for its merge
   }
   const double pos = n * 8.0;  // RoPE positions [N] (int64), in bytes
@@ -111,8 +111,8 @@ struct Stack<T>::Impl {
 
   // One layer's weights, gradients, attention scheme and saved activations.
   struct Layer {
-    View1<T> w;   // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
-    View1<A> dw;  // [layer_param_count], the same order
+    View1<T> w;        // [layer_param_count]: attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2
+    View1<A> dw;       // [layer_param_count], the same order
     View1<T> dw_wire;  // bf16 all-reduce: dw rounded, summed over the group, widened back
     std::unique_ptr<cp::Scheme<T>> scheme;
     View2<T> h1, q, k, v, o, x2, h2, a, b;  // [N,C] [N,H*D] [N,Hkv*D] x2 [N,H*D] [N,C] x2 [N,F] x2
@@ -170,8 +170,8 @@ struct Stack<T>::Impl {
       fill_params(L.w, l);
       if (train) L.dw = View1<A>("model::dw", L.w.extent(0));
       if (train && kMixed && cfg.bf16_grad_allreduce)
-        L.dw_wire = View1<T>(Kokkos::view_alloc(std::string("model::dw_wire"), Kokkos::WithoutInitializing),
-                             L.w.extent(0));
+        L.dw_wire =
+            View1<T>(Kokkos::view_alloc(std::string("model::dw_wire"), Kokkos::WithoutInitializing), L.w.extent(0));
       L.scheme = make_scheme();
       if (l == 0 || train) {  // forward-only passes keep no activations: the layers share one set
         L.h1 = mat("model::h1", N, C);

@@ -92,10 +92,10 @@ class Stack {
 
   // This rank's rows (global token index of row i: rows()[i]; decode: the T new tokens).
   const std::vector<int64_t>& rows() const;
-  View2<T> x() const;   // [N, C] input of layer 0
-  View2<T> y() const;   // [N, C] output of layer L-1
-  View2<T> dy() const;  // [N, C] upstream gradient
-  View2<T> dx() const;  // [N, C]
+  View2<T> x() const;                // [N, C] input of layer 0
+  View2<T> y() const;                // [N, C] output of layer L-1
+  View2<T> dy() const;               // [N, C] upstream gradient
+  View2<T> dx() const;               // [N, C]
   View1<T> params(int layer) const;  // [layer_param_count]
   View1<A> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
   // Decode: this rank's shard of layer l's KV cache [Nc, Hkv, D] (K after RoPE) and the

@@ -415,16 +415,16 @@ struct Measure {
         kc.emplace_back("cal_k", nk, Hkv, D), vc.emplace_back("cal_v", nk, Hkv, D);
         Kokkos::deep_copy(kc.back(), T(0.2)), Kokkos::deep_copy(vc.back(), T(0.3));
       }
-      const double t = median_time(world, reps,
-                                   [&] {
-                                     for (size_t i = 0; i < size_t(copies); ++i)
-                                       if (bwd)
-                                         kernels::attention_bwd<T>(q, kc[i], vc[i], o_stored, lse, o_stored, mask, dq,
-                                                                   dk, dv);
-                                       else
-                                         kernels::attention_fwd<T>(q, kc[i], vc[i], mask, o, lse);
-                                   }) /
-                       copies;
+      const double t =
+          median_time(world, reps,
+                      [&] {
+                        for (size_t i = 0; i < size_t(copies); ++i)
+                          if (bwd)
+                            kernels::attention_bwd<T>(q, kc[i], vc[i], o_stored, lse, o_stored, mask, dq, dk, dv);
+                          else
+                            kernels::attention_fwd<T>(q, kc[i], vc[i], mask, o, lse);
+                      }) /
+          copies;
       const TileCount n = count_tiles(c, qs, ks, tiles);
       rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
     };

@@ -20,22 +20,41 @@ std::vector<LayerOp> layer_ops(const model::Shape& s, int64_t N, bool backward) 
   auto e = [](Phase p, const char* op, double values) { return LayerOp{p, "", 0, 0, 0, op, values}; };
   if (!backward)
     return {e(Phase::Norm, "rmsnorm_fwd", nc),
-            g(Phase::Qkv, "NN", N, HD, C), g(Phase::Qkv, "NN", N, KD, C), g(Phase::Qkv, "NN", N, KD, C),
-            e(Phase::Rope, "rope", double(N) * HD), e(Phase::Rope, "rope", double(N) * KD),
-            e(Phase::OutProj, "copy", nc), g(Phase::OutProj, "NN", N, C, HD),
+            g(Phase::Qkv, "NN", N, HD, C),
+            g(Phase::Qkv, "NN", N, KD, C),
+            g(Phase::Qkv, "NN", N, KD, C),
+            e(Phase::Rope, "rope", double(N) * HD),
+            e(Phase::Rope, "rope", double(N) * KD),
+            e(Phase::OutProj, "copy", nc),
+            g(Phase::OutProj, "NN", N, C, HD),
             e(Phase::Norm, "rmsnorm_fwd", nc),
-            g(Phase::Mlp, "NN", N, F, C), g(Phase::Mlp, "NN", N, F, C), e(Phase::Mlp, "swiglu_fwd", double(N) * F),
-            e(Phase::Mlp, "copy", nc), g(Phase::Mlp, "NN", N, C, F)};
+            g(Phase::Mlp, "NN", N, F, C),
+            g(Phase::Mlp, "NN", N, F, C),
+            e(Phase::Mlp, "swiglu_fwd", double(N) * F),
+            e(Phase::Mlp, "copy", nc),
+            g(Phase::Mlp, "NN", N, C, F)};
   return {e(Phase::Mlp, "swiglu_fwd", double(N) * F),
-          g(Phase::Mlp, "NT", N, F, C), g(Phase::Mlp, "TN", F, C, N), e(Phase::Mlp, "swiglu_bwd", double(N) * F),
-          g(Phase::Mlp, "NT", N, C, F), g(Phase::Mlp, "NT", N, C, F), g(Phase::Mlp, "TN", C, F, N),
+          g(Phase::Mlp, "NT", N, F, C),
+          g(Phase::Mlp, "TN", F, C, N),
+          e(Phase::Mlp, "swiglu_bwd", double(N) * F),
+          g(Phase::Mlp, "NT", N, C, F),
+          g(Phase::Mlp, "NT", N, C, F),
           g(Phase::Mlp, "TN", C, F, N),
-          e(Phase::Norm, "rmsnorm_bwd", nc), e(Phase::Norm, "copy", nc),
-          g(Phase::OutProj, "NT", N, HD, C), g(Phase::OutProj, "TN", HD, C, N),
-          e(Phase::Rope, "rope", double(N) * HD), e(Phase::Rope, "rope", double(N) * KD),
-          g(Phase::Qkv, "NT", N, C, HD), g(Phase::Qkv, "NT", N, C, KD), g(Phase::Qkv, "NT", N, C, KD),
-          g(Phase::Qkv, "TN", C, HD, N), g(Phase::Qkv, "TN", C, KD, N), g(Phase::Qkv, "TN", C, KD, N),
-          e(Phase::Norm, "rmsnorm_bwd", nc), e(Phase::Norm, "copy", nc)};
+          g(Phase::Mlp, "TN", C, F, N),
+          e(Phase::Norm, "rmsnorm_bwd", nc),
+          e(Phase::Norm, "copy", nc),
+          g(Phase::OutProj, "NT", N, HD, C),
+          g(Phase::OutProj, "TN", HD, C, N),
+          e(Phase::Rope, "rope", double(N) * HD),
+          e(Phase::Rope, "rope", double(N) * KD),
+          g(Phase::Qkv, "NT", N, C, HD),
+          g(Phase::Qkv, "NT", N, C, KD),
+          g(Phase::Qkv, "NT", N, C, KD),
+          g(Phase::Qkv, "TN", C, HD, N),
+          g(Phase::Qkv, "TN", C, KD, N),
+          g(Phase::Qkv, "TN", C, KD, N),
+          e(Phase::Norm, "rmsnorm_bwd", nc),
+          e(Phase::Norm, "copy", nc)};
 }
 
 namespace {
@@ -107,8 +126,10 @@ TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kern
     for (const auto& e : by_max) rows_max.push_back(rows_max.back() + e.second);
     for (const Bounds& a : qt) {
       // key tiles with kmin <= qmax (not skipped), and with kmax <= qmin (fully visible)
-      const size_t seen = size_t(std::upper_bound(by_min.begin(), by_min.end(), std::make_pair(a.pmax, 1e300)) - by_min.begin());
-      const size_t full = size_t(std::upper_bound(by_max.begin(), by_max.end(), std::make_pair(a.pmin, 1e300)) - by_max.begin());
+      const size_t seen =
+          size_t(std::upper_bound(by_min.begin(), by_min.end(), std::make_pair(a.pmax, 1e300)) - by_min.begin());
+      const size_t full =
+          size_t(std::upper_bound(by_max.begin(), by_max.end(), std::make_pair(a.pmin, 1e300)) - by_max.begin());
       n.full += double(full);
       n.partial += double(seen) - double(full);
       n.full_area += double(a.rows) * rows_max[full] / whole;
@@ -261,8 +282,9 @@ struct Rates {
     // The table's rates are per whole tile and head at its head_dim; another head_dim scales
     // with D, a smaller tile with its area.
     const double d = double(c.head_dim) / r->head_dim;
-    return (r->call_s + a.heads * d *
-                            (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s)) /
+    return (r->call_s +
+            a.heads * d *
+                (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s)) /
            m.rate_scale;
   }
 };
@@ -401,7 +423,8 @@ Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
     double layer = 0;
-    const double in_layer = factor_of(cfg.shape, N, b == 1, std::min(c.ranks, std::max(1, m.topo.ranks_per_node)), rates);
+    const double in_layer =
+        factor_of(cfg.shape, N, b == 1, std::min(c.ranks, std::max(1, m.topo.ranks_per_node)), rates);
     for (const LayerOp& op : layer_ops(cfg.shape, N, b == 1)) {
       const double t = in_layer * (op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op));
       out.phase_s[int(op.phase)] += L * t;

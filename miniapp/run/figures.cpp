@@ -38,7 +38,8 @@ std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::Step
     x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
     x.grad = std::max(x.grad, r.grad_allreduce_s);
     x.wait = std::max(x.wait, r.attn_comm_wait_s + r.grad_allreduce_s);
-    x.grad_busy = std::isnan(r.grad_allreduce_busy_s) ? r.grad_allreduce_busy_s : std::max(x.grad_busy, r.grad_allreduce_busy_s);
+    x.grad_busy =
+        std::isnan(r.grad_allreduce_busy_s) ? r.grad_allreduce_busy_s : std::max(x.grad_busy, r.grad_allreduce_busy_s);
   }
   std::map<cp::Mode, std::vector<Rep>> out;  // reps in rep order (the map is ordered)
   for (const auto& [key, rep] : by) out[all_modes().at(size_t(key.first))].push_back(rep);
@@ -99,7 +100,9 @@ void time_figures(output::Attrs& s, const Case& c, const std::map<cp::Mode, std:
   s.real["backward_time_s"] = med == full.end() || !train ? kNaN : med->bwd;
   s.real["phase_coverage"] = med == full.end() ? kNaN : med->phases / med->step;
   s.real["compute_only_time_s"] =
-      by.count(cp::Mode::ComputeOnly) ? hn::median(field(by.at(cp::Mode::ComputeOnly), [](const Rep& r) { return r.step; })) : kNaN;
+      by.count(cp::Mode::ComputeOnly)
+          ? hn::median(field(by.at(cp::Mode::ComputeOnly), [](const Rep& r) { return r.step; }))
+          : kNaN;
   s.real["slowest_rep_ratio"] = hn::slowest_ratio(steps);
   s.real["comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.wait; }));
   s.real["attn_comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.attn_wait; }));
@@ -178,15 +181,18 @@ output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, i
   r["grad_allreduce_bytes_per_rank"] = mean_of(m.grad_bytes);
   r["imbalance"] = hn::imbalance(m.compute);
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
-  overlap_figures(s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
-  overlap_figures(s, "attn_", by, [](const Rep& x) { return x.attn; }, max_of(m.attn_bytes) > 0);
+  overlap_figures(
+      s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
+  overlap_figures(
+      s, "attn_", by, [](const Rep& x) { return x.attn; }, max_of(m.attn_bytes) > 0);
   // The all-reduce's time alone is its own run time on the collective thread where one runs
   // it: in comm-only mode it overlaps the next layer's attention traffic, so the rest of the
   // step would understate it.
   const auto comm_only = by.find(cp::Mode::CommOnly);
   const bool busy = comm_only != by.end() && !std::isnan(comm_only->second.front().grad_busy);
-  overlap_figures(s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0,
-                  busy ? +[](const Rep& x) { return x.grad_busy; } : nullptr);
+  overlap_figures(
+      s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0,
+      busy ? +[](const Rep& x) { return x.grad_busy; } : nullptr);
   s.integer["overlap_measured"] = std::isnan(r["overlap"]) ? 0 : 1;
   cp_efficiency(s, c, none, threads, t);
   s.text["units"] =

@@ -89,8 +89,7 @@ CeilingCache::Reading CeilingCache::get(MPI_Comm g, int ranks, kernels::GemmShap
     r.taken = std::min(r.taken, layer.taken);
   }
   if (bf16) {
-    const Timed& sq =
-        component(g, {ranks, 3}, [&] { return kernels::bf16_gemm_rate({2048, 2048, 2048}, sync); });
+    const Timed& sq = component(g, {ranks, 3}, [&] { return kernels::bf16_gemm_rate({2048, 2048, 2048}, sync); });
     const Timed& t16 = component(g, {ranks, 4}, [&] { return kernels::bf16_tile_gemm_rate(sync); });
     r.bf16.square = sq.rate, r.bf16.tile = t16.rate;
     r.taken = std::min({r.taken, sq.taken, t16.taken});

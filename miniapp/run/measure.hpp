@@ -57,9 +57,9 @@ class CeilingCache {
  public:
   static constexpr double kFreshSeconds = 30;
   struct Reading {
-    kernels::GemmCeiling rates;      // this rank's, FLOP/s
+    kernels::GemmCeiling rates;     // this rank's, FLOP/s
     kernels::Bf16GemmCeiling bf16;  // this rank's bf16 engines (bf16 cases only; else zeros)
-    double taken = 0;            // MPI_Wtime() when taken (this rank's clock)
+    double taken = 0;               // MPI_Wtime() when taken (this rank's clock)
   };
   // This rank's ceiling for a case of `ranks` ranks whose layer's largest GEMM is `shape`
   // (an empty shape: the BLAS square and tile components only); bf16: also the bf16 engines'
@@ -81,11 +81,11 @@ struct Measured {
   std::vector<output::StepRow> steps;                                      // every rank's (gathered)
   std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
   double useful_flops = 0, tokens = 0;
-  kernels::GemmCeiling before, after;        // summed over the group's ranks (FLOP/s)
+  kernels::GemmCeiling before, after;                // summed over the group's ranks (FLOP/s)
   kernels::Bf16GemmCeiling bf16_before, bf16_after;  // the same, of the bf16 engines (bf16 cases)
   bool bf16 = false;                                 // a bf16 case: its ceiling is of the bf16 engines
-  double before_age_s = 0;                   // how old the reading before the case was when it started
-  model::PhaseTimes fwd_phases, bwd_phases;  // rank 0, all layers, the last full rep (the printed table)
+  double before_age_s = 0;                           // how old the reading before the case was when it started
+  model::PhaseTimes fwd_phases, bwd_phases;          // rank 0, all layers, the last full rep (the printed table)
   std::string start_utc, end_utc;
 };
 

@@ -148,9 +148,12 @@ void deck_attrs(output::Attrs& a, const Deck& d) {
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, int64_t>) a.integer[k.name] = v;
-          else if constexpr (std::is_same_v<T, double>) a.real[k.name] = v;
-          else if constexpr (std::is_same_v<T, std::string>) a.text[k.name] = v;
+          if constexpr (std::is_same_v<T, int64_t>)
+            a.integer[k.name] = v;
+          else if constexpr (std::is_same_v<T, double>)
+            a.real[k.name] = v;
+          else if constexpr (std::is_same_v<T, std::string>)
+            a.text[k.name] = v;
         },
         k.get(d));
   }
@@ -218,9 +221,9 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
   auto opt = [&](const char* k, double scale = 1) {
     return std::isnan(f.at(k)) ? std::string("-") : fmt("%.3f", scale * f.at(k));
   };
-  std::printf("  %-10s %6s %9s %5s %13s %13s %9s %11s %10s %12s %7s %8s %8s %8s %9s\n", "scheme", "pass", "S",
-              "ranks", "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "ceiling[GF/s]", "/ceil",
-              "overlap", "attn_ov", "grad_ov", "wait[ms]");
+  std::printf("  %-10s %6s %9s %5s %13s %13s %9s %11s %10s %12s %7s %8s %8s %8s %9s\n", "scheme", "pass", "S", "ranks",
+              "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "ceiling[GF/s]", "/ceil", "overlap",
+              "attn_ov", "grad_ov", "wait[ms]");
   std::printf("  %-10s %6s %9lld %5d %13.3f %13s %9.4f %11.1f %10.1f %12.1f %7.3f %8s %8s %8s %9.2f\n",
               c.scheme.c_str(), model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len, c.stack.attn.ranks,
               1e3 * f.at("forward_time_s") / L, opt("backward_time_s", 1e3 / L).c_str(), f.at("measured_time_s"),
@@ -231,7 +234,8 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
     const model::PhaseTimes& ph = dir == 0 ? m.fwd_phases : m.bwd_phases;
     if (ph.total() <= 0) continue;
     std::printf("  %s phases per layer [ms]:", dir == 0 ? "fwd" : "bwd");
-    for (int i = 0; i < model::kPhases; ++i) std::printf(" %s %.2f", model::to_string(model::Phase(i)), 1e3 * ph.s[i] / L);
+    for (int i = 0; i < model::kPhases; ++i)
+      std::printf(" %s %.2f", model::to_string(model::Phase(i)), 1e3 * ph.s[i] / L);
     std::printf("\n");
   }
   for (const char* k : {"overlap_note", "attn_overlap_note", "grad_allreduce_overlap_note"})
@@ -241,9 +245,10 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
                 summary.text.at("out_of_range").c_str());
   const double slow = f.at("slowest_rep_ratio");
   if (slow > 2.0)
-    std::printf("  WARNING: a rep took %.1fx the median step (%.3f s): a rank stalled or the machine was busy; "
-                "every rep is in the results file\n",
-                slow, slow * f.at("measured_time_s"));
+    std::printf(
+        "  WARNING: a rep took %.1fx the median step (%.3f s): a rank stalled or the machine was busy; "
+        "every rep is in the results file\n",
+        slow, slow * f.at("measured_time_s"));
 }
 
 std::string summary_token(const Case& c, const output::Attrs& summary) {
