@@ -39,16 +39,41 @@ bool use_tiled(const AttnOptions& opt) {
   return opt.impl == AttnImpl::Tiled || (opt.impl == AttnImpl::Auto && kHostExec);
 }
 
-}  // namespace
+// bf16 on its own tiled kernel: where the CPU has AVX512-BF16 and pairs of a head's entries
+// are whole 4-byte words (even head_dim); otherwise the inputs are widened (the plain path).
+bool use_bf16_tiles(const AttnOptions& opt, int64_t D) {
+  return use_tiled(opt) && D % 2 == 0 && attention_isa() == "avx512_bf16";
+}
 
 template <class T>
-AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
-                        View2<acc_t<T>> lse, const AttnOptions& opt) {
+void check_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, const View3<acc_t<T>>& o,
+               const View2<acc_t<T>>& lse) {
   attention_check_shapes("attention_fwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
                          k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
   if (o.extent(0) != q.extent(0) || o.extent(1) != q.extent(1) || o.extent(2) != q.extent(2) ||
       lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
     throw std::invalid_argument("attention_fwd: o must be [Sq,H,D] and lse [Sq,H]");
+}
+
+template <class T>
+void check_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
+               const AttnMask& mask, const View3<acc_t<T>>& dq, const View3<acc_t<T>>& dk, const View3<acc_t<T>>& dv) {
+  attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
+                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
+  auto same3 = [](auto& a, auto& b) {
+    return a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1) && a.extent(2) == b.extent(2);
+  };
+  if (!same3(o, q) || !same3(dout, q) || !same3(dq, q) || !same3(dk, k) || !same3(dv, k) ||
+      lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
+    throw std::invalid_argument("attention_bwd: o, dout, dq must be [Sq,H,D], dk, dv [Sk,Hkv,D], lse [Sq,H]");
+}
+
+}  // namespace
+
+template <class T>
+AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
+                        View2<acc_t<T>> lse, const AttnOptions& opt) {
+  check_fwd<T>(q, k, v, mask, o, lse);
   const T scale = resolve_scale<T>(opt, q.extent(2));
   if (use_tiled(opt)) return detail::attention_fwd_tiled<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k);
   return detail::attention_fwd_portable<T>(q, k, v, mask, o, lse, scale);
@@ -58,14 +83,7 @@ template <class T>
 AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
                         const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
                         const AttnOptions& opt) {
-  attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
-                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
-  auto same3 = [](auto& a, auto& b) {
-    return a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1) && a.extent(2) == b.extent(2);
-  };
-  if (!same3(o, q) || !same3(dout, q) || !same3(dq, q) || !same3(dk, k) || !same3(dv, k) ||
-      lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
-    throw std::invalid_argument("attention_bwd: o, dout, dq must be [Sq,H,D], dk, dv [Sk,Hkv,D], lse [Sq,H]");
+  check_bwd<T>(q, k, v, o, lse, dout, mask, dq, dk, dv);
   const T scale = resolve_scale<T>(opt, q.extent(2));
   if (use_tiled(opt))
     return detail::attention_bwd_tiled<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k);
@@ -81,11 +99,16 @@ View3<float> widen(CView3<bf16> x, const char* label) {
 }
 }  // namespace
 
-// bf16 inputs are widened to fp32 and the fp32 kernels run: the products are those of the
-// rounded inputs, accumulated in fp32.
+// The plain path: bf16 inputs widened to fp32 and the fp32 kernels run, so the products are
+// those of the rounded inputs, accumulated in fp32.
 template <>
 AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
                               View2<float> lse, const AttnOptions& opt) {
+  if (use_bf16_tiles(opt, q.extent(2))) {
+    check_fwd<bf16>(q, k, v, mask, o, lse);
+    return detail::attention_fwd_tiled<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)),
+                                             opt.tile_q, opt.tile_k);
+  }
   return attention_fwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), mask, o, lse, opt);
 }
 
@@ -93,6 +116,11 @@ template <>
 AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                               CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                               View3<float> dv, const AttnOptions& opt) {
+  if (use_bf16_tiles(opt, q.extent(2))) {
+    check_bwd<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv);
+    return detail::attention_bwd_tiled<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv,
+                                             resolve_scale<float>(opt, q.extent(2)), opt.tile_q, opt.tile_k);
+  }
   return attention_bwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), widen(o, "attn_o32"),
                               lse, widen(dout, "attn_dout32"), mask, dq, dk, dv, opt);
 }
@@ -125,18 +153,20 @@ void lse_merge(View3<T> o, View2<T> lse, CView3<T> o2, CView2<T> lse2) {
 
 namespace detail {
 template <class T>
-View2<T> attention_delta(CView3<T> o, CView3<T> dout) {
+View2<acc_t<T>> attention_delta(CView3<T> o, CView3<T> dout) {
+  using A = acc_t<T>;
   const int S = int(o.extent(0)), H = int(o.extent(1)), D = int(o.extent(2));
-  View2<T> delta(Kokkos::view_alloc("attention_delta", Kokkos::WithoutInitializing), S, H);
+  View2<A> delta(Kokkos::view_alloc("attention_delta", Kokkos::WithoutInitializing), S, H);
   Kokkos::parallel_for(
       "kernels::attention::bwd_delta", Kokkos::RangePolicy<Exec>(0, S * H), KOKKOS_LAMBDA(const int idx) {
         const int s = idx / H, h = idx % H;
-        T acc = 0;
-        for (int d = 0; d < D; ++d) acc += dout(s, h, d) * o(s, h, d);
+        A acc = 0;
+        for (int d = 0; d < D; ++d) acc += A(dout(s, h, d)) * A(o(s, h, d));
         delta(s, h) = acc;
       });
   return delta;
 }
+template View2<float> attention_delta<bf16>(CView3<bf16>, CView3<bf16>);
 }  // namespace detail
 
 #define MINICP_ATTN_INST(T)                                                                                       \

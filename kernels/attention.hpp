@@ -2,7 +2,8 @@
 // from GLOBAL query/key positions (causal, full, sliding window, packed documents), so
 // one call serves any CP layout and any ring step. Two implementations, one interface:
 //   tiled    - host only: tile products on a register-blocked kernel (tile_gemm.hpp), online
-//              softmax with a vectorised exp, fully masked tiles skipped. The fast path.
+//              softmax with a vectorised exp, fully masked tiles skipped. The fast path;
+//              bf16 on AVX512-BF16 dot products where the CPU has them (attention_isa()).
 //   portable - one Kokkos thread per (row, head), scalar loops; runs on any execution space.
 // Tensors: q[Sq,H,D], k,v[Sk,Hkv,D], o[Sq,H,D], lse[Sq,H]; H % Hkv == 0 (head h uses kv
 // head h / (H/Hkv)). LSE is the natural log of sum_j exp(scale * q.k_j); -inf when no key
@@ -86,6 +87,14 @@ template <class T>
 AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
                         const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
                         const AttnOptions& opt = {});
+
+// The path bf16 attention takes on this CPU, for the record: "avx512_bf16" (the tiled loops
+// with bf16 tiles and AVX512-BF16 dot products, fp32 accumulation) where the CPU has the
+// extension, else "plain" (inputs widened to fp32, the fp32 kernels). The environment
+// variable MINICP_ATTENTION_ISA=plain forces the plain path (unset or empty: from the CPU
+// flags); any other value throws std::invalid_argument. Only the tiled implementation and
+// an even head_dim have the avx512_bf16 path; the rest runs plain.
+std::string attention_isa();
 
 // bf16 is implemented on its own (attention.cpp); declared so every caller links to it.
 template <>

@@ -5,21 +5,30 @@
 namespace minicp::kernels::detail {
 
 template <class T>
-AttnStats attention_fwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o,
-                                 View2<T> lse, T scale);
+AttnStats attention_fwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
+                                 T scale);
 template <class T>
 AttnStats attention_bwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
                                  const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, T scale);
+// The tiled path: T = float, double (attention_tiled.cpp) and bf16 (attention_bf16.cpp,
+// AVX512-BF16 products; called only where attention_isa() is "avx512_bf16").
 template <class T>
-AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
-                              T scale, int tile_q, int tile_k);
+AttnStats attention_fwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
+                              View2<acc_t<T>> lse, acc_t<T> scale, int tile_q, int tile_k);
 template <class T>
-AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<T> lse, CView3<T> dout,
-                              const AttnMask& mask, View3<T> dq, View3<T> dk, View3<T> dv, T scale, int tile_q,
-                              int tile_k);
+AttnStats attention_bwd_tiled(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
+                              const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
+                              acc_t<T> scale, int tile_q, int tile_k);
+template <>
+AttnStats attention_fwd_tiled<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask,
+                                    View3<float> o, View2<float> lse, float scale, int tile_q, int tile_k);
+template <>
+AttnStats attention_bwd_tiled<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                                    CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                                    View3<float> dv, float scale, int tile_q, int tile_k);
 
-// Delta[i,h] = sum_d dout[i,h,d] * o[i,h,d] (the softmax-backward row term).
+// Delta[i,h] = sum_d dout[i,h,d] * o[i,h,d] (the softmax-backward row term), in acc_t<T>.
 template <class T>
-View2<T> attention_delta(CView3<T> o, CView3<T> dout);
+View2<acc_t<T>> attention_delta(CView3<T> o, CView3<T> dout);
 
 }  // namespace minicp::kernels::detail

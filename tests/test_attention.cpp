@@ -1,9 +1,13 @@
 // Attention forward/backward and the LSE merge against the fp64 materialised reference,
 // for both implementations (tiled BLAS path, portable path), fp32 and fp64, over masks
-// (causal, full, window, documents), GQA, and edge cases (S=1, ragged tiles, empty rows).
+// (causal, full, window, documents), GQA, and edge cases (S=1, ragged tiles, empty rows);
+// bf16 on its two paths (avx512_bf16, plain) against fp64 of the same bf16 inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "kernels/attention.hpp"
@@ -87,9 +91,11 @@ kernels::AttnMask device_mask(const ref::Mask& m) {
 struct Grads {
   Vec dq, dk, dv;
 };
-Grads ref_backward(const Case& c, const Inputs& in) {
+// o_stored: the output the row term Delta = dO . o is taken from (default: the exact one).
+Grads ref_backward(const Case& c, const Inputs& in, const Vec* o_stored = nullptr) {
   Grads g{Vec(in.q.size(), 0.0), Vec(in.k.size(), 0.0), Vec(in.v.size(), 0.0)};
   const auto fwd = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
+  const Vec& o_delta = o_stored ? *o_stored : fwd.o;
   const int group = c.H / c.Hkv;
   for (int i = 0; i < c.Sq; ++i)
     for (int h = 0; h < c.H; ++h) {
@@ -99,7 +105,7 @@ Grads ref_backward(const Case& c, const Inputs& in) {
       auto Q = [&](int d) { return in.q[(size_t(i) * c.H + h) * c.D + d]; };
       auto dO = [&](int d) { return in.dout[(size_t(i) * c.H + h) * c.D + d]; };
       double delta = 0;
-      for (int d = 0; d < c.D; ++d) delta += dO(d) * fwd.o[(size_t(i) * c.H + h) * c.D + d];
+      for (int d = 0; d < c.D; ++d) delta += dO(d) * o_delta[(size_t(i) * c.H + h) * c.D + d];
       for (int j = 0; j < c.Sk; ++j) {
         if (!in.mask.visible(i, j)) continue;
         const size_t kb = (size_t(j) * c.Hkv + gk) * c.D;
@@ -275,6 +281,197 @@ TEST(LseMerge, BothEmptyGivesZeroNotNaN) {
   kernels::lse_merge<float>(o, l, o3, l3);
   for (double x : test::to_vec(o)) EXPECT_FLOAT_EQ(x, 5.0);
   EXPECT_FLOAT_EQ(test::to_vec(l)[0], 1.5);
+}
+
+// bf16: the avx512_bf16 path (bf16 tiles, P and dS rounded to bf16 before their products)
+// and the plain path (inputs widened to fp32) on the same bf16 inputs, each against fp64 of
+// those inputs. The fast path may lose what its extra roundings cost, no more: its error is
+// held within twice the plain path's, or one bf16 ulp (2^-8) of the largest entry.
+using kernels::bf16;
+constexpr const char* kIsaVar = "MINICP_ATTENTION_ISA";
+
+// Sets (or, with nullptr, clears) an environment variable for a scope.
+class EnvOverride {
+ public:
+  EnvOverride(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~EnvOverride() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+Vec round_bf16(const Vec& x) {
+  Vec r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = double(float(bf16::from_double(x[i])));
+  return r;
+}
+
+struct Bf16Out {
+  Vec o, lse, dq, dk, dv;
+  kernels::AttnStats fwd, bwd;
+};
+
+// Forward, then backward from the given stored o (bf16) and lse (fp32), on the path the
+// environment selects. dq, dk, dv start from nonzero values, so += is checked too.
+Bf16Out run_bf16(const Case& c, const Inputs& in, const Vec& o_stored, const Vec& lse_stored) {
+  using V3 = kernels::View3<bf16>;
+  using F3 = kernels::View3<float>;
+  const auto q = test::make_view<V3>("q", in.q, c.Sq, c.H, c.D);
+  const auto dout = test::make_view<V3>("do", in.dout, c.Sq, c.H, c.D);
+  const auto k = test::make_view<V3>("k", in.k, c.Sk, c.Hkv, c.D);
+  const auto v = test::make_view<V3>("v", in.v, c.Sk, c.Hkv, c.D);
+  const auto o_in = test::make_view<V3>("o_in", o_stored, c.Sq, c.H, c.D);
+  const auto lse_in = test::make_view<kernels::View2<float>>("lse_in", lse_stored, c.Sq, c.H);
+  const Vec g0q = ref::random_vec(in.q.size(), 21), g0k = ref::random_vec(in.k.size(), 22);
+  const auto dq = test::make_view<F3>("dq", g0q, c.Sq, c.H, c.D);
+  const auto dk = test::make_view<F3>("dk", g0k, c.Sk, c.Hkv, c.D);
+  const auto dv = test::make_view<F3>("dv", g0k, c.Sk, c.Hkv, c.D);
+  F3 o("o", c.Sq, c.H, c.D);
+  kernels::View2<float> lse("lse", c.Sq, c.H);
+  kernels::AttnOptions opt;
+  opt.tile_q = opt.tile_k = c.tile;
+  Bf16Out r;
+  r.fwd = kernels::attention_fwd<bf16>(q, k, v, device_mask(in.mask), o, lse, opt);
+  r.bwd = kernels::attention_bwd<bf16>(q, k, v, o_in, lse_in, dout, device_mask(in.mask), dq, dk, dv, opt);
+  Kokkos::fence();
+  auto minus = [](Vec a, const Vec& b) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] -= b[i];
+    return a;
+  };
+  r.o = test::to_vec(o), r.lse = test::to_vec(lse);
+  r.dq = minus(test::to_vec(dq), g0q), r.dk = minus(test::to_vec(dk), g0k), r.dv = minus(test::to_vec(dv), g0k);
+  return r;
+}
+
+// max |got - want| over the finite entries of want; where want is -inf, got must be -inf too.
+double max_err(const Vec& got, const Vec& want, const std::string& what) {
+  double e = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i])) {
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] < 0) << what << " entry " << i << " must be -inf";
+      continue;
+    }
+    e = std::max(e, std::abs(got[i] - want[i]));
+  }
+  return e;
+}
+
+void expect_within_plain(const Vec& fast, const Vec& plain, const Vec& want, const std::string& what) {
+  double largest = 0;
+  for (double w : want)
+    if (!std::isinf(w)) largest = std::max(largest, std::abs(w));
+  const double e_fast = max_err(fast, want, what + " (avx512_bf16)"), e_plain = max_err(plain, want, what + " (plain)");
+  const double bound = std::max(2 * e_plain, 0x1p-8 * largest);
+  EXPECT_LE(e_fast, bound) << what << ": avx512_bf16 error " << e_fast << ", plain " << e_plain
+                           << ", 2^-8 of the largest entry " << 0x1p-8 * largest;
+}
+
+class Bf16AttentionCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Bf16AttentionCase, FastWithinPlainBound) {
+  const EnvOverride unset(kIsaVar, nullptr);  // the fast path wherever the CPU has it
+  if (kernels::attention_isa() != "avx512_bf16")
+    GTEST_SKIP() << "this CPU has no AVX512-BF16 (attention_isa() is plain)";
+  const Case& c = GetParam();
+  Inputs in = make_inputs(c);
+  in.q = round_bf16(in.q), in.k = round_bf16(in.k), in.v = round_bf16(in.v), in.dout = round_bf16(in.dout);
+  const auto want = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
+  const Vec o_stored = round_bf16(want.o);  // what a bf16 training step keeps of the output
+  Vec lse_stored = want.lse;
+  for (double& x : lse_stored) x = double(float(x));
+  const Grads want_g = ref_backward(c, in, &o_stored);
+
+  const Bf16Out fast = run_bf16(c, in, o_stored, lse_stored);
+  const Bf16Out plain = [&] {
+    const EnvOverride force(kIsaVar, "plain");
+    return run_bf16(c, in, o_stored, lse_stored);
+  }();
+  EXPECT_NE(fast.o, plain.o) << "the two paths must be distinct computations";
+  expect_within_plain(fast.o, plain.o, want.o, "O");
+  expect_within_plain(fast.lse, plain.lse, want.lse, "LSE");
+  expect_within_plain(fast.dq, plain.dq, want_g.dq, "dQ");
+  expect_within_plain(fast.dk, plain.dk, want_g.dk, "dK");
+  expect_within_plain(fast.dv, plain.dv, want_g.dv, "dV");
+  for (size_t r = 0; r < want.lse.size(); ++r) {
+    if (!std::isinf(want.lse[r])) continue;
+    for (int d = 0; d < c.D; ++d) EXPECT_EQ(fast.o[r * c.D + d], 0.0) << "empty row " << r;
+  }
+  EXPECT_EQ(fast.fwd.flops, plain.fwd.flops);
+  EXPECT_EQ(fast.bwd.flops, plain.bwd.flops);
+  EXPECT_EQ(fast.fwd.blocks_computed, plain.fwd.blocks_computed);
+  EXPECT_EQ(fast.bwd.blocks_skipped, plain.bwd.blocks_skipped);
+}
+
+std::vector<Case> bf16_cases() {
+  const std::vector<std::string> names = {"causal_d64",     "full_d64",    "causal_d128_gqa",     "kv_heads_1",
+                                          "window_lt_tile", "docs_packed", "docs_full",           "s1_decode",
+                                          "empty_rows",     "d24_tails",   "default_tiles_ragged"};
+  std::vector<Case> out;
+  for (const Case& c : cases())
+    if (std::find(names.begin(), names.end(), c.name) != names.end()) out.push_back(c);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Bf16AttentionCase, ::testing::ValuesIn(bf16_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+TEST(Bf16AttentionIsa, FromCpuFlagsOrForcedPlain) {
+  {
+    const EnvOverride unset(kIsaVar, nullptr);
+    EXPECT_EQ(kernels::attention_isa(), cpu_has_avx512_bf16() ? "avx512_bf16" : "plain");
+  }
+  const EnvOverride force(kIsaVar, "plain");
+  EXPECT_EQ(kernels::attention_isa(), "plain");
+  // Forced plain, bf16 attention is the fp32 kernel on the widened inputs, bit for bit.
+  const Case c{"plain", 70, 70, 2, 1, 64, true, 0, false, 0, 32};
+  Inputs in = make_inputs(c);
+  in.q = round_bf16(in.q), in.k = round_bf16(in.k), in.v = round_bf16(in.v);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    kernels::View3<float> o("o", c.Sq, c.H, c.D);
+    kernels::View2<float> lse("lse", c.Sq, c.H);
+    kernels::attention_fwd<T>(test::make_view<kernels::View3<T>>("q", in.q, c.Sq, c.H, c.D),
+                              test::make_view<kernels::View3<T>>("k", in.k, c.Sk, c.Hkv, c.D),
+                              test::make_view<kernels::View3<T>>("v", in.v, c.Sk, c.Hkv, c.D), device_mask(in.mask), o,
+                              lse);
+    return test::to_vec(o);
+  };
+  EXPECT_EQ(run(bf16{}), run(float{}));
+}
+
+TEST(Bf16AttentionIsa, RejectsUnknownValue) {
+  const EnvOverride bad(kIsaVar, "amx");
+  try {
+    kernels::attention_isa();
+    FAIL() << "MINICP_ATTENTION_ISA=amx must be refused";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"MINICP_ATTENTION_ISA", "\"amx\"", "plain"})
+      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
+  }
 }
 
 }  // namespace

@@ -1,15 +1,21 @@
-// Google Benchmark timings of the miniCP kernels (fp32): BLAS GEMM, the bf16 GEMM engine,
-// attention forward and backward on one rank. FLOPS counters report useful FLOP/s; exec_FLOPS the executed ones.
+// Google Benchmark timings of the miniCP kernels: BLAS GEMM, the bf16 GEMM engine, attention
+// forward and backward on one rank in fp32 and in bf16 (BM_Attention*Bf16: the path
+// attention_isa() names; *Bf16Plain: the plain path). FLOPS counters report useful FLOP/s;
+// exec_FLOPS the executed ones.
 // Its own flags are checked (harness/, no MPI) before Kokkos starts or anything is allocated.
 // Run: minicp-kernels-bench --benchmark_filter='BM_(Sgemm|AttentionFwd|AttentionBwd)'
 // bf16 against fp32, alternated: --benchmark_filter='BM_(Sgemm|Bf16Gemm)/2048'
 //   --benchmark_repetitions=6 --benchmark_enable_random_interleaving=true
+// bf16 attention on both paths against fp32, alternated the same way:
+//   --benchmark_filter='BM_(Bf16Gemm/2048|Attention(Fwd|Bwd)(Bf16|Bf16Plain)?/4096/128/1/)'
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,6 +25,7 @@
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/types.hpp"
 
@@ -78,8 +85,9 @@ void BM_Gemm(benchmark::State& state) {
 }
 
 // Inputs of one attention problem: q[S,H,D], k,v[S,Hkv,D], positions 0..S-1.
+template <class T>
 struct AttnProblem {
-  kk::View3<float> q, k, v;
+  kk::View3<T> q, k, v;
   kk::AttnMask mask;
   AttnProblem(int64_t S, int64_t D, bool causal)
       : q("q", S, kHeads, D), k("k", S, kKvHeads, D), v("v", S, kKvHeads, D) {
@@ -102,17 +110,44 @@ kk::AttnOptions tile_options(const benchmark::State& state) {
   return opt;
 }
 
+// The bf16 path of a benchmark: Plain forces the plain one (MINICP_ATTENTION_ISA=plain)
+// while it runs, so both paths alternate in one process.
+enum class Isa { Auto, Plain };
+class IsaScope {
+ public:
+  explicit IsaScope(Isa isa) : set_(isa == Isa::Plain) {
+    const char* old = std::getenv(kVar);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (set_) setenv(kVar, "plain", 1);
+  }
+  ~IsaScope() {
+    if (!set_) return;
+    if (had_)
+      setenv(kVar, old_.c_str(), 1);
+    else
+      unsetenv(kVar);
+  }
+
+ private:
+  static constexpr const char* kVar = "MINICP_ATTENTION_ISA";
+  bool set_, had_ = false;
+  std::string old_;
+};
+
+template <class T, Isa isa = Isa::Auto>
 void BM_AttentionFwd(benchmark::State& state) {
   const int64_t S = state.range(0), D = state.range(1);
   const bool causal = state.range(2) != 0;
   const kk::AttnOptions opt = tile_options(state);
-  AttnProblem p(S, D, causal);
-  kk::View3<float> o("o", S, kHeads, D);
-  kk::View2<float> lse("lse", S, kHeads);
+  const IsaScope scope(isa);
+  AttnProblem<T> p(S, D, causal);
+  kk::View3<kk::acc_t<T>> o("o", S, kHeads, D);
+  kk::View2<kk::acc_t<T>> lse("lse", S, kHeads);
   Kokkos::fence();
   double exec_flops = 0;
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse, opt);
+    const kk::AttnStats st = kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(o.data());
@@ -124,21 +159,37 @@ void BM_AttentionFwd(benchmark::State& state) {
   state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The forward's output as the backward takes it: in T (bf16: rounded once).
+template <class T>
+kk::View3<T> stored_output(const kk::View3<kk::acc_t<T>>& o) {
+  if constexpr (std::is_same<T, kk::acc_t<T>>::value) {
+    return o;
+  } else {
+    kk::View3<T> s("o_stored", o.extent(0), o.extent(1), o.extent(2));
+    kk::convert_view<T, kk::acc_t<T>>(s, o);
+    return s;
+  }
+}
+
+template <class T, Isa isa = Isa::Auto>
 void BM_AttentionBwd(benchmark::State& state) {
+  using A = kk::acc_t<T>;
   const int64_t S = state.range(0), D = state.range(1);
   const bool causal = state.range(2) != 0;
   const kk::AttnOptions opt = tile_options(state);
-  AttnProblem p(S, D, causal);
-  kk::View3<float> o("o", S, kHeads, D), dout("dout", S, kHeads, D);
-  kk::View2<float> lse("lse", S, kHeads);
-  kk::View3<float> dq("dq", S, kHeads, D), dk("dk", S, kKvHeads, D), dv("dv", S, kKvHeads, D);
+  const IsaScope scope(isa);
+  AttnProblem<T> p(S, D, causal);
+  kk::View3<T> dout("dout", S, kHeads, D);
+  kk::View3<A> o("o", S, kHeads, D), dq("dq", S, kHeads, D), dk("dk", S, kKvHeads, D), dv("dv", S, kKvHeads, D);
+  kk::View2<A> lse("lse", S, kHeads);
   fill_random(dout, 14);
-  kk::attention_fwd<float>(p.q, p.k, p.v, p.mask, o, lse);
+  kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse);
+  const kk::View3<T> os = stored_output<T>(o);
   Kokkos::fence();
   double exec_flops = 0;
   // dq, dk, dv accumulate across iterations; the cost does not depend on their values.
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_bwd<float>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv, opt);
+    const kk::AttnStats st = kk::attention_bwd<T>(p.q, p.k, p.v, os, lse, dout, p.mask, dq, dk, dv, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(dq.data());
@@ -223,19 +274,20 @@ int run(const minicp::harness::Args&) {
   for (auto [name, fn] : {std::pair{"BM_Sgemm", &BM_Gemm<float>}, std::pair{"BM_Bf16Gemm", &BM_Gemm<kk::bf16>}})
     benchmark::RegisterBenchmark(name, fn)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(
         benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_AttentionFwd", BM_AttentionFwd)
-      ->Apply(AttentionArgs)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_AttentionBwd", BM_AttentionBwd)
-      ->Apply(AttentionArgs)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_AttentionFwdTiles", BM_AttentionFwd)
+  using Fn = void (*)(benchmark::State&);
+  const std::pair<const char*, Fn> attention[] = {{"BM_AttentionFwd", &BM_AttentionFwd<float>},
+                                                  {"BM_AttentionBwd", &BM_AttentionBwd<float>},
+                                                  {"BM_AttentionFwdBf16", &BM_AttentionFwd<kk::bf16>},
+                                                  {"BM_AttentionBwdBf16", &BM_AttentionBwd<kk::bf16>},
+                                                  {"BM_AttentionFwdBf16Plain", &BM_AttentionFwd<kk::bf16, Isa::Plain>},
+                                                  {"BM_AttentionBwdBf16Plain", &BM_AttentionBwd<kk::bf16, Isa::Plain>}};
+  for (auto [name, fn] : attention)
+    benchmark::RegisterBenchmark(name, fn)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_AttentionFwdTiles", BM_AttentionFwd<float>)
       ->Apply(TileArgs)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_AttentionBwdTiles", BM_AttentionBwd)
+  benchmark::RegisterBenchmark("BM_AttentionBwdTiles", BM_AttentionBwd<float>)
       ->Apply(TileArgs)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
@@ -247,6 +299,7 @@ int run(const minicp::harness::Args&) {
   benchmark::AddCustomContext("blas", blas.summary());
   if (!blas.warning.empty()) benchmark::AddCustomContext("blas_warning", blas.warning);
   benchmark::AddCustomContext("attention_heads", std::to_string(kHeads));
+  benchmark::AddCustomContext("attention_isa", kk::attention_isa());  // the path of the *Bf16 families
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
