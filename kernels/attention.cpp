@@ -48,8 +48,8 @@ bool use_bf16_tiles(const AttnOptions& opt, int64_t D) {
 template <class T>
 void check_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, const View3<acc_t<T>>& o,
                const View2<acc_t<T>>& lse) {
-  attention_check_shapes("attention_fwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
-                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
+  attention_check_shapes("attention_fwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1), k.extent(2),
+                         v.extent(2), v.extent(0), v.extent(1), mask);
   if (o.extent(0) != q.extent(0) || o.extent(1) != q.extent(1) || o.extent(2) != q.extent(2) ||
       lse.extent(0) != q.extent(0) || lse.extent(1) != q.extent(1))
     throw std::invalid_argument("attention_fwd: o must be [Sq,H,D] and lse [Sq,H]");
@@ -58,8 +58,8 @@ void check_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, cons
 template <class T>
 void check_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
                const AttnMask& mask, const View3<acc_t<T>>& dq, const View3<acc_t<T>>& dk, const View3<acc_t<T>>& dv) {
-  attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1),
-                         k.extent(2), v.extent(2), v.extent(0), v.extent(1), mask);
+  attention_check_shapes("attention_bwd", q.extent(0), q.extent(1), q.extent(2), k.extent(0), k.extent(1), k.extent(2),
+                         v.extent(2), v.extent(0), v.extent(1), mask);
   auto same3 = [](auto& a, auto& b) {
     return a.extent(0) == b.extent(0) && a.extent(1) == b.extent(1) && a.extent(2) == b.extent(2);
   };
@@ -90,10 +90,13 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
   return detail::attention_bwd_portable<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale);
 }
 
+bool attention_bf16_widens(int head_dim) { return !use_bf16_tiles(AttnOptions{}, head_dim); }
+
 namespace {
 // A bf16 tensor widened to fp32 in a fresh View of the same shape.
 View3<float> widen(CView3<bf16> x, const char* label) {
-  View3<float> w(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0), x.extent(1), x.extent(2));
+  View3<float> w(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), x.extent(0), x.extent(1),
+                 x.extent(2));
   convert_view<float, bf16>(w, x);
   return w;
 }
@@ -106,8 +109,8 @@ AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, co
                               View2<float> lse, const AttnOptions& opt) {
   if (use_bf16_tiles(opt, q.extent(2))) {
     check_fwd<bf16>(q, k, v, mask, o, lse);
-    return detail::attention_fwd_tiled<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)),
-                                             opt.tile_q, opt.tile_k);
+    return detail::attention_fwd_tiled<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)), opt.tile_q,
+                                             opt.tile_k);
   }
   return attention_fwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), mask, o, lse, opt);
 }
@@ -169,12 +172,12 @@ View2<acc_t<T>> attention_delta(CView3<T> o, CView3<T> dout) {
 template View2<float> attention_delta<bf16>(CView3<bf16>, CView3<bf16>);
 }  // namespace detail
 
-#define MINICP_ATTN_INST(T)                                                                                       \
-  template AttnStats attention_fwd<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<T>, View2<T>,       \
-                                      const AttnOptions&);                                                        \
-  template AttnStats attention_bwd<T>(CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>, CView3<T>,           \
-                                      const AttnMask&, View3<T>, View3<T>, View3<T>, const AttnOptions&);         \
-  template void lse_merge<T>(View3<T>, View2<T>, CView3<T>, CView2<T>);                                           \
+#define MINICP_ATTN_INST(T)                                                                                 \
+  template AttnStats attention_fwd<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<T>, View2<T>, \
+                                      const AttnOptions&);                                                  \
+  template AttnStats attention_bwd<T>(CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>, CView3<T>,     \
+                                      const AttnMask&, View3<T>, View3<T>, View3<T>, const AttnOptions&);   \
+  template void lse_merge<T>(View3<T>, View2<T>, CView3<T>, CView2<T>);                                     \
   template View2<T> detail::attention_delta<T>(CView3<T>, CView3<T>);
 MINICP_ATTN_INST(float)
 MINICP_ATTN_INST(double)

@@ -109,9 +109,12 @@ AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CV
 // rows beyond their arguments (the memory model counts them): the bf16 path that widens its
 // inputs to fp32 holds q, k, v and, in the backward, o and dout widened. Nothing for fp32
 // and fp64 (their backward's row term is counted with the tensors a caller hands over).
+// Whether a bf16 attention call of this head_dim with default options widens its inputs (the
+// plain path) rather than running the bf16 tiles.
+bool attention_bf16_widens(int head_dim);
 inline double attention_scratch_values(size_t elem, double sq, double skv, int heads, int kv_heads, int head_dim,
                                        bool backward) {
-  if (elem != sizeof(bf16)) return 0;
+  if (elem != sizeof(bf16) || !attention_bf16_widens(head_dim)) return 0;
   const double q = sq * heads * head_dim, kv = skv * kv_heads * head_dim;
   return (backward ? 3 : 1) * q + 2 * kv;
 }
