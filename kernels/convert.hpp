@@ -18,4 +18,17 @@ void convert_view(const VTo& dst, const VFrom& src) {
   convert<To, From>(dst.data(), src.data(), int64_t(src.span()));
 }
 
+// An accumulator-type tensor x as the stored type T holds it: x itself when T is its own
+// accumulator, else x rounded into a new View (a forward's output as its backward reads it).
+template <class T>
+View3<T> as_stored(const View3<acc_t<T>>& x) {
+  if constexpr (std::is_same<T, acc_t<T>>::value) {
+    return x;
+  } else {
+    View3<T> out("stored", x.extent(0), x.extent(1), x.extent(2));
+    convert_view<T, acc_t<T>>(out, x);
+    return out;
+  }
+}
+
 }  // namespace minicp::kernels

@@ -323,12 +323,6 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-Vec round_bf16(const Vec& x) {
-  Vec r(x.size());
-  for (size_t i = 0; i < x.size(); ++i) r[i] = double(float(bf16::from_double(x[i])));
-  return r;
-}
-
 struct Bf16Out {
   Vec o, lse, dq, dk, dv;
   kernels::AttnStats fwd, bwd;
@@ -397,9 +391,10 @@ TEST_P(Bf16AttentionCase, FastWithinPlainBound) {
     GTEST_SKIP() << "this CPU has no AVX512-BF16 (attention_isa() is plain)";
   const Case& c = GetParam();
   Inputs in = make_inputs(c);
-  in.q = round_bf16(in.q), in.k = round_bf16(in.k), in.v = round_bf16(in.v), in.dout = round_bf16(in.dout);
+  in.q = test::bf16_rounded(in.q), in.k = test::bf16_rounded(in.k), in.v = test::bf16_rounded(in.v),
+  in.dout = test::bf16_rounded(in.dout);
   const auto want = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
-  const Vec o_stored = round_bf16(want.o);  // what a bf16 training step keeps of the output
+  const Vec o_stored = test::bf16_rounded(want.o);  // what a bf16 training step keeps of the output
   Vec lse_stored = want.lse;
   for (double& x : lse_stored) x = double(float(x));
   const Grads want_g = ref_backward(c, in, &o_stored);
@@ -448,7 +443,7 @@ TEST(Bf16AttentionIsa, FromCpuFlagsOrForcedPlain) {
   // Forced plain, bf16 attention is the fp32 kernel on the widened inputs, bit for bit.
   const Case c{"plain", 70, 70, 2, 1, 64, true, 0, false, 0, 32};
   Inputs in = make_inputs(c);
-  in.q = round_bf16(in.q), in.k = round_bf16(in.k), in.v = round_bf16(in.v);
+  in.q = test::bf16_rounded(in.q), in.k = test::bf16_rounded(in.k), in.v = test::bf16_rounded(in.v);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     kernels::View3<float> o("o", c.Sq, c.H, c.D);

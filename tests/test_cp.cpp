@@ -53,24 +53,6 @@ struct Outputs {
   Vec o, lse, dq, dk, dv;
 };
 
-// Each value rounded to bf16 (to nearest even), as a double.
-Vec bf16_rounded(Vec x) {
-  for (double& e : x) e = double(float(kernels::bf16::from_double(e)));
-  return x;
-}
-
-// o's values in T: o itself when T is its own accumulator, else o rounded into a new view.
-template <class T>
-kernels::View3<T> stored(const kernels::View3<kernels::acc_t<T>>& o) {
-  if constexpr (std::is_same<T, kernels::acc_t<T>>::value) {
-    return o;
-  } else {
-    kernels::View3<T> out("stored", o.extent(0), o.extent(1), o.extent(2));
-    kernels::convert_view<T, kernels::acc_t<T>>(out, o);
-    return out;
-  }
-}
-
 // Runs a scheme (or `none` through the registry when P == 1) on local rows.
 template <class T>
 Outputs run(const cp::SchemeInfo& info, cp::Config cfg, comm::Communicator& comm, const Vec& q, const Vec& k,
@@ -186,14 +168,15 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
       kernels::View2<kernels::acc_t<T>> L("lse", Sq, H);
       const auto mask = cp::make_mask(one, qidx, kidx);
       kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
-      const V3 Os = stored<T>(O);
+      const V3 Os = kernels::as_stored<T>(O);
       kernels::attention_bwd<T>(Q, K, Vv, Os, L, dO, mask, dQ, dK, dV, cfg.attn);
-      return Outputs{test::to_vec(Os), test::to_vec(L), test::to_vec(stored<T>(dQ)), test::to_vec(stored<T>(dK)),
-                     test::to_vec(stored<T>(dV))};
+      return Outputs{test::to_vec(Os), test::to_vec(L), test::to_vec(kernels::as_stored<T>(dQ)),
+                     test::to_vec(kernels::as_stored<T>(dK)), test::to_vec(kernels::as_stored<T>(dV))};
     };
     const Outputs ref64 = reference(double{}, Qg, Kg, Vg, dOg), ref32 = reference(float{}, Qg, Kg, Vg, dOg);
     // The bf16 runs' inputs, and fp64 and bf16 `none` on them.
-    const Vec Qb = bf16_rounded(Qg), Kb = bf16_rounded(Kg), Vb = bf16_rounded(Vg), dOb = bf16_rounded(dOg);
+    const Vec Qb = test::bf16_rounded(Qg), Kb = test::bf16_rounded(Kg), Vb = test::bf16_rounded(Vg),
+              dOb = test::bf16_rounded(dOg);
     const Outputs ref64b = reference(double{}, Qb, Kb, Vb, dOb), ref16 = reference(kernels::bf16{}, Qb, Kb, Vb, dOb);
 
     const cp::Shard sh = info.shard(cfg, r);

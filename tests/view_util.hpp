@@ -19,6 +19,12 @@ ViewT make_view(const std::string& label, const ref::Vec& data, size_t n0, size_
   return v;
 }
 
+// Each value rounded to bf16 (to nearest even, once), as a double.
+inline ref::Vec bf16_rounded(ref::Vec x) {
+  for (double& e : x) e = double(float(kernels::bf16::from_double(e)));
+  return x;
+}
+
 template <class ViewT>
 ref::Vec to_vec(const ViewT& v) {
   auto h = Kokkos::create_mirror_view(v);

@@ -159,18 +159,6 @@ void BM_AttentionFwd(benchmark::State& state) {
   state.counters["exec_FLOPS"] = benchmark::Counter(exec_flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// The forward's output as the backward takes it: in T (bf16: rounded once).
-template <class T>
-kk::View3<T> stored_output(const kk::View3<kk::acc_t<T>>& o) {
-  if constexpr (std::is_same<T, kk::acc_t<T>>::value) {
-    return o;
-  } else {
-    kk::View3<T> s("o_stored", o.extent(0), o.extent(1), o.extent(2));
-    kk::convert_view<T, kk::acc_t<T>>(s, o);
-    return s;
-  }
-}
-
 template <class T, Isa isa = Isa::Auto>
 void BM_AttentionBwd(benchmark::State& state) {
   using A = kk::acc_t<T>;
@@ -184,7 +172,7 @@ void BM_AttentionBwd(benchmark::State& state) {
   kk::View2<A> lse("lse", S, kHeads);
   fill_random(dout, 14);
   kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse);
-  const kk::View3<T> os = stored_output<T>(o);
+  const kk::View3<T> os = kk::as_stored<T>(o);
   Kokkos::fence();
   double exec_flops = 0;
   // dq, dk, dv accumulate across iterations; the cost does not depend on their values.
