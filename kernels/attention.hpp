@@ -95,6 +95,9 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
 // flags); any other value throws std::invalid_argument. Only the tiled implementation and
 // an even head_dim have the avx512_bf16 path; the rest runs plain.
 std::string attention_isa();
+// The check of MINICP_ATTENTION_ISA a program makes while it parses (so a bad value is bad
+// input, refused before anything runs): "" when attention_isa() accepts it, else its message.
+std::string attention_isa_error();
 
 // bf16 is implemented on its own (attention.cpp); declared so every caller links to it.
 template <>

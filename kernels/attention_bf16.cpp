@@ -41,6 +41,15 @@ std::string attention_isa() {
                               "\": not one of plain (unset: the path is chosen from the CPU flags)");
 }
 
+std::string attention_isa_error() {
+  try {
+    attention_isa();
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
 }  // namespace minicp::kernels
 
 #ifdef MINICP_HAVE_AVX512BF16
@@ -285,6 +294,21 @@ struct Bf16Engine {
 #endif
 
 namespace minicp::kernels::detail {
+
+bool bf16_tile_products(int M, int N, int K, int products) {
+#ifdef MINICP_HAVE_AVX512BF16
+  if (attention_isa() != "avx512_bf16") return false;
+  const std::vector<bf16> a(size_t(M) * K, bf16(1.0f)), b(size_t(K) * N, bf16(0.5f));
+  std::vector<bf16> bp(tiled::dot::packed_size(K, N));
+  std::vector<float> c(size_t(M) * N);
+  tiled::dot::pack(K, N, b.data(), N, bp.data());
+  for (int p = 0; p < products; ++p) tiled::dot::gemm(M, N, K, a.data(), K, 2, bp.data(), c.data(), N, p > 0);
+  return true;
+#else
+  (void)M, (void)N, (void)K, (void)products;
+  return false;
+#endif
+}
 
 template <>
 AttnStats attention_fwd_tiled<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask,

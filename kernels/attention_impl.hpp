@@ -27,6 +27,12 @@ AttnStats attention_bwd_tiled<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16>
                                     CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                                     View3<float> dv, float scale, int tile_q, int tile_k);
 
+// The bf16 tile kernel on its own, for the GEMM ceiling (ceiling.cpp): `products` products
+// C (M, N) = A (M, K) B (K, N) of in-cache bf16 tiles, B packed once, on the calling thread,
+// as the forward's score product runs them. False (nothing run) where attention_isa() is not
+// "avx512_bf16": bf16 attention then widens to fp32 and has no tile kernel of its own.
+bool bf16_tile_products(int M, int N, int K, int products);
+
 // Delta[i,h] = sum_d dout[i,h,d] * o[i,h,d] (the softmax-backward row term), in acc_t<T>.
 template <class T>
 View2<acc_t<T>> attention_delta(CView3<T> o, CView3<T> dout);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/attention_impl.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/tile_gemm.hpp"
 
@@ -68,7 +69,16 @@ double tile_gemm_rate(const std::function<void()>& sync) {
   }
 }
 
-double bf16_tile_gemm_rate(const std::function<void()>&) { return 0; }
+// The same products on the bf16 tile kernel; 0 where there is none (detail::bf16_tile_products).
+double bf16_tile_gemm_rate(const std::function<void()>& sync) {
+  constexpr int M = 128, N = 256, K = 128, kProducts = 256;
+  if (!kHostExec || !detail::bf16_tile_products(M, N, K, 1)) return 0;
+  const int threads = int(HostExec().concurrency());
+  return best_rate(gemm_flops(M, N, K) * kProducts * threads, 3, sync, [&] {
+    Kokkos::parallel_for("kernels::ceiling::tile_bf16", Kokkos::RangePolicy<HostExec>(0, threads),
+                         [&](const int) { detail::bf16_tile_products(M, N, K, kProducts); });
+  });
+}
 
 double GemmCeiling::best() const { return std::max({blas_square, blas_layer, tile}); }
 double Bf16GemmCeiling::best() const { return std::max({square, layer, tile}); }

@@ -36,15 +36,15 @@ GemmCeiling measure_gemm_ceiling(GemmShape layer, const std::function<void()>& s
 struct Bf16GemmCeiling {
   double square = 0;  // gemm<bf16> 2048^3, best of 3 after a warm-up
   double layer = 0;   // gemm<bf16> at the layer's largest GEMM shape, best of 3; 0: no shape given
-  double tile = 0;    // the bf16 attention tile kernel (bf16_tile_gemm_rate); 0 while there is none
+  double tile = 0;    // the bf16 attention tile kernel (bf16_tile_gemm_rate); 0 where there is none
   double best() const;
 };
 
 // gemm<bf16> at shape s, timed as blas_gemm_rate.
 double bf16_gemm_rate(GemmShape s, const std::function<void()>& sync);
-// The hook for the bf16 attention tile kernel: its rate on every thread, measured as
-// tile_gemm_rate measures the fp32 one. 0 (not part of the ceiling) while the bf16 attention
-// widens to fp32 and runs the fp32 tiles.
+// The bf16 attention tile kernel's rate on every thread, measured as tile_gemm_rate measures
+// the fp32 one. 0 (not part of the ceiling) where bf16 attention widens to fp32 and runs the
+// fp32 tiles (attention_isa() "plain") and off the host.
 double bf16_tile_gemm_rate(const std::function<void()>& sync);
 
 // All three (layer skipped for an empty shape). Takes about 0.1-1 s.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/attention.hpp"
+#include "tests/env_override.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
 
@@ -289,30 +290,7 @@ TEST(LseMerge, BothEmptyGivesZeroNotNaN) {
 // held within twice the plain path's, or one bf16 ulp (2^-8) of the largest entry.
 using kernels::bf16;
 constexpr const char* kIsaVar = "MINICP_ATTENTION_ISA";
-
-// Sets (or, with nullptr, clears) an environment variable for a scope.
-class EnvOverride {
- public:
-  EnvOverride(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvOverride() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using test::EnvOverride;
 
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) && (defined(__clang__) || __GNUC__ >= 10)

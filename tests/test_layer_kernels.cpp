@@ -2,10 +2,12 @@
 // bf16 rounding and conversion, and the same kernels on bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
+#include "kernels/attention.hpp"
 #include "kernels/ceiling.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/fast_exp.hpp"
@@ -14,6 +16,7 @@
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "kernels/tile_gemm.hpp"
+#include "tests/env_override.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
 
@@ -489,14 +492,21 @@ TEST(Bf16LayerKernels, SwiGlu) {
   expect_bf16_close(test::to_vec(Y), ref::swiglu(a.vals, b.vals), 4e-7 + 4 * kU32, 0, "swiglu");
 }
 
-// The bf16 ceiling: gemm<bf16> rates at 2048^3 and at a layer shape, the tile hook not yet
-// counted, best() the largest.
+// The bf16 ceiling: gemm<bf16> rates at 2048^3 and at a layer shape, the bf16 attention
+// tiles where they run (attention_isa() avx512_bf16; none on the plain path), best() the largest.
 TEST(Bf16Ceiling, ComponentsAndBest) {
   const kernels::Bf16GemmCeiling c = kernels::measure_bf16_gemm_ceiling({256, 512, 128}, [] {});
   EXPECT_GT(c.square, 1e8) << "gemm<bf16> 2048^3 in FLOP/s";
   EXPECT_GT(c.layer, 1e8) << "gemm<bf16> at the layer shape";
-  EXPECT_EQ(c.tile, 0.0) << "no bf16 tile kernel yet";
-  EXPECT_EQ(c.best(), std::max(c.square, c.layer));
+  if (kernels::attention_isa() == "avx512_bf16")
+    EXPECT_GT(c.tile, 1e8) << "the bf16 tile kernel in FLOP/s";
+  else
+    EXPECT_EQ(c.tile, 0.0) << "the plain path has no bf16 tile kernel";
+  EXPECT_EQ(c.best(), std::max({c.square, c.layer, c.tile}));
+  {
+    const test::EnvOverride plain("MINICP_ATTENTION_ISA", "plain");
+    EXPECT_EQ(kernels::bf16_tile_gemm_rate([] {}), 0.0) << "MINICP_ATTENTION_ISA=plain: no bf16 tile kernel";
+  }
   EXPECT_EQ(kernels::measure_bf16_gemm_ceiling({0, 0, 0}, [] {}).layer, 0.0) << "no layer shape: no layer rate";
 }
 }  // namespace

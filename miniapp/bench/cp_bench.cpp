@@ -25,6 +25,8 @@
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
 #include "harness/stats.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/gemm.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "miniapp/run/dtype.hpp"
 
@@ -130,6 +132,7 @@ Plan parse(const hn::Args& a) {
                  "the run starts, the new one renamed into place at the end)");
   app.footer("Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.");
   hn::parse(app, a);
+  if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
 
   if (o.dtype != "f32" && o.dtype != "f64" && o.dtype != "bf16")
     throw UsageError("--dtype '" + o.dtype + "': must be one of f32, f64, bf16");
@@ -386,6 +389,8 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   js["ranks"] = P;
   js["threads"] = threads;
   js["dtype"] = o.dtype;
+  js["gemm_bf16_engine"] = kernels::gemm_bf16_engine();
+  js["attention_isa"] = kernels::attention_isa();
   js["seq_len"] = cfg.seq_len;
   js["heads"] = cfg.heads;
   js["kv_heads"] = cfg.kv_heads;

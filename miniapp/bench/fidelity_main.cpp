@@ -76,6 +76,7 @@ void parse(const hn::Args& a) {
   app.add_option("--out", p.out, "the JSON file (rank 0; required)")->required();
   app.footer("Exit status: 0 ok, 2 bad command line.");
   hn::parse(app, a);
+  if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
   p.scheme_list = split(p.schemes), p.mask_list = split(p.masks), p.level_list = split(p.levels);
   check_each("--schemes", p.scheme_list, names);
   if (p.scheme_list == std::vector<std::string>{"all"}) p.scheme_list.assign(names.begin() + 1, names.end());
@@ -151,6 +152,7 @@ int run(const hn::Args& a) {
     hn::Json doc{{"file_kind", "minicp fidelity"},
                  {"ranks", P},
                  {"gemm_bf16_engine", kernels::gemm_bf16_engine()},
+                 {"attention_isa", kernels::attention_isa()},
                  {"rows", rows},
                  {"skipped", skipped}};
     hn::write_json("--out", p.out, doc);

@@ -16,6 +16,7 @@
 
 #include "harness/input.hpp"
 #include "harness/main.hpp"
+#include "kernels/attention.hpp"
 
 namespace minicp::run {
 namespace {
@@ -414,6 +415,7 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   if (!bad.empty()) throw UsageError(bad);
   check_mask(d);
   check_bf16_keys(d);
+  if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
   expand_schemes(d);
   check_sizes(d, world, any_ranks);
   d.resolved = resolved_toml(d);

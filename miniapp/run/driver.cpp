@@ -23,6 +23,7 @@
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
 #include "harness/watchdog.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/types.hpp"
 #include "miniapp/model/layer.hpp"
@@ -376,7 +377,8 @@ std::vector<std::string> kind_names() {
 
 // The start-up line, and a warning when the BLAS runs below what the CPU offers.
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
-  const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() + ")" : p.deck.dtype;
+  const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() +
+                                                         ", attention: " + kernels::attention_isa() + ")" : p.deck.dtype;
   std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, BLAS %s, SGEMM %.1f GFLOP/s per rank%s\n",
               p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), dtype.c_str(),
               blas.summary().c_str(), sgemm / 1e9,

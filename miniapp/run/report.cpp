@@ -91,6 +91,7 @@ void build_attrs(output::Attrs& r) {
   r.text["gemm_backend"] = kernels::gemm_backend();
   r.text["gemm_bf16_engine"] = kernels::gemm_bf16_engine();
   r.text["onednn_version"] = kernels::onednn_version();
+  r.text["attention_isa"] = kernels::attention_isa();
 }
 
 void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
