@@ -33,11 +33,15 @@ T resolve_scale(const AttnOptions& opt, int64_t D) {
   return opt.scale != 0.0 ? T(opt.scale) : T(1.0 / std::sqrt(double(D)));
 }
 
-bool use_tiled(const AttnOptions& opt) {
+// The implementation a call runs: Auto is tiled on the host, team on a device.
+AttnImpl resolve_impl(const AttnOptions& opt) {
   if (opt.impl == AttnImpl::Tiled && !kHostExec)
     throw std::invalid_argument("attention: the tiled implementation needs a host execution space");
-  return opt.impl == AttnImpl::Tiled || (opt.impl == AttnImpl::Auto && kHostExec);
+  if (opt.impl != AttnImpl::Auto) return opt.impl;
+  return kHostExec ? AttnImpl::Tiled : AttnImpl::Team;
 }
+bool use_tiled(const AttnOptions& opt) { return resolve_impl(opt) == AttnImpl::Tiled; }
+bool use_team(const AttnOptions& opt) { return resolve_impl(opt) == AttnImpl::Team; }
 
 // bf16 on its own tiled kernel: where the CPU has AVX512-BF16 and pairs of a head's entries
 // are whole 4-byte words (even head_dim); otherwise the inputs are widened (the plain path).
@@ -76,6 +80,7 @@ AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& m
   check_fwd<T>(q, k, v, mask, o, lse);
   const T scale = resolve_scale<T>(opt, q.extent(2));
   if (use_tiled(opt)) return detail::attention_fwd_tiled<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k);
+  if (use_team(opt)) return detail::attention_fwd_team<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k, opt.team_size);
   return detail::attention_fwd_portable<T>(q, k, v, mask, o, lse, scale);
 }
 
@@ -87,10 +92,15 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
   const T scale = resolve_scale<T>(opt, q.extent(2));
   if (use_tiled(opt))
     return detail::attention_bwd_tiled<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k);
+  if (use_team(opt))
+    return detail::attention_bwd_team<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k,
+                                         opt.team_size);
   return detail::attention_bwd_portable<T>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale);
 }
 
-bool attention_bf16_widens(int head_dim) { return !use_bf16_tiles(AttnOptions{}, head_dim); }
+bool attention_bf16_widens(int head_dim) {
+  return !use_bf16_tiles(AttnOptions{}, head_dim) && !use_team(AttnOptions{});
+}
 
 namespace {
 // A bf16 tensor widened to fp32 in a fresh View of the same shape.
@@ -102,8 +112,9 @@ View3<float> widen(CView3<bf16> x, const char* label) {
 }
 }  // namespace
 
-// The plain path: bf16 inputs widened to fp32 and the fp32 kernels run, so the products are
-// those of the rounded inputs, accumulated in fp32.
+// bf16: the bf16 tiles (AVX512-BF16), or the team kernel (it reads bf16 and computes in
+// fp32), or the plain path: bf16 inputs widened to fp32 and the fp32 kernels run, so the
+// products are those of the rounded inputs, accumulated in fp32.
 template <>
 AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
                               View2<float> lse, const AttnOptions& opt) {
@@ -111,6 +122,11 @@ AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, co
     check_fwd<bf16>(q, k, v, mask, o, lse);
     return detail::attention_fwd_tiled<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)), opt.tile_q,
                                              opt.tile_k);
+  }
+  if (use_team(opt)) {
+    check_fwd<bf16>(q, k, v, mask, o, lse);
+    return detail::attention_fwd_team<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)), opt.tile_q,
+                                            opt.tile_k, opt.team_size);
   }
   return attention_fwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), mask, o, lse, opt);
 }
@@ -123,6 +139,12 @@ AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CV
     check_bwd<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv);
     return detail::attention_bwd_tiled<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv,
                                              resolve_scale<float>(opt, q.extent(2)), opt.tile_q, opt.tile_k);
+  }
+  if (use_team(opt)) {
+    check_bwd<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv);
+    return detail::attention_bwd_team<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv,
+                                            resolve_scale<float>(opt, q.extent(2)), opt.tile_q, opt.tile_k,
+                                            opt.team_size);
   }
   return attention_bwd<float>(widen(q, "attn_q32"), widen(k, "attn_k32"), widen(v, "attn_v32"), widen(o, "attn_o32"),
                               lse, widen(dout, "attn_dout32"), mask, dq, dk, dv, opt);

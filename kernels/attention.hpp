@@ -1,10 +1,13 @@
 // Blockwise (flash) attention forward/backward with log-sum-exp, GQA, and masks decided
 // from GLOBAL query/key positions (causal, full, sliding window, packed documents), so
-// one call serves any CP layout and any ring step. Two implementations, one interface:
+// one call serves any CP layout and any ring step. Three implementations, one interface:
 //   tiled    - host only: tile products on a register-blocked kernel (tile_gemm.hpp), online
-//              softmax with a vectorised exp, fully masked tiles skipped. The fast path;
+//              softmax with a vectorised exp, fully masked tiles skipped. The host's path;
 //              bf16 on AVX512-BF16 dot products where the CPU has them (attention_isa()).
-//   portable - one Kokkos thread per (row, head), scalar loops; runs on any execution space.
+//   team     - the same flash algorithm in Kokkos hierarchical parallelism (a team per tile,
+//              tiles in team scratch), any execution space: the device's path.
+//   portable - one Kokkos thread per (row, head), scalar loops; a second implementation for
+//              the tests.
 // Tensors: q[Sq,H,D], k,v[Sk,Hkv,D], o[Sq,H,D], lse[Sq,H]; H % Hkv == 0 (head h uses kv
 // head h / (H/Hkv)). LSE is the natural log of sum_j exp(scale * q.k_j); -inf when no key
 // is visible, and then the output row is 0.
@@ -36,11 +39,13 @@ struct AttnMask {
   }
 };
 
-enum class AttnImpl { Auto, Tiled, Portable };
+// Auto: tiled on a host execution space, team on a device.
+enum class AttnImpl { Auto, Tiled, Portable, Team };
 
 struct AttnOptions {
   double scale = 0.0;          // softmax scale; 0 means 1/sqrt(D)
-  int tile_q = 0, tile_k = 0;  // tiled path tile sizes in tokens; 0 picks the default
+  int tile_q = 0, tile_k = 0;  // tiled and team tile sizes in tokens; 0 picks the default
+  int team_size = 0;           // team path: threads per team; 0 lets Kokkos choose (AUTO)
   AttnImpl impl = AttnImpl::Auto;
 };
 

@@ -133,8 +133,8 @@ double tolerance() {
 }
 
 template <class T>
-void run_case(const Case& c, AttnImpl impl) {
-  SCOPED_TRACE(c.name + (impl == AttnImpl::Tiled ? " tiled " : " portable ") +
+void run_case(const Case& c, AttnImpl impl, int team_size = 0) {
+  SCOPED_TRACE(c.name + (impl == AttnImpl::Tiled ? " tiled " : impl == AttnImpl::Team ? " team " : " portable ") +
                (std::is_same<T, float>::value ? "fp32" : "fp64"));
   const Inputs in = make_inputs(c);
   const auto ref_fwd = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
@@ -151,6 +151,7 @@ void run_case(const Case& c, AttnImpl impl) {
   kernels::AttnOptions opt;
   opt.impl = impl;
   opt.tile_q = opt.tile_k = c.tile;
+  opt.team_size = team_size;
 
   const auto st = kernels::attention_fwd<T>(q, k, v, mask, o, lse, opt);
   Kokkos::fence();
@@ -198,6 +199,11 @@ class AttentionCase : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionCase, TiledFp32) { run_case<float>(GetParam(), AttnImpl::Tiled); }
 TEST_P(AttentionCase, TiledFp64) { run_case<double>(GetParam(), AttnImpl::Tiled); }
 TEST_P(AttentionCase, PortableFp32) { run_case<float>(GetParam(), AttnImpl::Portable); }
+// The team kernel with teams of two threads where the pool has them (its barriers and the
+// dQ atomics then race for real), and with Kokkos's own team size.
+int two_if_possible() { return std::min(2, int(kernels::Exec().concurrency())); }
+TEST_P(AttentionCase, TeamFp32) { run_case<float>(GetParam(), AttnImpl::Team, two_if_possible()); }
+TEST_P(AttentionCase, TeamFp64) { run_case<double>(GetParam(), AttnImpl::Team); }
 TEST_P(AttentionCase, PortableFp64) { run_case<double>(GetParam(), AttnImpl::Portable); }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCase, ::testing::ValuesIn(cases()),
@@ -307,8 +313,9 @@ struct Bf16Out {
 };
 
 // Forward, then backward from the given stored o (bf16) and lse (fp32), on the path the
-// environment selects. dq, dk, dv start from nonzero values, so += is checked too.
-Bf16Out run_bf16(const Case& c, const Inputs& in, const Vec& o_stored, const Vec& lse_stored) {
+// environment selects (or impl's). dq, dk, dv start from nonzero values, so += is checked too.
+Bf16Out run_bf16(const Case& c, const Inputs& in, const Vec& o_stored, const Vec& lse_stored,
+                 AttnImpl impl = AttnImpl::Auto) {
   using V3 = kernels::View3<bf16>;
   using F3 = kernels::View3<float>;
   const auto q = test::make_view<V3>("q", in.q, c.Sq, c.H, c.D);
@@ -325,6 +332,7 @@ Bf16Out run_bf16(const Case& c, const Inputs& in, const Vec& o_stored, const Vec
   kernels::View2<float> lse("lse", c.Sq, c.H);
   kernels::AttnOptions opt;
   opt.tile_q = opt.tile_k = c.tile;
+  opt.impl = impl;
   Bf16Out r;
   r.fwd = kernels::attention_fwd<bf16>(q, k, v, device_mask(in.mask), o, lse, opt);
   r.bwd = kernels::attention_bwd<bf16>(q, k, v, o_in, lse_in, dout, device_mask(in.mask), dq, dk, dv, opt);
@@ -363,39 +371,69 @@ void expect_within_plain(const Vec& fast, const Vec& plain, const Vec& want, con
 
 class Bf16AttentionCase : public ::testing::TestWithParam<Case> {};
 
+// bf16 inputs of a case, their fp64 forward and what a training step stores of it, and the
+// fp64 gradients from that stored output.
+struct Bf16Problem {
+  Inputs in;
+  ref::AttnOut want;
+  Vec o_stored, lse_stored;
+  Grads want_g;
+};
+Bf16Problem bf16_problem(const Case& c) {
+  Bf16Problem p;
+  p.in = make_inputs(c);
+  for (Vec* x : {&p.in.q, &p.in.k, &p.in.v, &p.in.dout}) *x = test::bf16_rounded(*x);
+  p.want = ref::attention_fwd(p.in.q, p.in.k, p.in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, p.in.mask, p.in.scale);
+  p.o_stored = test::bf16_rounded(p.want.o);  // what a bf16 training step keeps of the output
+  p.lse_stored = p.want.lse;
+  for (double& x : p.lse_stored) x = double(float(x));
+  p.want_g = ref_backward(c, p.in, &p.o_stored);
+  return p;
+}
+
+// got within the plain path's bound on every tensor, empty rows 0, the same blocks and FLOPs.
+void expect_bf16_matches_plain(const Case& c, const Bf16Problem& p, const Bf16Out& got, const Bf16Out& plain,
+                               const std::string& path) {
+  expect_within_plain(got.o, plain.o, p.want.o, path + " O");
+  expect_within_plain(got.lse, plain.lse, p.want.lse, path + " LSE");
+  expect_within_plain(got.dq, plain.dq, p.want_g.dq, path + " dQ");
+  expect_within_plain(got.dk, plain.dk, p.want_g.dk, path + " dK");
+  expect_within_plain(got.dv, plain.dv, p.want_g.dv, path + " dV");
+  for (size_t r = 0; r < p.want.lse.size(); ++r) {
+    if (!std::isinf(p.want.lse[r])) continue;
+    for (int d = 0; d < c.D; ++d) EXPECT_EQ(got.o[r * c.D + d], 0.0) << path << " empty row " << r;
+  }
+}
+
+Bf16Out run_plain(const Case& c, const Bf16Problem& p) {
+  const EnvOverride force(kIsaVar, "plain");
+  return run_bf16(c, p.in, p.o_stored, p.lse_stored);
+}
+
 TEST_P(Bf16AttentionCase, FastWithinPlainBound) {
   const EnvOverride unset(kIsaVar, nullptr);  // the fast path wherever the CPU has it
   if (kernels::attention_isa() != "avx512_bf16")
     GTEST_SKIP() << "this CPU has no AVX512-BF16 (attention_isa() is plain)";
   const Case& c = GetParam();
-  Inputs in = make_inputs(c);
-  in.q = test::bf16_rounded(in.q), in.k = test::bf16_rounded(in.k), in.v = test::bf16_rounded(in.v),
-  in.dout = test::bf16_rounded(in.dout);
-  const auto want = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);
-  const Vec o_stored = test::bf16_rounded(want.o);  // what a bf16 training step keeps of the output
-  Vec lse_stored = want.lse;
-  for (double& x : lse_stored) x = double(float(x));
-  const Grads want_g = ref_backward(c, in, &o_stored);
-
-  const Bf16Out fast = run_bf16(c, in, o_stored, lse_stored);
-  const Bf16Out plain = [&] {
-    const EnvOverride force(kIsaVar, "plain");
-    return run_bf16(c, in, o_stored, lse_stored);
-  }();
+  const Bf16Problem p = bf16_problem(c);
+  const Bf16Out fast = run_bf16(c, p.in, p.o_stored, p.lse_stored);
+  const Bf16Out plain = run_plain(c, p);
   EXPECT_NE(fast.o, plain.o) << "the two paths must be distinct computations";
-  expect_within_plain(fast.o, plain.o, want.o, "O");
-  expect_within_plain(fast.lse, plain.lse, want.lse, "LSE");
-  expect_within_plain(fast.dq, plain.dq, want_g.dq, "dQ");
-  expect_within_plain(fast.dk, plain.dk, want_g.dk, "dK");
-  expect_within_plain(fast.dv, plain.dv, want_g.dv, "dV");
-  for (size_t r = 0; r < want.lse.size(); ++r) {
-    if (!std::isinf(want.lse[r])) continue;
-    for (int d = 0; d < c.D; ++d) EXPECT_EQ(fast.o[r * c.D + d], 0.0) << "empty row " << r;
-  }
+  expect_bf16_matches_plain(c, p, fast, plain, "avx512_bf16");
   EXPECT_EQ(fast.fwd.flops, plain.fwd.flops);
   EXPECT_EQ(fast.bwd.flops, plain.bwd.flops);
   EXPECT_EQ(fast.fwd.blocks_computed, plain.fwd.blocks_computed);
   EXPECT_EQ(fast.bwd.blocks_skipped, plain.bwd.blocks_skipped);
+}
+
+// The team kernel reads bf16 and computes in fp32 (the device's bf16 path): held to the same
+// bound as the AVX512-BF16 path, against the same plain path.
+TEST_P(Bf16AttentionCase, TeamWithinPlainBound) {
+  const Case& c = GetParam();
+  const Bf16Problem p = bf16_problem(c);
+  const Bf16Out team = run_bf16(c, p.in, p.o_stored, p.lse_stored, AttnImpl::Team);
+  const Bf16Out plain = run_plain(c, p);
+  expect_bf16_matches_plain(c, p, team, plain, "team");
 }
 
 std::vector<Case> bf16_cases() {

@@ -114,7 +114,9 @@ INSTANTIATE_TEST_SUITE_P(
                       AttnCase{"full_tiled", 9, 13, 2, 1, 8, false, 0, false, kernels::AttnImpl::Tiled},
                       AttnCase{"window_docs_tiled", 12, 12, 2, 2, 8, true, 3, true, kernels::AttnImpl::Tiled},
                       AttnCase{"causal_gqa_portable", 11, 11, 4, 2, 8, true, 0, false, kernels::AttnImpl::Portable},
-                      AttnCase{"window_docs_portable", 12, 12, 2, 2, 8, true, 3, true, kernels::AttnImpl::Portable}),
+                      AttnCase{"window_docs_portable", 12, 12, 2, 2, 8, true, 3, true, kernels::AttnImpl::Portable},
+                      AttnCase{"causal_gqa_team", 11, 11, 4, 2, 8, true, 0, false, kernels::AttnImpl::Team},
+                      AttnCase{"window_docs_team", 12, 12, 2, 2, 8, true, 3, true, kernels::AttnImpl::Team}),
     [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
 
 TEST(RmsNormGrad, MatchesFiniteDifferences) {
