@@ -43,11 +43,39 @@ Block classify(const AttnMask& m, const TileInfo& q, const TileInfo& k) {
   return full ? Block::Full : Block::Partial;
 }
 
+// The mask tests run down the contiguous direction of the tile (keys of a [q, k] tile, queries
+// of a transposed one) on the position and document arrays, so they vectorise; an
+// element-wise AttnMask::visible() here cost as much as the tile's products at 1024 rows.
 template <class T>
 void apply_mask(const AttnMask& m, T* s, int qs, int ks, int i0, int mq, int j0, int mk) {
-  for (int i = 0; i < mq; ++i)
-    for (int j = 0; j < mk; ++j)
-      if (!m.visible(i0 + i, j0 + j)) s[size_t(i) * qs + size_t(j) * ks] = neg_inf<T>();
+  const int64_t *qp = m.q_pos.data() + i0, *kp = m.k_pos.data() + j0;
+  const bool docs = m.has_docs();
+  const int32_t *qd = docs ? m.q_doc.data() + i0 : nullptr, *kd = docs ? m.k_doc.data() + j0 : nullptr;
+  const bool causal = m.causal || m.window > 0;
+  const int64_t W = m.window;
+  const T hidden = neg_inf<T>();
+  // One line of the tile: n entries of stride 1 against the fixed position p (document d) of
+  // the other side; keys_vary says whether the line's entries are keys (p is the query) or queries.
+  const auto line = [&](T* x, int n, const int64_t* pos, const int32_t* doc, int64_t p, int32_t d, bool keys_vary) {
+    if (keys_vary) {
+#pragma omp simd
+      for (int e = 0; e < n; ++e) {
+        const bool hide = (causal && pos[e] > p) || (W > 0 && pos[e] <= p - W) || (docs && doc[e] != d);
+        x[e] = hide ? hidden : x[e];
+      }
+    } else {
+#pragma omp simd
+      for (int e = 0; e < n; ++e) {
+        const bool hide = (causal && p > pos[e]) || (W > 0 && p <= pos[e] - W) || (docs && d != doc[e]);
+        x[e] = hide ? hidden : x[e];
+      }
+    }
+  };
+  if (ks == 1) {
+    for (int i = 0; i < mq; ++i) line(s + size_t(i) * qs, mk, kp, kd, qp[i], docs ? qd[i] : 0, true);
+  } else {
+    for (int j = 0; j < mk; ++j) line(s + size_t(j) * ks, mq, qp, qd, kp[j], docs ? kd[j] : 0, false);
+  }
 }
 
 // One online-softmax step for the n queries (columns) of a transposed score tile sT
