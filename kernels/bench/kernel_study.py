@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Kernel study (`make run`): one run of minicp-kernels-bench measuring SGEMM and fp32
 attention forward/backward, printed as ratios of attention useful FLOP/s to the SGEMM
-FLOP/s of the same run, plus a grep-able MINICP_KERNELS summary line."""
+FLOP/s of the same run, plus a grep-able MINICP_KERNELS summary line. Then the small blocks:
+the causal forward and backward, fp32 and bf16, at --small-seq rows against --seq rows (the
+same --small-head-dim), in alternated rounds: the rate a ring step's block of S/P rows keeps."""
 import argparse
 import json
 import os
@@ -21,12 +23,18 @@ def parse_args():
     p.add_argument("--gemm-n", type=int, default=2048, choices=[512, 1024, 2048], help="SGEMM size M=N=K")
     p.add_argument("--threads", type=int, default=0, help="OpenMP threads (0: OMP_NUM_THREADS or all cores)")
     p.add_argument("--min-time", type=float, default=0.5, help="Google Benchmark min time per case, seconds")
+    p.add_argument("--small-seq", type=int, default=1024, help="rows of the small-block cases, tokens; 0 skips them")
+    p.add_argument("--small-head-dim", type=int, default=64, help="head dimension D of the small-block cases")
+    p.add_argument("--small-rounds", type=int, default=2, help="alternated rounds of the small-block cases")
     a = p.parse_args()
-    for name in ("seq", "head_dim", "heads", "min_time"):
+    for name in ("seq", "head_dim", "heads", "min_time", "small_head_dim", "small_rounds"):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0 (got {getattr(a, name)})")
-    if a.long_seq < 0:
-        p.error(f"--long-seq must be >= 0 (got {a.long_seq})")
+    for name in ("long_seq", "small_seq"):
+        if getattr(a, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(a, name)})")
+    if a.small_head_dim % 2:
+        p.error(f"--small-head-dim must be even (got {a.small_head_dim})")
     return a
 
 
@@ -100,9 +108,46 @@ def main():
     line = " ".join([f"threads={threads}", f"sgemm_gflops={sgemm / 1e9:.1f}",
                      f"sgemm_spread={min(rates) / max(rates):.2f}"] +
                     [f"{k}={v:.3f}" for k, v in summary.items()])
+    if a.small_seq:
+        small, small_line = small_blocks(a, bench)
+        data["small_blocks"] = small
+        with open(a.out, "w") as f:
+            json.dump(data, f, indent=1)
+        line += " " + small_line
     print("MINICP_KERNELS " + line)
     print(f"kernel_study: JSON written to {a.out}")
     return 0
+
+
+def small_blocks(a, bench):
+    """Causal fwd/bwd, fp32 and bf16, at a.small_seq and a.seq rows (D = a.small_head_dim):
+    per round both sizes in one benchmark call, so each ratio compares neighbours in time."""
+    fams = ["BM_AttentionFwd", "BM_AttentionBwd", "BM_AttentionFwdBf16", "BM_AttentionBwdBf16"]
+    D = a.small_head_dim
+    filt = "|".join(f"{f}/({a.small_seq}|{a.seq})/{D}/1/" for f in fams)
+    rounds = []
+    for r in range(a.small_rounds):
+        out = bench(filt, [f"--seq={a.small_seq},{a.seq}", f"--head-dim={D}", "--causal=1", f"--heads={a.heads}"])
+        rate = {}
+        for b in out["benchmarks"]:
+            if b.get("run_type", "iteration") != "iteration":
+                continue
+            fam, S = b["name"].split("/")[:2]
+            rate[(fam, int(S))] = b["FLOPS"]
+        rounds.append({f"{fam}/{S}": v for (fam, S), v in rate.items()})
+        rounds[-1]["ratios"] = {fam: rate[(fam, a.small_seq)] / rate[(fam, a.seq)] for fam in fams}
+    print()
+    print(f"small blocks: causal, D={D}, {a.small_seq} rows against {a.seq} rows, useful GFLOP/s per round "
+          f"(goal: ratio >= 0.7)")
+    print(f"{'kernel':<22}{'round':>6}{f'S={a.small_seq}':>12}{f'S={a.seq}':>12}{'ratio':>8}")
+    for fam in fams:
+        for r, rd in enumerate(rounds):
+            print(f"{fam[3:]:<22}{r + 1:>6}{rd[f'{fam}/{a.small_seq}'] / 1e9:>12.1f}{rd[f'{fam}/{a.seq}'] / 1e9:>12.1f}"
+                  f"{rd['ratios'][fam]:>8.2f}")
+    names = {"BM_AttentionFwd": "fwd_f32", "BM_AttentionBwd": "bwd_f32", "BM_AttentionFwdBf16": "fwd_bf16",
+             "BM_AttentionBwdBf16": "bwd_bf16"}
+    line = " ".join(f"small_{names[f]}_min={min(rd['ratios'][f] for rd in rounds):.3f}" for f in fams)
+    return {"seq": a.small_seq, "large_seq": a.seq, "head_dim": D, "rounds": rounds}, line
 
 
 if __name__ == "__main__":
