@@ -314,6 +314,15 @@ std::string flag_value(int argc, char** argv, const std::string& flag) {
   return "";
 }
 
+std::string deck_fabric(const std::string& path) {
+  try {
+    const toml::table t = toml::parse(read_input_file(path, kDeckFile), path);
+    return t["run"]["fabric"].value_or(std::string());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 int apply_fabric(const char* prog, const FabricRequest& req) {
   if (req.name.empty()) return -1;
   std::string msg;

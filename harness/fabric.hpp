@@ -75,6 +75,10 @@ struct FabricRequest {
 };
 // The value of `--flag V` or `--flag=V` in argv ("" when absent).
 std::string flag_value(int argc, char** argv, const std::string& flag);
+// The run.fabric value of the input deck at path ("" when it names none or cannot be read:
+// the deck's own reading reports what is wrong with it). Here, with the profiles' TOML
+// reading, so that the callers need no TOML parser of their own.
+std::string deck_fabric(const std::string& path);
 
 // Before MPI_Init: loads the requested profile, checks its requirements and puts its settings
 // into the environment. A variable already set to another value (mpirun --mca, -x, the user's

@@ -25,5 +25,9 @@ template void convert<bf16, double>(bf16*, const double*, int64_t);
 template void convert<double, bf16>(double*, const bf16*, int64_t);
 template void convert<float, double>(float*, const double*, int64_t);
 template void convert<double, float>(double*, const float*, int64_t);
+// Same type (a copy): the CP schemes' generic paths name convert<T, acc_t<T>> for every T, and
+// nvcc keeps those references where g++ drops them as unreachable.
+template void convert<float, float>(float*, const float*, int64_t);
+template void convert<double, double>(double*, const double*, int64_t);
 
 }  // namespace minicp::kernels

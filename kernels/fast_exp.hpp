@@ -13,18 +13,25 @@
 namespace minicp::kernels {
 namespace detail {
 constexpr float kExpLo = -87.3f, kExpHi = 88.3f;
-// exp(xc - n ln2) for |xc - n ln2| <= ln2/2, on a float or on lanes of floats.
-template <class V>
-KOKKOS_INLINE_FUNCTION V exp_reduced(V xc, V n) {
-  V r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  V p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  return p * r * r + r + 1.0f;
-}
+// exp(xc - n ln2) for |xc - n ln2| <= ln2/2, on a float (exp_reduced, callable from kernels)
+// or on lanes of floats (exp_reduced_lanes, host code only: device code cannot hold GCC vector
+// types, not even in an instantiation it never calls). One text, so both do the same
+// operations in the same order.
+#define MINICP_EXP_REDUCED(FN, NAME)               \
+  template <class V>                               \
+  FN V NAME(V xc, V n) {                           \
+    V r = xc - n * 0.693359375f;                   \
+    r = r + n * 2.12194440e-4f;                    \
+    V p = r * 1.9875691500e-4f + 1.3981999507e-3f; \
+    p = p * r + 8.3334519073e-3f;                  \
+    p = p * r + 4.1665795894e-2f;                  \
+    p = p * r + 1.6666665459e-1f;                  \
+    p = p * r + 5.0000001201e-1f;                  \
+    return p * r * r + r + 1.0f;                   \
+  }
+MINICP_EXP_REDUCED(KOKKOS_INLINE_FUNCTION, exp_reduced)
+MINICP_EXP_REDUCED(inline, exp_reduced_lanes)
+#undef MINICP_EXP_REDUCED
 }  // namespace detail
 
 // Callable from kernels (KOKKOS_INLINE_FUNCTION): the swiglu gate uses it.
@@ -66,7 +73,7 @@ inline f16 exp_fast(f16 x) {
   xc = select(xc < hi, xc, hi);
   const f16 t = xc * 1.44269504088896341f;
   const i16 ni = __builtin_convertvector(t + select(t >= 0.0f, splat(0.5f), splat(-0.5f)), i16);
-  const f16 res = detail::exp_reduced(xc, __builtin_convertvector(ni, f16)) * (f16)((ni + 127) << 23);
+  const f16 res = detail::exp_reduced_lanes(xc, __builtin_convertvector(ni, f16)) * (f16)((ni + 127) << 23);
   return select(x < lo, splat(0.0f), res);
 }
 }  // namespace simd

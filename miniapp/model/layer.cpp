@@ -66,6 +66,17 @@ Rows rows_of(const StackConfig& cfg) {
   return {shard, 0};
 }
 
+// out = a + b, all whole [N, C] allocations. Outside Stack<T>::Impl: nvcc refuses an extended
+// lambda defined inside a private nested class.
+template <class T>
+void residual_add(kernels::View2<T> out, kernels::CView2<T> a, kernels::CView2<T> b) {
+  using A = kernels::acc_t<T>;
+  T* o = out.data();
+  const T *pa = a.data(), *pb = b.data();
+  kernels::for_each_index(
+      "model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = T(A(pa[i]) + A(pb[i])); });
+}
+
 }  // namespace
 
 int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem) {
@@ -326,12 +337,7 @@ struct Stack<T>::Impl {
     t.s[int(Phase::Other)] = std::max(0.0, MPI_Wtime() - t_layer - t.total());
   }
 
-  static void add(View2<T> out, CV2 a, CV2 b) {  // out = a + b, all whole [N, C] allocations
-    T* o = out.data();
-    const T *pa = a.data(), *pb = b.data();
-    kernels::for_each_index(
-        "model::residual", int64_t(out.span()), KOKKOS_LAMBDA(const int64_t i) { o[i] = T(A(pa[i]) + A(pb[i])); });
-  }
+  static void add(View2<T> out, CV2 a, CV2 b) { residual_add<T>(out, a, b); }
 
   // One GEMM of phase p as its own timed kernel event: C = op(X) op(Y) + beta C. C is T (an
   // activation or its gradient) or A (a weight gradient: kernels::gemm_acc).

@@ -3,8 +3,6 @@
 
 #include <mpi.h>
 
-#include <toml++/toml.h>
-
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
@@ -95,12 +93,9 @@ hn::FabricRequest requested_fabric(int argc, char** argv) {
     return {from_set, "--set run.fabric"};
   }
   if (deck.empty()) return {};
-  try {
-    const toml::table t = toml::parse(hn::read_input_file(deck, hn::kDeckFile), deck);
-    return {t["run"]["fabric"].value_or(std::string()), "run.fabric"};
-  } catch (const std::exception&) {
-    return {};
-  }
+  const std::string f = hn::deck_fabric(deck);
+  if (f.empty()) return {};
+  return {f, "run.fabric"};
 }
 
 double parse_size(const std::string& s) {
