@@ -145,6 +145,13 @@ def environment(a):
     return env
 
 
+def load_1min():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
 def run(cmd, env, what):
     print("+ " + " ".join(cmd), flush=True)
     t0 = time.perf_counter()
@@ -264,8 +271,13 @@ def main(argv):
     for rnd in range(1, a.rounds + 1):
         r = {"round": rnd}
         for dt in ("bf16", "f32"):
+            # The load average before each run: another job on the cores shows as a load
+            # above this study's own (one program of --threads threads at a time).
+            load_m = load_1min()
             m = run_minicp(a, dt, rnd)
+            load_q = load_1min()
             q = run_peer(a, dt)
+            m["load_1min_before"], q["load_1min_before"] = load_m, load_q
             if abs(q["useful_flops"] - m["useful_flops"]) > 1e-9 * m["useful_flops"]:
                 raise SystemExit(f"peer_study.py: PyTorch's layers count {q['useful_flops']:.0f} FLOPs per step, "
                                  f"miniCP's {m['useful_flops']:.0f}: not the same shapes")
@@ -308,6 +320,8 @@ def main(argv):
         "rounds": rounds,
     }
     res["summary"] = summarise(rounds)
+    loads = [r[f"{side}_{dt}"]["load_1min_before"] for r in rounds for side in ("minicp", "peer") for dt in ("bf16", "f32")]
+    res["summary"]["load_1min_max"] = max(loads)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     p = res["platform"]
@@ -321,6 +335,9 @@ def main(argv):
     print(f"MINICP_PEER_STUDY S={a.seq_len} threads={a.threads} rounds={a.rounds} "
           f"bf16_ratio={s['bf16']['speed_ratio_median']:.3f} ({s['bf16']['speed_ratio_min']:.3f}-{s['bf16']['speed_ratio_max']:.3f}) "
           f"f32_ratio={s['f32']['speed_ratio_median']:.3f} ({s['f32']['speed_ratio_min']:.3f}-{s['f32']['speed_ratio_max']:.3f})")
+    if max(loads) > a.threads + 0.75:
+        print(f"peer_study: WARNING: the 1-minute load average reached {max(loads):.2f} before a run "
+              f"({a.threads} threads of this study's): other work shared the cores")
     print(f"peer_study: wrote {a.out}")
     return 0
 
