@@ -1,5 +1,6 @@
 # Thin wrapper over CMake (the targets there are the source of truth).
 #   make deps   install what miniCP needs (Debian 12; idempotent)
+#   make peer-deps  the peer study's PyTorch (python3-torch 1.13.1 from Debian; opt-in, not in deps)
 #   make        configure + build into build/, executables in build/bin/
 #   make test   build, then run ctest (output shown on failure)
 #   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file)
@@ -10,6 +11,9 @@
 #                        (ranks oversubscribe the cores; minutes; `make plots RUN=results/fidelity.json` draws it)
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 105 minutes), into results/fabric/
+#   make peer-study  the cpu-small layer in miniCP (`none`, 1 rank x PEER_THREADS threads) and in PyTorch,
+#                    bf16 and fp32 alternated, PEER_ROUNDS rounds at S = PEER_S (needs make peer-deps;
+#                    about 5 minutes), into results/peer.json (PEER_ARGS: more of peer_study.py's flags)
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
 #   make model-check  the model's predictions against results/default.h5 and the fabric study's files (those present)
@@ -36,12 +40,15 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study report plots format sanitize clean
+.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
 
 all: build
 
 deps:
 	@./tools/deps.sh
+
+peer-deps:
+	@./tools/deps.sh --peer
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -89,6 +96,13 @@ cp-study: build
 fidelity-study: build
 	$(PY) miniapp/bench/fidelity_study.py --fidelity $(BUILD)/bin/minicp-fidelity --mpiexec $(MPIRUN) \
 	  --out results/fidelity.json $(FIDELITY_ARGS)
+
+PEER_S ?= 4096
+PEER_ROUNDS ?= 3
+PEER_THREADS ?= 2
+peer-study: build
+	$(PY) miniapp/bench/peer_study.py --minicp $(BUILD)/bin/minicp --seq-len $(PEER_S) --rounds $(PEER_ROUNDS) \
+	  --threads $(PEER_THREADS) --out results/peer.json $(PEER_ARGS)
 
 scaling-study: build
 	$(PY) slurm/scaling-study $(SCALING_ARGS)

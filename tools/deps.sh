@@ -2,6 +2,9 @@
 # Installs everything miniCP needs on Debian 12 (bookworm); idempotent, quick when done.
 # Debian packages first, then an OpenMP-enabled Kokkos 3.4.01 under $MINICP_KOKKOS_PREFIX
 # built from bookworm's trilinos source package (Debian's own Kokkos is Serial-only).
+#   tools/deps.sh          what miniCP needs (make deps)
+#   tools/deps.sh --peer   only the peer study's PyTorch (python3-torch 1.13.1, about 1 GB
+#                          with its libraries; make peer-deps): not part of make deps
 set -euo pipefail
 
 KOKKOS_PREFIX=${MINICP_KOKKOS_PREFIX:-/opt/minicp/kokkos-openmp}
@@ -22,19 +25,38 @@ PKGS=(
   slurm-wlm munge iproute2
 )
 
-missing=()
-for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
+PEER_PKGS=(python3-torch)
+
+# install_missing NAME PKG...: apt-get installs those of PKG not installed yet.
+install_missing() {
+  local what=$1 p
+  shift
+  local missing=()
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    echo "deps: $what present"
   fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "deps: installing ${missing[*]}"
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  echo "deps: Debian packages present"
-fi
+}
+
+case "${1:-}" in
+  "") ;;
+  --peer)
+    install_missing "the peer study's packages (${PEER_PKGS[*]})" "${PEER_PKGS[@]}"
+    exit 0 ;;
+  *)
+    echo "deps.sh: unknown option '$1' (allowed: none, or --peer)" >&2
+    exit 2 ;;
+esac
+
+install_missing "Debian packages" "${PKGS[@]}"
 
 if [ -f "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake" ] || \
    [ -f "$KOKKOS_PREFIX/lib64/cmake/Kokkos/KokkosConfig.cmake" ]; then
