@@ -187,7 +187,7 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
   p.dout = draw(4, size_t(p.Sq) * heads * head_dim, 1.0);
   const Outputs ref = reference(p);
   const cp::SchemeInfo& none = cp::find("none");
-  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory), 1);
   const cp::Shard sh = info.shard(c, comm.world().rank);
   const cp::Shard all = none.shard(
       [&] {
@@ -290,7 +290,7 @@ std::vector<Row> layer_rows(const std::string& scheme, const Mask& mask, int64_t
   model::StackConfig one = cfg;
   one.attn.ranks = 1;
   const cp::SchemeInfo& none = cp::find("none");
-  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory), 1);
   const LayerOut ref = run_stack<double>(one, none, *self);
   const bool root = comm.world().rank == 0;
   const auto params = model::layer_params(shape);

@@ -373,7 +373,8 @@ std::vector<std::string> kind_names() {
 // The start-up line, and a warning when the BLAS runs below what the CPU offers.
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
   const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() +
-                                                         ", attention: " + kernels::attention_isa() + ")" : p.deck.dtype;
+                                                         ", attention: " + kernels::attention_isa() + ")"
+                                                   : p.deck.dtype;
   std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, BLAS %s, SGEMM %.1f GFLOP/s per rank%s\n",
               p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), dtype.c_str(),
               blas.summary().c_str(), sgemm / 1e9,
@@ -430,7 +431,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
     if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
     return;
   }
-  auto comm = comm::make_mpi_comm(rs.prog.progress, rs.prog.poll_us, {}, comm::Staging::Direct, P);
+  auto comm = comm::make_mpi_comm(rs.prog.progress, rs.prog.poll_us, {}, comm::staging_for(kernels::kHostMemory), P);
   comm->trace().set_enabled(false);
   const std::string dump = &c == &rs.p.cases.front() ? rs.p.o.dump : "";  // --dump: the first case
   if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
