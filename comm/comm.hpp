@@ -160,10 +160,16 @@ std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, 
 // the flag, the value and what is allowed.
 std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag);
 
-#ifdef MINICP_ENABLE_NCCL
-// NCCL backend (device buffers); throws std::runtime_error when no CUDA device is visible.
-std::unique_ptr<Communicator> make_nccl_comm();
-#endif
+// Why this process cannot use the NCCL backend ("" when it can): a build without
+// MINICP_ENABLE_NCCL, no CUDA device visible, or more ranks on the node than GPUs (NCCL
+// refuses two ranks on one device).
+std::string nccl_unavailable(int ranks_on_node);
+// NCCL backend (device buffers; MINICP_ENABLE_NCCL builds). Its world is every MPI rank, or
+// with group_size > 0 the group of group_size consecutive ranks this rank belongs to (as
+// make_mpi_comm). compute_stream: the cudaStream_t the tensors are computed on; each
+// operation waits for the work queued there so far (an event, no host wait), or with none
+// for the whole device. Throws std::runtime_error where nccl_unavailable() is not "".
+std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr);
 
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);

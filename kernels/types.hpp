@@ -21,6 +21,16 @@ constexpr bool kHostExec = std::is_same<Exec, HostExec>::value;
 // GPU-aware support or host staging, comm::staging_for).
 constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible;
 
+// The CUDA stream the default execution space queues its kernels on (cudaStream_t), for a
+// communicator that must order its transfers after them; nullptr off CUDA.
+inline void* compute_stream() {
+#ifdef KOKKOS_ENABLE_CUDA
+  return static_cast<void*>(Exec().cuda_stream());
+#else
+  return nullptr;
+#endif
+}
+
 template <class T>
 using View1 = Kokkos::View<T*, Kokkos::LayoutRight, Mem>;
 template <class T>
