@@ -142,4 +142,13 @@ Topology Communicator::node_topology(const void* mpi_comm) {
   return t;
 }
 
+#ifndef MINICP_ENABLE_NCCL
+std::string nccl_unavailable(int) {
+  return "this build has no NCCL backend (configure with -DMINICP_ENABLE_NCCL=ON, or -DMINICP_ENABLE_CUDA=ON)";
+}
+std::unique_ptr<Communicator> make_nccl_comm(int, void*) {
+  throw std::runtime_error("nccl backend: " + nccl_unavailable(1));
+}
+#endif
+
 }  // namespace minicp::comm

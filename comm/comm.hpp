@@ -30,8 +30,8 @@ enum class Progress { None, Thread };
 
 // A set of ranks that communicate together (a sub-communicator). Ranks are group ranks.
 struct Group {
-  int id = 0;            // small integer recorded in trace events
-  std::string name;      // "world", "ring", "ulysses", "node", "cross"
+  int id = 0;        // small integer recorded in trace events
+  std::string name;  // "world", "ring", "ulysses", "node", "cross"
   int rank = 0, size = 1;
   std::vector<int> world_ranks;  // world rank of each group rank
   void* native = nullptr;        // backend handle (MPI_Comm*)
@@ -44,9 +44,9 @@ struct Topology {
   int local_rank = 0, local_size = 1;  // this rank among its node's ranks (in world-rank order)
   int node = 0;                        // this rank's node, 0..nodes-1; nodes ordered by their lowest world rank
   int nodes = 1;
-  int min_local_size = 1;              // fewest ranks on any node
-  std::vector<std::string> hosts;      // one host name per node (MPI_Get_processor_name), index = node
-  std::vector<int> node_of_rank;       // node index of every world rank
+  int min_local_size = 1;          // fewest ranks on any node
+  std::vector<std::string> hosts;  // one host name per node (MPI_Get_processor_name), index = node
+  std::vector<int> node_of_rank;   // node index of every world rank
 };
 
 // Handle of a non-blocking operation; complete it with Communicator::wait. The state is
@@ -85,9 +85,9 @@ class Communicator {
                                   int step = -1) = 0;
   virtual void alltoall(const void* send, void* recv, size_t bytes_per_rank, const Group& g, int step = -1) = 0;
   // Counts and displacements in bytes, one entry per group rank.
-  virtual void alltoallv(const void* send, const std::vector<size_t>& send_bytes,
-                         const std::vector<size_t>& send_displ, void* recv, const std::vector<size_t>& recv_bytes,
-                         const std::vector<size_t>& recv_displ, const Group& g, int step = -1) = 0;
+  virtual void alltoallv(const void* send, const std::vector<size_t>& send_bytes, const std::vector<size_t>& send_displ,
+                         void* recv, const std::vector<size_t>& recv_bytes, const std::vector<size_t>& recv_displ,
+                         const Group& g, int step = -1) = 0;
   virtual void allreduce(void* buf, size_t count, DType t, ReduceOp op, const Group& g, int step = -1) = 0;
   // Non-blocking all-reduce in place (e.g. weight gradients, in flight during the backward
   // of the layers below); buf must stay untouched until wait().
@@ -160,14 +160,29 @@ std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, 
 // the flag, the value and what is allowed.
 std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag);
 
-#ifdef MINICP_ENABLE_NCCL
-// NCCL backend (device buffers); throws std::runtime_error when no CUDA device is visible.
-std::unique_ptr<Communicator> make_nccl_comm();
-#endif
+// Why this process cannot use the NCCL backend ("" when it can): a build without
+// MINICP_ENABLE_NCCL, no CUDA device visible, or more ranks on the node than GPUs (NCCL
+// refuses two ranks on one device).
+std::string nccl_unavailable(int ranks_on_node);
+// NCCL backend (device buffers; MINICP_ENABLE_NCCL builds). Its world is every MPI rank, or
+// with group_size > 0 the group of group_size consecutive ranks this rank belongs to (as
+// make_mpi_comm). compute_stream: the cudaStream_t the tensors are computed on; each
+// operation waits for the work queued there so far (an event, no host wait), or with none
+// for the whole device. Throws std::runtime_error where nccl_unavailable() is not "".
+std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr);
 
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);
 // Parses "direct" / "host"; throws std::invalid_argument naming the allowed values.
 Staging parse_staging(const std::string& s);
+
+// Whether this MPI reads and writes device memory: Open MPI's MPIX_Query_cuda_support where
+// its mpi-ext.h says it was built with CUDA, asked at run time; false for any other MPI.
+bool mpi_device_aware();
+// The staging for buffers in a memory space the host cannot (host_accessible false) or can
+// read: Host when MPI cannot read that memory, else Direct. The driver and the benchmarks
+// take it for their tensors' space, so no device pointer reaches an MPI that is not
+// GPU-aware.
+Staging staging_for(bool host_accessible);
 
 }  // namespace minicp::comm

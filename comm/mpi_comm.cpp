@@ -6,6 +6,9 @@
 // time from a core that computes. With Staging::Host every buffer goes through a host
 // staging buffer (pooled), for device memory and an MPI that is not GPU-aware.
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
 #include <pthread.h>
 #include <sched.h>
 
@@ -641,6 +644,18 @@ std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us, cons
     throw std::invalid_argument("progress CPUs need progress=thread (got progress=none)");
   if (group_size < 0) throw std::invalid_argument("group_size must be >= 0");
   return std::make_unique<MpiComm>(progress, poll_us, progress_cpus, staging, group_size);
+}
+
+bool mpi_device_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+Staging staging_for(bool host_accessible) {
+  return host_accessible || mpi_device_aware() ? Staging::Direct : Staging::Host;
 }
 
 }  // namespace minicp::comm

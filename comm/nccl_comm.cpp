@@ -41,13 +41,14 @@ struct NcclRequest : RequestState {
 
 class NcclComm final : public Communicator {
  public:
-  NcclComm() {
+  NcclComm(int group_size, cudaStream_t compute) : compute_(compute) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
       throw std::runtime_error("nccl backend: no CUDA device visible");
     topology_ = node_topology();
     cuda_check(cudaSetDevice(topology_.local_rank % devices), "cudaSetDevice");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -57,9 +58,13 @@ class NcclComm final : public Communicator {
     ncclComm_t world;
     nccl_check(ncclCommInitRank(&world, size, id, rank), "ncclCommInitRank");
     world_ = make_group(world, "world", rank, size);
+    if (group_size > 0 && group_size < size) {  // the group of consecutive ranks, as the MPI backend's
+      world_ = split_color(rank / group_size, "world");
+    }
   }
   ~NcclComm() override {
     for (auto& c : comms_) ncclCommDestroy(*c);
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -154,7 +159,14 @@ class NcclComm final : public Communicator {
     return g;
   }
   // A request for the operation whose event `posted` just built.
+  // Also orders the operation after the compute queued so far: its buffers are ready.
   std::shared_ptr<NcclRequest> start(const Event& ev) {
+    if (compute_) {
+      cuda_check(cudaEventRecord(ready_, compute_), "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+    } else {
+      cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    }
     auto r = std::make_shared<NcclRequest>();
     r->ev = ev;
     cuda_check(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreate");
@@ -181,11 +193,27 @@ class NcclComm final : public Communicator {
     return barrier_;
   }
 
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;   // the operations'
+  cudaStream_t compute_ = nullptr;  // the tensors' (nullptr: unknown, the device is synchronised)
+  cudaEvent_t ready_ = nullptr;     // compute_ up to an operation's start
   float* barrier_ = nullptr;
   std::vector<std::unique_ptr<ncclComm_t>> comms_;
 };
 
-std::unique_ptr<Communicator> make_nccl_comm() { return std::make_unique<NcclComm>(); }
+std::unique_ptr<Communicator> make_nccl_comm(int group_size, void* compute_stream) {
+  return std::make_unique<NcclComm>(group_size, static_cast<cudaStream_t>(compute_stream));
+}
+
+std::string nccl_unavailable(int ranks_on_node) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    return "no CUDA device is visible";
+  }
+  if (ranks_on_node > devices)
+    return std::to_string(ranks_on_node) + " ranks on this node and " + std::to_string(devices) +
+           " GPU(s): NCCL takes one rank per GPU (run at most that many ranks per node, or the MPI communicator)";
+  return "";
+}
 
 }  // namespace minicp::comm

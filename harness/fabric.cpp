@@ -85,6 +85,8 @@ void read_profile(FabricProfile& p, const toml::table& t) {
       p.description = *v.value<std::string>();
     else if (key == "kind" && v.is_string())
       p.kind = *v.value<std::string>();
+    else if (key == "communicator" && v.is_string())
+      p.communicator = *v.value<std::string>();
     else if (key == "requires" && v.is_array()) {
       for (const toml::node& e : *v.as_array()) {
         if (!e.is_string() || !known_requirement(*e.value<std::string>()))
@@ -105,11 +107,13 @@ void read_profile(FabricProfile& p, const toml::table& t) {
       p.emulated_nodes = int((*v.as_table())["nodes"].value_or(int64_t(2)));
     } else {
       throw UsageError(f + "unknown or mistyped key " + key +
-                       " (allowed: description, kind, requires, [mca], [env], [link], [emulated])");
+                       " (allowed: description, kind, communicator, requires, [mca], [env], [link], [emulated])");
     }
   }
   if (p.kind != "local" && p.kind != "emulated" && p.kind != "cluster")
     throw UsageError(f + "kind = \"" + p.kind + "\": not one of local, emulated, cluster");
+  if (p.communicator != "mpi" && p.communicator != "nccl")
+    throw UsageError(f + "communicator = \"" + p.communicator + "\": not one of mpi, nccl");
   if (p.description.empty()) throw UsageError(f + "description: missing (one line saying what the profile is)");
 }
 

@@ -8,6 +8,7 @@
 // Profile file (every key but description optional):
 //   description = "one line"
 //   kind = "local" | "emulated" | "cluster"   (cluster: documented, not runnable here)
+//   communicator = "mpi" | "nccl"             (the CP exchanges' backend; default mpi)
 //   requires = ["openmpi", "ompi:pml/ucx", "ucx:posix", "ib", "gpu", "nccl", "nodes:2"]
 //   [mca]  pml = "ob1", btl = "self,vader", ...   Open MPI MCA parameters (OMPI_MCA_<key>)
 //   [env]  UCX_TLS = "posix,self", NCCL_IB_HCA = "mlx5", ...
@@ -27,12 +28,13 @@ struct FabricProfile {
   std::string path;         // the file it was read from
   std::string description;  // one line
   std::string kind = "local";
-  std::vector<std::string> requirements;                   // see above
-  std::vector<std::pair<std::string, std::string>> mca;    // MCA parameter -> value
-  std::vector<std::pair<std::string, std::string>> env;    // variable -> value
-  double bandwidth_gbit_s = 0, latency_us = 0;             // the link it assumes (0: not stated)
-  std::string link_source;                                 // where those figures come from
-  std::string emulated_rate;                               // vcluster --rate ("" not emulated)
+  std::string communicator = "mpi";                      // mpi | nccl: what the schemes' exchanges go through
+  std::vector<std::string> requirements;                 // see above
+  std::vector<std::pair<std::string, std::string>> mca;  // MCA parameter -> value
+  std::vector<std::pair<std::string, std::string>> env;  // variable -> value
+  double bandwidth_gbit_s = 0, latency_us = 0;           // the link it assumes (0: not stated)
+  std::string link_source;                               // where those figures come from
+  std::string emulated_rate;                             // vcluster --rate ("" not emulated)
   int emulated_nodes = 0;
   // What MPI must select: the PML named by mca.pml, and the BTLs of mca.btl when it is a plain
   // list (not "^exclusions"); empty: not checked.

@@ -1,7 +1,7 @@
 // BLAS bindings behind kernels::gemm. Row-major calls become column-major ones with the
 // operands swapped (C^T = op(B)^T op(A)^T). The Fortran interface works with any BLAS.
-// bf16: oneDNN's matmul when built with it and it has a kernel for this CPU, else the
-// operands widened to fp32 and SGEMM.
+// bf16: cuBLAS's cublasGemmEx (fp32 compute) in a CUDA build; on the host oneDNN's matmul when
+// built with it and it has a kernel for this CPU, else the operands widened to fp32 and SGEMM.
 #include "kernels/gemm.hpp"
 
 #include "kernels/convert.hpp"
@@ -67,6 +67,18 @@ cublasStatus_t cublas_colmajor(cublasOperation_t ta, cublasOperation_t tb, int m
 cublasStatus_t cublas_colmajor(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, double alpha,
                                const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
   return cublasDgemm(cublas_handle(), ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
+}
+// bf16 x bf16 summed in fp32 (tensor cores); C in bf16 (rounded once) or fp32 (acc_out).
+void cublas_bf16(Trans ta, Trans tb, float alpha, const bf16* A, int lda, const bf16* B, int ldb, float beta, void* C,
+                 int ldc, int M, int N, int K, bool acc_out) {
+  auto op = [](Trans t) { return t == Trans::T ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  Kokkos::fence();
+  const cublasStatus_t s =
+      cublasGemmEx(cublas_handle(), op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                   acc_out ? CUDA_R_32F : CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  Kokkos::fence();
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("gemm: cublasGemmEx (bf16) failed, status " + std::to_string(int(s)));
 }
 #endif
 
@@ -243,6 +255,14 @@ bool onednn_gemm(Trans ta, Trans tb, float alpha, const bf16* A, const bf16* B, 
 template <class TC>
 void gemm_bf16(Trans ta, Trans tb, float alpha, CView2<bf16> A, CView2<bf16> B, float beta, View2<TC> C,
                void (*fallback)(Trans, Trans, float, CView2<bf16>, CView2<bf16>, float, View2<TC>)) {
+#ifdef MINICP_GEMM_CUBLAS
+  const GemmDims d = gemm_dims(ta, tb, A, B, C);
+  if (d.M == 0 || d.N == 0) return;
+  cublas_bf16(ta, tb, alpha, A.data(), std::max<int>(1, int(A.extent(1))), B.data(), std::max<int>(1, int(B.extent(1))),
+              beta, C.data(), std::max<int>(1, d.N), d.M, d.N, d.K, std::is_same<TC, float>::value);
+  (void)fallback;
+  return;
+#endif
 #ifdef MINICP_GEMM_ONEDNN
   const GemmDims d = gemm_dims(ta, tb, A, B, C);
   if (d.M == 0 || d.N == 0) return;
@@ -274,7 +294,11 @@ std::string onednn_version() {
 }
 
 std::string gemm_bf16_engine(int64_t m, int64_t n, int64_t k) {
-#ifdef MINICP_GEMM_ONEDNN
+#if defined(MINICP_GEMM_CUBLAS)
+  (void)m, (void)n, (void)k;
+  return "cublas " + std::to_string(CUBLAS_VER_MAJOR) + "." + std::to_string(CUBLAS_VER_MINOR) +
+         " cublasGemmEx bf16 x bf16, fp32 compute";
+#elif defined(MINICP_GEMM_ONEDNN)
   const Matmul& mm =
       cached_matmul(matmul_key(int(m), int(n), int(k), Trans::N, Trans::N, 1.0f, 0.0f, false), 1.0f, 0.0f);
   const std::string od = "onednn " + onednn_version();

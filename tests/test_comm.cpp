@@ -4,6 +4,9 @@
 // pair-group cases need an even rank count.
 #include <gtest/gtest.h>
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -122,6 +125,16 @@ class Comm : public ::testing::TestWithParam<CommParam> {
   std::unique_ptr<mc::Communicator> c_;
   std::vector<mc::Group> groups_;
 };
+
+// Host memory goes to MPI directly; device memory only to a GPU-aware MPI, else through host
+// staging (an MPI built without CUDA support answers false, whatever the machine has).
+TEST(Staging, DeviceMemoryIsStagedUnlessMpiIsGpuAware) {
+  EXPECT_EQ(mc::staging_for(true), mc::Staging::Direct);
+  EXPECT_EQ(mc::staging_for(false), mc::mpi_device_aware() ? mc::Staging::Direct : mc::Staging::Host);
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && !MPIX_CUDA_AWARE_SUPPORT
+  EXPECT_FALSE(mc::mpi_device_aware());
+#endif
+}
 
 TEST_P(Comm, GroupsMatchTheRankGrid) {
   const int P = world_size(), wr = world_rank();

@@ -4,18 +4,18 @@
 // process, no MPI (load_deck reads and checks; nothing runs). And the figures of merit from
 // step rows given here.
 #include <gtest/gtest.h>
-#include <toml++/toml.h>
 
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "harness/main.hpp"
+#include "harness/toml.hpp"
 #include "miniapp/model/model.hpp"
 #include "miniapp/run/deck.hpp"
 #include "miniapp/run/figures.hpp"
 
+namespace harness = minicp::harness;
 namespace run = minicp::run;
 using run::DeckKey;
 using run::KeyType;
@@ -27,11 +27,17 @@ const std::string kTiny = MINICP_INPUTS_DIR "/tiny.toml";
 // The tiny deck with the sets, for a job of 4 ranks (sweep.ranks' default and limit).
 run::Deck tiny(const std::vector<std::string>& sets = {}) { return run::load_deck(kTiny, sets, 4); }
 
-toml::table resolved(const std::vector<std::string>& sets = {}) { return toml::parse(tiny(sets).resolved); }
-
-bool in_resolved(const DeckKey& k, const std::vector<std::string>& sets) {
-  return resolved(sets).at_path(k.id()).node() != nullptr;
+harness::TomlNode resolved(const std::vector<std::string>& sets = {}) {
+  return harness::parse_toml(tiny(sets).resolved);
 }
+
+// The value of section.key in a document; nullptr when it has none.
+const harness::TomlNode* at(const harness::TomlNode& t, const DeckKey& k) {
+  const harness::TomlNode* sec = t.get(k.section);
+  return sec ? sec->get(k.name) : nullptr;
+}
+
+bool in_resolved(const DeckKey& k, const std::vector<std::string>& sets) { return at(resolved(sets), k) != nullptr; }
 
 // The key's line in the help text: under its section's header, starting with its name.
 std::string help_line(const DeckKey& k) {
@@ -47,12 +53,9 @@ std::string help_line(const DeckKey& k) {
 // A value the key accepts: its default, else (no fixed default) what the tiny deck resolves it to.
 std::string good_value(const DeckKey& k) {
   if (!k.default_toml.empty()) return k.default_toml;
-  const toml::table t = resolved();
-  const auto n = t.at_path(k.id());
-  if (!n) return "";
-  std::ostringstream os;
-  os << n;
-  return os.str();
+  const harness::TomlNode t = resolved();
+  const harness::TomlNode* n = at(t, k);
+  return n ? harness::format_toml(*n) : "";
 }
 
 // A value of another type than the key's: a string for a numeric key, an integer otherwise.
@@ -171,7 +174,9 @@ TEST(DeckKeys, FabricIsReadAndResolvedOnlyWhenSet) {
   EXPECT_EQ(plain.resolved.find("fabric"), std::string::npos);
   const run::Deck set = tiny({"run.fabric=\"eth-10g\""});
   EXPECT_EQ(set.fabric, "eth-10g");
-  EXPECT_EQ(toml::parse(set.resolved).at_path("run.fabric").value<std::string>(), std::string("eth-10g"));
+  const harness::TomlNode* fabric = harness::parse_toml(set.resolved).get("run")->get("fabric");
+  ASSERT_NE(fabric, nullptr);
+  EXPECT_EQ(fabric->string, "eth-10g");
   EXPECT_EQ(usage_error({"run.fabric=1"}), "run.fabric: expected a string, got an integer");
 }
 

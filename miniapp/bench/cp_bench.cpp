@@ -43,7 +43,7 @@ struct Options {
   int64_t window = 0, doc_len = 0;
   int tile = 0;
   std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus,
-              staging = "direct", json, dtype = "f32";
+              staging = "auto", json, dtype = "f32";
   int reps = 3, warmup = 1, poll_us = 50;
 };
 
@@ -124,8 +124,8 @@ Plan parse(const hn::Args& a) {
                  "mod length); default: not pinned")
       ->capture_default_str();
   app.add_option("--staging", o.staging,
-                 "MPI buffers: direct (MPI reads the tensors) or host (copied through host staging buffers, "
-                 "for device memory and an MPI that is not GPU-aware)")
+                 "MPI buffers: direct (MPI reads the tensors), host (copied through host staging buffers, "
+                 "for device memory and an MPI that is not GPU-aware) or auto (host exactly then)")
       ->capture_default_str();
   app.add_option("--json", o.json,
                  "write the results to this JSON file (rank 0; checked before the run, an old file is removed when "
@@ -159,9 +159,9 @@ Plan parse(const hn::Args& a) {
     throw UsageError("--progress: " + std::string(e.what()));
   }
   try {
-    p.staging = comm::parse_staging(o.staging);
+    p.staging = o.staging == "auto" ? comm::staging_for(kernels::kHostMemory) : comm::parse_staging(o.staging);
   } catch (const std::invalid_argument& e) {
-    throw UsageError("--staging: " + std::string(e.what()));
+    throw UsageError("--staging " + o.staging + ": not one of direct, host, auto");
   }
   try {
     p.progress_cpus = comm::parse_cpu_list(o.progress_cpus, "--progress-cpus");

@@ -187,7 +187,7 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
   p.dout = draw(4, size_t(p.Sq) * heads * head_dim, 1.0);
   const Outputs ref = reference(p);
   const cp::SchemeInfo& none = cp::find("none");
-  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory), 1);
   const cp::Shard sh = info.shard(c, comm.world().rank);
   const cp::Shard all = none.shard(
       [&] {
@@ -233,17 +233,22 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
 
 namespace {
 
-// Every input of a stack (x, dy, each layer's weights) moved onto the bf16 grid in place, so
-// stacks of every precision start from the same values.
+// A view's values moved onto the bf16 grid in place. A named template, not a generic lambda:
+// nvcc refuses a device lambda defined inside one.
+template <class V>
+void to_bf16_grid(const V& v) {
+  using E = typename V::non_const_value_type;
+  E* d = v.data();
+  kernels::for_each_index(
+      "fidelity::bf16_grid", int64_t(v.span()),
+      KOKKOS_LAMBDA(const int64_t i) { d[i] = E(float(kernels::bf16(float(d[i])))); });
+}
+
+// Every input of a stack (x, dy, each layer's weights) moved onto the bf16 grid, so stacks of
+// every precision start from the same values.
 template <class T>
 void round_inputs(model::Stack<T>& st, int layers) {
-  auto grid = [](auto v) {
-    using E = typename decltype(v)::non_const_value_type;
-    E* d = v.data();
-    kernels::for_each_index(
-        "fidelity::bf16_grid", int64_t(v.span()),
-        KOKKOS_LAMBDA(const int64_t i) { d[i] = E(float(kernels::bf16(float(d[i])))); });
-  };
+  auto grid = [](const auto& v) { to_bf16_grid(v); };
   grid(st.x());
   grid(st.dy());
   for (int l = 0; l < layers; ++l) grid(st.params(l));
@@ -285,7 +290,7 @@ std::vector<Row> layer_rows(const std::string& scheme, const Mask& mask, int64_t
   model::StackConfig one = cfg;
   one.attn.ranks = 1;
   const cp::SchemeInfo& none = cp::find("none");
-  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+  auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory), 1);
   const LayerOut ref = run_stack<double>(one, none, *self);
   const bool root = comm.world().rank == 0;
   const auto params = model::layer_params(shape);

@@ -1,8 +1,6 @@
-// Deck reading and validation (toml++), and the sweep's cases. Each key is a row of
+// Deck reading and validation (TOML through harness/toml.hpp), and the sweep's cases. Each key is a row of
 // deck_keys() (deck_keys.cpp); the checks between keys follow the table's reading in load_deck.
 #include "miniapp/run/deck.hpp"
-
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +14,14 @@
 
 #include "harness/input.hpp"
 #include "harness/main.hpp"
+#include "harness/toml.hpp"
 #include "kernels/attention.hpp"
 
 namespace minicp::run {
 namespace {
 
+using harness::TomlError;
+using harness::TomlNode;
 using harness::UsageError;
 
 std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
@@ -60,20 +61,8 @@ std::string unknown_key(const std::string& section, const std::string& key) {
   return "unknown section [" + section + "] (allowed: " + join(sections) + ")";
 }
 
-const char* type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date or time";
-  }
-}
-
-// `v = <text>`: a value in TOML syntax, as the node "v" (throws toml::parse_error).
-toml::table parse_value(const std::string& text) { return toml::parse("v = " + text); }
+// `<text>`: a value in TOML syntax (throws harness::TomlError).
+TomlNode parse_value(const std::string& text) { return *harness::parse_toml("v = " + text).get("v"); }
 
 // A listed value as a message shows it (a string in quotes).
 std::string shown(int64_t v) { return std::to_string(v); }
@@ -84,27 +73,26 @@ class Reader {
  public:
   // too_big: "section.key" -> the text of a --set value that holds an integer beyond 64 bits
   // (TOML cannot hold it, so apply_set kept it as a string; it is reported as out of range).
-  Reader(const toml::table& t, std::map<std::string, std::string> too_big) : t_(t), too_big_(std::move(too_big)) {}
+  Reader(const TomlNode& t, std::map<std::string, std::string> too_big) : t_(t), too_big_(std::move(too_big)) {}
   bool has(const std::string& s, const std::string& k) const { return node(s, k) != nullptr; }
 
   // Sets k's value in d: the deck's, else k's default. A key with neither is left to the
   // checks after the table.
   void read(const DeckKey& k, Deck& d) const {
-    if (const toml::node* n = node(k.section, k.name)) return k.set(d, value(k, *n));
+    if (const TomlNode* n = node(k.section, k.name)) return k.set(d, value(k, *n));
     if (k.default_toml.empty()) return;
-    const toml::table def = parse_value(k.default_toml);
-    k.set(d, value(k, *def.get("v")));
+    k.set(d, value(k, parse_value(k.default_toml)));
   }
 
  private:
-  const toml::node* node(const std::string& s, const std::string& k) const {
-    const toml::node* sec = t_.get(s);
-    return sec && sec->is_table() ? sec->as_table()->get(k) : nullptr;
+  const TomlNode* node(const std::string& s, const std::string& k) const {
+    const TomlNode* sec = t_.get(s);
+    return sec ? sec->get(k) : nullptr;
   }
-  KeyValue value(const DeckKey& k, const toml::node& n) const {
+  KeyValue value(const DeckKey& k, const TomlNode& n) const {
     const std::string key = k.id();
-    auto one_int = [&](const toml::node& e) { return check_int(key, e, k.min, k.max); };
-    auto one_choice = [&](const toml::node& e) { return check_choice(key, e, k.choices); };
+    auto one_int = [&](const TomlNode& e) { return check_int(key, e, k.min, k.max); };
+    auto one_choice = [&](const TomlNode& e) { return check_choice(key, e, k.choices); };
     switch (k.type) {
       case KeyType::Integer: return one_int(n);
       case KeyType::Number: return check_number(key, n, k.above);
@@ -116,13 +104,12 @@ class Reader {
     return {};
   }
   // One value or an array of them, each read by `each`.
-  template <class Each, class T = std::invoke_result_t<Each, const toml::node&>>
-  static std::vector<T> list(const std::string& key, const toml::node& n, Each each) {
-    const toml::array* a = n.as_array();
-    if (!a) return {each(n)};
+  template <class Each, class T = std::invoke_result_t<Each, const TomlNode&>>
+  static std::vector<T> list(const std::string& key, const TomlNode& n, Each each) {
+    if (n.type != TomlNode::Type::Array) return {each(n)};
     std::vector<T> out;
-    if (a->empty()) throw UsageError(key + ": the array is empty (give at least one value)");
-    for (const toml::node& e : *a) out.push_back(each(e));
+    if (n.array.empty()) throw UsageError(key + ": the array is empty (give at least one value)");
+    for (const TomlNode& e : n.array) out.push_back(each(e));
     return out;
   }
   // Each value once: a value listed twice would run its cases twice.
@@ -132,46 +119,45 @@ class Reader {
       if (std::find(v.begin(), i, *i) != i) throw UsageError(key + ": " + shown(*i) + " is listed twice");
     return v;
   }
-  int64_t check_int(const std::string& key, const toml::node& n, int64_t lo, int64_t hi) const {
+  int64_t check_int(const std::string& key, const TomlNode& n, int64_t lo, int64_t hi) const {
     const auto big = too_big_.find(key);
     if (big != too_big_.end())
       throw UsageError(key + " = " + big->second + ": integer out of range: must be between " + std::to_string(lo) +
                        " and " + std::to_string(hi));
-    const auto v = n.value_exact<int64_t>();
-    if (!v) throw UsageError(key + ": expected an integer, got " + type_name(n));
-    if (*v < lo || *v > hi) {
+    if (n.type != TomlNode::Type::Integer) throw UsageError(key + ": expected an integer, got " + n.type_name());
+    const int64_t v = n.integer;
+    if (v < lo || v > hi) {
       const std::string allowed =
           hi == INT64_MAX ? ">= " + std::to_string(lo) : "between " + std::to_string(lo) + " and " + std::to_string(hi);
-      throw UsageError(key + " = " + std::to_string(*v) + ": must be " + allowed);
+      throw UsageError(key + " = " + std::to_string(v) + ": must be " + allowed);
     }
-    return *v;
+    return v;
   }
-  static double check_number(const std::string& key, const toml::node& n, double above) {
+  static double check_number(const std::string& key, const TomlNode& n, double above) {
     double v = 0;
-    if (auto i = n.value_exact<int64_t>())
-      v = double(*i);
-    else if (auto d = n.value_exact<double>())
-      v = *d;
+    if (n.type == TomlNode::Type::Integer)
+      v = double(n.integer);
+    else if (n.type == TomlNode::Type::Float)
+      v = n.number;
     else
-      throw UsageError(key + ": expected a number, got " + type_name(n));
+      throw UsageError(key + ": expected a number, got " + n.type_name());
     if (!std::isfinite(v) || !(v > above))
       throw UsageError(key + " = " + num(v) + ": must be a finite number > " + num(above));
     return v;
   }
   // A string, one of allowed (empty allowed: any).
-  static std::string check_choice(const std::string& key, const toml::node& n,
-                                  const std::vector<std::string>& allowed) {
-    if (!n.is_string()) throw UsageError(key + ": expected a string, got " + type_name(n));
-    const std::string v = *n.value<std::string>();
+  static std::string check_choice(const std::string& key, const TomlNode& n, const std::vector<std::string>& allowed) {
+    if (n.type != TomlNode::Type::String) throw UsageError(key + ": expected a string, got " + n.type_name());
+    const std::string& v = n.string;
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), v) == allowed.end())
       throw UsageError(key + " = \"" + v + "\": not one of " + join(allowed));
     return v;
   }
-  const toml::table& t_;
+  const TomlNode& t_;
   std::map<std::string, std::string> too_big_;
 };
 
-toml::table read_file(const std::string& path) {
+TomlNode read_file(const std::string& path) {
   std::string text;
   try {
     text = harness::read_input_file(path, harness::kDeckFile);
@@ -179,11 +165,10 @@ toml::table read_file(const std::string& path) {
     throw UsageError(std::string("--deck ") + e.what());
   }
   try {
-    return toml::parse(text, path);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw UsageError("--deck " + path + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
-                     ": malformed TOML: " + std::string(e.description()));
+    return harness::parse_toml(text, path);
+  } catch (const TomlError& e) {
+    throw UsageError("--deck " + path + ":" + std::to_string(e.line) + ":" + std::to_string(e.column) +
+                     ": malformed TOML: " + e.what());
   }
 }
 
@@ -237,23 +222,23 @@ namespace {
 
 // "section.key=value": value as TOML (for a string key, a bare word that is not TOML is taken as
 // the string). too_big gets "section.key" -> value when the value is an integer TOML cannot hold.
-void apply_set(toml::table& t, const std::string& set, std::map<std::string, std::string>& too_big) {
+void apply_set(TomlNode& t, const std::string& set, std::map<std::string, std::string>& too_big) {
   const SetOverride o = parse_set(set);
   const DeckKey& k = key_of(o.id());
-  toml::table parsed;
+  TomlNode parsed;
   try {
     parsed = parse_value(o.value);
-  } catch (const toml::parse_error&) {
+  } catch (const TomlError&) {
     const bool numeric = k.type == KeyType::Integer || k.type == KeyType::Number || k.type == KeyType::Integers;
     if (numeric && !integer_text(o.value))
       throw UsageError("--set " + set + ": " + o.value + " is not a TOML value; " + o.id() + " takes " + written_as(k));
-    parsed.insert_or_assign("v", o.value);
+    parsed = TomlNode::of(o.value);
     if (integer_text(o.value)) too_big[o.id()] = o.value;
   }
-  if (!t.contains(o.section)) t.insert(o.section, toml::table{});
-  toml::table* sec = t[o.section].as_table();
-  if (!sec) throw UsageError("--set " + set + ": [" + o.section + "] in the deck is not a table");
-  sec->insert_or_assign(o.key, *parsed.get("v"));
+  if (!t.get(o.section)) t.set(o.section, TomlNode{});
+  TomlNode* sec = t.get(o.section);
+  if (!sec->is_table()) throw UsageError("--set " + set + ": [" + o.section + "] in the deck is not a table");
+  sec->set(o.key, std::move(parsed));
 }
 
 // Each key once: a second --set of one key would silently win over the first.
@@ -268,14 +253,13 @@ void check_sets_once(const std::vector<std::string>& sets) {
   }
 }
 
-void check_keys(const toml::table& t, const std::string& path) {
-  for (const auto& [sk, sec] : t) {
-    const std::string s(sk.str());
+void check_keys(const TomlNode& t, const std::string& path) {
+  for (const auto& [s, sec] : t.table) {
     const std::string bad = unknown_key(s, "");
     if (bad.rfind("unknown section", 0) == 0) throw UsageError("--deck " + path + ": " + bad);
     if (!sec.is_table()) throw UsageError("--deck " + path + ": " + s + " must be a table ([" + s + "])");
-    for (const auto& [k, v] : *sec.as_table()) {
-      const std::string why = unknown_key(s, std::string(k.str()));
+    for (const auto& kv : sec.table) {
+      const std::string why = unknown_key(s, kv.first);
       if (!why.empty()) throw UsageError("--deck " + path + ": " + why);
     }
   }
@@ -352,33 +336,19 @@ void check_sizes(Deck& d, int world, bool any_ranks) {
                        " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
 }
 
-// A value as toml++ holds it (a list as an array).
-template <class T>
-T as_toml(const T& x) {
-  return x;
-}
-template <class T>
-toml::array as_toml(const std::vector<T>& v) {
-  toml::array a;
-  for (const T& e : v) a.push_back(e);
-  return a;
-}
-
-// The resolved deck: every key with the value this run uses. toml++ keeps a table's keys
-// sorted, so the text does not depend on the order of the rows.
+// The resolved deck: every key with the value this run uses. A table's keys are kept sorted,
+// so the text does not depend on the order of the rows.
 std::string resolved_toml(const Deck& d) {
-  toml::table out;
+  TomlNode out;
   for (const DeckKey& k : deck_keys()) {
     const KeyValue v = k.get(d);
     const std::string* s = std::get_if<std::string>(&v);
     if (k.resolved == InResolved::Never || (k.resolved == InResolved::WhenSet && s && s->empty())) continue;
-    if (!out.contains(k.section)) out.insert(k.section, toml::table{});
-    toml::table& sec = *out[k.section].as_table();
-    std::visit([&](const auto& x) { sec.insert(k.name, as_toml(x)); }, v);
+    if (!out.get(k.section)) out.set(k.section, TomlNode{});
+    TomlNode& sec = *out.get(k.section);
+    std::visit([&](const auto& x) { sec.set(k.name, TomlNode::of(x)); }, v);
   }
-  std::ostringstream os;
-  os << out;
-  return os.str();
+  return harness::format_toml(out);
 }
 
 // What a key's values may be (for --help).
@@ -401,7 +371,7 @@ std::string allowed(const DeckKey& k) {
 }  // namespace
 
 Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
-  toml::table t = path.empty() ? toml::table{} : read_file(path);
+  TomlNode t = path.empty() ? TomlNode{} : read_file(path);
   check_keys(t, path);
   std::map<std::string, std::string> too_big;
   check_sets_once(sets);

@@ -170,6 +170,28 @@ std::string deck_of_results(const std::string& file) {
 
 }  // namespace
 
+namespace {
+
+// Whether the schemes' exchanges go through NCCL: the fabric profile's communicator key.
+bool wants_nccl() {
+  const hn::FabricProfile* f = hn::applied_fabric();
+  return f && f->communicator == "nccl";
+}
+
+// A profile that asks for NCCL where this build or node cannot give it is refused before
+// anything is allocated, naming the profile and the reason.
+void check_communicator(const Plan& p) {
+  if (!wants_nccl()) return;
+  std::string why = comm::nccl_unavailable(p.local_ranks);
+  if (why.empty() && kernels::kHostMemory)
+    why =
+        "this build keeps the tensors in host memory (NCCL needs them on the GPU: build with -DMINICP_ENABLE_CUDA=ON "
+        "and a CUDA Kokkos)";
+  if (!why.empty()) throw UsageError("fabric " + hn::applied_fabric()->name + ": communicator nccl: " + why);
+}
+
+}  // namespace
+
 Plan parse(const hn::Args& a) {
   Plan p;
   Options& o = p.o;
@@ -308,6 +330,7 @@ Plan parse(const hn::Args& a) {
       throw hn::HelpShown{};
     }
   }
+  if (!o.dry_run) check_communicator(p);
   hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
   if (o.dry_run) throw hn::HelpShown{};
   claim_outputs(a, p);
@@ -373,7 +396,8 @@ std::vector<std::string> kind_names() {
 // The start-up line, and a warning when the BLAS runs below what the CPU offers.
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
   const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() +
-                                                         ", attention: " + kernels::attention_isa() + ")" : p.deck.dtype;
+                                                         ", attention: " + kernels::attention_isa() + ")"
+                                                   : p.deck.dtype;
   std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, BLAS %s, SGEMM %.1f GFLOP/s per rank%s\n",
               p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), dtype.c_str(),
               blas.summary().c_str(), sgemm / 1e9,
@@ -395,6 +419,14 @@ void align_events(const hn::ClockSync& clock0, std::vector<output::EventRow>& ev
   MPI_Allreduce(MPI_IN_PLACE, err, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   summary.real["clock_uncertainty_s"] = err[0];  // of the events' t_begin / t_end
   summary.real["clock_drift"] = err[1];          // |d offset / d t|, dimensionless
+}
+
+// The communicator of a case's P ranks: NCCL where the fabric profile asks for it
+// (check_communicator has refused what cannot run), else MPI, staging device tensors
+// through host memory unless MPI is GPU-aware.
+std::unique_ptr<comm::Communicator> case_comm(const ProgressSettings& prog, int P) {
+  if (wants_nccl()) return comm::make_nccl_comm(P, kernels::compute_stream());
+  return comm::make_mpi_comm(prog.progress, prog.poll_us, {}, comm::staging_for(kernels::kHostMemory), P);
 }
 
 // Everything one run keeps across its cases.
@@ -430,7 +462,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
     if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
     return;
   }
-  auto comm = comm::make_mpi_comm(rs.prog.progress, rs.prog.poll_us, {}, comm::Staging::Direct, P);
+  auto comm = case_comm(rs.prog, P);
   comm->trace().set_enabled(false);
   const std::string dump = &c == &rs.p.cases.front() ? rs.p.o.dump : "";  // --dump: the first case
   if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
@@ -547,7 +579,8 @@ int execute(const hn::Args& a, const Plan& p) {
   for (const std::string& f : {p.o.out, p.o.dump})  // this run holds their locks: no live run wrote these
     if (a.rank() == 0 && !f.empty()) output::remove_stale_temporaries(f);
   rs.none = p.resumed_none_time;  // cases resumed after their `none` keep cp_efficiency_core_scaled
-  auto world = comm::make_mpi_comm(comm::Progress::None);
+  // Staged as the cases' MPI communicator is, so that its backend() names theirs.
+  auto world = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory));
   at(Stage::Clocks);
   rs.clock0 = hn::measure_offset(MPI_COMM_WORLD);
   const hn::BlasInfo blas = hn::blas_info();

@@ -370,7 +370,9 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
         by_rows.emplace(std::pair{rows_of(c), c.stack.attn.ranks}, &c);
   for (const auto& [key, c] : by_rows) {
     const auto [rows, P] = key;
-    auto group = P == size ? nullptr : comm::make_mpi_comm(comm::Progress::None, 0, {}, comm::Staging::Direct, P);
+    auto group = P == size
+                     ? nullptr
+                     : comm::make_mpi_comm(comm::Progress::None, 0, {}, comm::staging_for(kernels::kHostMemory), P);
     comm::Communicator& on = group ? *group : world;
     if (rank < P) {
       const perf::LayerTime l =

@@ -167,7 +167,8 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   output::Attrs r;
   build_attrs(r);
   blas_attrs(r, blas);
-  r.text["comm_backend"] = world.backend();
+  const harness::FabricProfile* f = harness::applied_fabric();  // the cases' communicator (driver.cpp, case_comm)
+  r.text["comm_backend"] = f && f->communicator == "nccl" ? "nccl" : world.backend();
   r.text["progress"] = p.deck.progress;
   r.integer["progress_poll_us"] = prog.poll_us;
   r.text["progress_cpus"] = prog.cpus;
