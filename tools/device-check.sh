@@ -368,14 +368,19 @@ EOF
 
   # ldd of every program: nothing may be missing but, without a GPU, the CUDA libraries.
   mkdir -p "$OUTDIR/ldd"
-  local p missing="" missing_cuda="" lib
+  local p missing="" missing_cuda="" lib versions=""
+  ldd --version 2>&1 | head -1 >"$OUTDIR/glibc.txt" || true
   for p in "$root"/bin/minicp*; do
     ldd "$p" >"$OUTDIR/ldd/$(basename -- "$p").txt" 2>&1 || true
     while read -r lib; do
       if [[ $lib =~ $CUDA_LIBS ]]; then missing_cuda+=" $(basename -- "$p"):$lib"; else missing+=" $(basename -- "$p"):$lib"; fi
-    done < <(awk '/not found/ {print $1}' "$OUTDIR/ldd/$(basename -- "$p").txt")
+    done < <(awk '$2 == "=>" && /not found/ {print $1}' "$OUTDIR/ldd/$(basename -- "$p").txt")
+    # "version `GLIBC_2.34' not found": this machine's glibc (or libstdc++) is older than the build's.
+    versions+=$(grep -o "version \`[^']*' not found" "$OUTDIR/ldd/$(basename -- "$p").txt" | sort -u | sed "s/^/ $(basename -- "$p"): /" | tr '\n' ' ' || true)
   done
-  if [[ -n $missing || (-n $missing_cuda && -z $no_gpu) ]]; then
+  if [[ -n $versions ]]; then
+    record ldd failed 0 "symbol versions missing (this machine's $(cat "$OUTDIR/glibc.txt"); the bundle's: see MANIFEST.txt):$versions$missing"
+  elif [[ -n $missing || (-n $missing_cuda && -z $no_gpu) ]]; then
     record ldd failed 0 "not found:$missing$missing_cuda"
   elif [[ -n $missing_cuda ]]; then
     record ldd passed 0 "every library found but the CUDA ones, which a GPU machine brings:$missing_cuda"
