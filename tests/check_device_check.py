@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""tools/device-check.sh on a machine without a GPU: its bundle and its run.
+
+Bad arguments exit 2 with one line naming the flag, and write nothing. `bundle` from the
+host build makes a file under 64 MiB holding MANIFEST.txt and the programs. Unpacked into a
+temporary directory, every bundled program and the bundled mpirun/orted, under ldd with the
+bundle's lib/ on LD_LIBRARY_PATH, find every library but the CUDA ones (which the GPU
+machine brings), and every library that is not of the glibc family resolves inside the
+bundle. The bundled mpirun, relocated by the bundle's env.sh (OPAL_PREFIX, ...), runs
+`-np 2 minicp --dry-run` of the tiny deck from there; as root with unshare(1), again with the
+system's Open MPI, PMIx and every library the bundle holds hidden by bind mounts, so only
+the bundle's copies can serve. `run --bundle` exits 77 with summary.json saying every GPU
+step was skipped for no GPU. Exit code 0 when every check passes, 1 otherwise.
+
+Usage: check_device_check.py --script tools/device-check.sh --bin DIR --work DIR"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+LIMIT = 64 * 1048576
+GLIBC = re.compile(r"^(lib(c|m|pthread|dl|rt|resolv|util|anl|nsl)\.so|ld-linux|linux-vdso)")
+CUDA = re.compile(r"^lib(cuda|cudart|cublas|cublasLt|nccl)\.so")
+GPU_STEPS = ["kernels", "kernels_bench", "attention_ratio", "layer_none_p1", "layer_zigzag_p2",
+             "layer_zigzag_p4", "layer_ulysses_p2", "layer_ulysses_p4", "nccl_p1"]
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def run(cmd, env=None, timeout=120):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          timeout=timeout)
+
+
+def bundle_env(root):
+    """The environment after sourcing the bundle's env.sh (what `run` does), for mpirun."""
+    r = subprocess.run(["bash", "-c", 'source "$1" && env -0', "env", os.path.join(root, "env.sh")],
+                       stdout=subprocess.PIPE, check=True)
+    env = dict(x.split("=", 1) for x in r.stdout.decode().split("\0") if "=" in x)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+               OMP_PROC_BIND="false")
+    return env
+
+
+def bad_args(script, work, build):
+    d = os.path.join(work, "badargs")
+    out = os.path.join(d, "out")
+    bundle = os.path.join(d, "b.tar.gz")
+    os.makedirs(d)
+    open(bundle, "w").close()
+    cases = [
+        (["frobnicate"], "subcommand 'frobnicate'"),
+        (["bundle", "--out", bundle], "--build"),
+        (["bundle", "--build", build, "--out", out + ".tar.gz", "--compress", "zip"], "--compress 'zip'"),
+        (["bundle", "--build", d, "--out", out + ".tar.gz"], f"--build '{d}'"),
+        (["bundle", "--build", build, "--out", out + ".tar.gz", "--level", "9"], "'--level'"),
+        (["run", "--out", out, "--bundle", os.path.join(d, "nothing.tar.gz")], "--bundle"),
+        (["run", "--out", out, "--bundle", bundle, "--timeout-s", "5"], "--timeout-s '5'"),
+        (["run", "--out", out, "--bundle", bundle, "--timeout-s", "ten"], "--timeout-s 'ten'"),
+        (["run", "--out", out, "--bundle", bundle, "--build", build], "give one of them"),
+        (["run", "--out", out], "--bundle/--build: missing"),
+        (["run", "--out", bundle, "--bundle", bundle], f"--out '{bundle}'"),
+        (["run", "--out", out, "--bundle", bundle, "--seq-len", "0"], "--seq-len '0'"),
+        (["run", "--out", out, "--bundle"], "--bundle: missing value"),
+    ]
+    for args, text in cases:
+        r = run([script] + args)
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == 2 and len(lines) == 1 and text in lines[0],
+              f"bad arguments {args[-2:]}: exit {r.returncode} (want 2), one line naming {text!r}: {r.stderr.strip()!r}")
+    check(sorted(os.listdir(d)) == ["b.tar.gz"], f"bad arguments wrote nothing: {sorted(os.listdir(d))}")
+
+
+def ldd_check(root):
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(root, "lib"))
+    files = [os.path.join(root, "bin", p) for p in sorted(os.listdir(os.path.join(root, "bin")))]
+    files += [os.path.join(root, "ompi", "bin", p) for p in ("orterun", "orted")]
+    for f in files:
+        r = run(["ldd", f], env=env)
+        missing, outside = [], []
+        for line in r.stdout.splitlines():
+            parts = line.split()
+            if not parts or "=>" not in parts:
+                continue
+            name = parts[0]
+            if "not found" in line:
+                if not CUDA.match(name):
+                    missing.append(name)
+                continue
+            path = parts[2]
+            if not GLIBC.match(name) and not CUDA.match(name) and \
+                    not os.path.realpath(path).startswith(os.path.realpath(root) + os.sep):
+                outside.append(f"{name} => {path}")
+        check(r.returncode == 0 and not missing, f"ldd {os.path.relpath(f, root)}: nothing not found {missing}")
+        check(not outside, f"ldd {os.path.relpath(f, root)}: non-system libraries inside the bundle {outside}")
+
+
+def hidden_mpirun(root, cmd, env, work):
+    """cmd with the system's Open MPI, PMIx and the bundle's libraries hidden (a mount
+    namespace); None where that cannot be made here."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return None
+    probe = run(["unshare", "-m", "true"])
+    if probe.returncode != 0:
+        return None
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty, exist_ok=True)
+    hide_dirs = [d for d in ("/usr/lib/x86_64-linux-gnu/openmpi", "/usr/lib/x86_64-linux-gnu/pmix2",
+                             "/usr/share/openmpi", "/etc/openmpi", "/opt/minicp") if os.path.isdir(d)]
+    hide_files = []
+    for name in os.listdir(os.path.join(root, "lib")):
+        for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu/openblas-openmp", "/usr/lib"):
+            p = os.path.join(d, name)
+            if os.path.exists(p):
+                hide_files.append(os.path.realpath(p))
+    for p in ("/usr/bin/orterun", "/usr/bin/orted"):
+        if os.path.exists(p):
+            hide_files.append(os.path.realpath(p))
+    # Files first: a file under a hidden directory is gone once the directory is covered.
+    script = "set -e\n"
+    script += "".join(f"mount --bind /dev/null '{f}'\n" for f in sorted(set(hide_files)))
+    script += "".join(f"mount --bind '{empty}' '{d}'\n" for d in hide_dirs)
+    script += 'exec "$@"\n'
+    return run(["unshare", "-m", "bash", "-c", script, "hide"] + cmd, env=env, timeout=120), len(hide_files)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--script", required=True, help="tools/device-check.sh")
+    ap.add_argument("--bin", required=True, help="bin/ of the host build (its programs are bundled)")
+    ap.add_argument("--work", required=True, help="scratch directory (emptied)")
+    a = ap.parse_args()
+    work = os.path.abspath(a.work)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    build = os.path.dirname(os.path.abspath(a.bin))
+
+    bad_args(a.script, work, build)
+
+    bundle = os.path.join(work, "minicp-device.tar.gz")
+    r = run([a.script, "bundle", "--build", build, "--out", bundle], timeout=300)
+    print(r.stdout.strip())
+    if not check(r.returncode == 0 and os.path.isfile(bundle), f"bundle: exit {r.returncode} {r.stderr.strip()[-400:]}"):
+        return 1
+    size = os.path.getsize(bundle)
+    check(size < LIMIT, f"bundle: {size} bytes ({size / 1048576:.1f} MiB) < 64 MiB")
+    unpacked = os.path.join(work, "unpacked")
+    with tarfile.open(bundle) as t:
+        names = t.getnames()
+        t.extractall(unpacked)
+    root = os.path.join(unpacked, "minicp-device")
+    for p in ("MANIFEST.txt", "env.sh", "bin/minicp", "bin/minicp-test-kernels", "ompi/bin/mpirun",
+              "tools/device-check.sh", "inputs/tiny.toml"):
+        check(f"minicp-device/{p}" in names, f"bundle holds {p}")
+    manifest = open(os.path.join(root, "MANIFEST.txt")).read()
+    check(re.search(r"^commit [0-9a-f]{40}", manifest, re.M) is not None, "MANIFEST.txt names the git commit")
+    check(re.search(r"^program bin/minicp /", manifest, re.M) is not None, "MANIFEST.txt names where minicp came from")
+    for p in ("minicp-kernels-bench", "minicp-cp-bench"):
+        if os.path.exists(os.path.join(a.bin, p)):
+            check(os.path.exists(os.path.join(root, "bin", p)), f"bundle holds bin/{p} (in the build)")
+    libs = os.listdir(os.path.join(root, "lib"))
+    check(not [x for x in libs if GLIBC.match(x) or CUDA.match(x)],
+          f"no glibc or CUDA library packed: {[x for x in libs if GLIBC.match(x) or CUDA.match(x)]}")
+
+    ldd_check(root)
+
+    env = bundle_env(root)
+    cmd = [os.path.join(root, "ompi", "bin", "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none",
+           os.path.join(root, "bin", "minicp"), "--deck", os.path.join(root, "inputs", "tiny.toml"), "--dry-run"]
+    r = run(cmd, env=env)
+    check(r.returncode == 0 and "001_" in r.stdout,
+          f"bundled mpirun -np 2 minicp --dry-run: exit {r.returncode} {r.stderr.strip()[-400:]}")
+    hidden = hidden_mpirun(root, cmd, env, work)
+    if hidden is None:
+        print("skipped: the same with the system's Open MPI hidden (needs root and unshare -m)")
+    else:
+        h, n = hidden
+        check(h.returncode == 0 and "001_" in h.stdout,
+              f"bundled mpirun -np 2 minicp --dry-run, system Open MPI/PMIx and {n} libraries hidden: "
+              f"exit {h.returncode} {h.stderr.strip()[-400:]}")
+
+    if shutil.which("nvidia-smi"):
+        print("skipped: run without a GPU (this machine has nvidia-smi)")
+    else:
+        out = os.path.join(work, "run")
+        r = run([a.script, "run", "--bundle", bundle, "--out", out], env=dict(os.environ), timeout=120)
+        print(r.stdout.strip())
+        check(r.returncode == 77, f"run without a GPU: exit {r.returncode} (want 77) {r.stderr.strip()[-300:]}")
+        check(re.search(r"^MINICP_DEVICE_CHECK gpu=none steps=\d+ passed=\d+ failed=0 skipped=9", r.stdout, re.M)
+              is not None, "run prints the MINICP_DEVICE_CHECK line")
+        try:
+            s = json.load(open(os.path.join(out, "summary.json")))
+        except (OSError, ValueError) as e:
+            check(False, f"summary.json readable: {e}")
+            s = {"steps": []}
+        st = {x["step"]: x for x in s["steps"]}
+        for name in GPU_STEPS:
+            x = st.get(name, {})
+            check(x.get("status") == "skipped" and x.get("reason", "").startswith("no GPU"),
+                  f"summary.json: {name} skipped for no GPU ({x})")
+        for name in ("unpack", "manifest", "ldd"):
+            check(st.get(name, {}).get("status") == "passed", f"summary.json: {name} passed ({st.get(name)})")
+        check(os.path.isfile(os.path.join(out, "ldd", "minicp.txt")), "run recorded ldd of minicp")
+        check(os.path.isfile(os.path.join(out, "MANIFEST.txt")), "run copied MANIFEST.txt")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
