@@ -50,7 +50,7 @@ SUMMARY = ["measured_time_s", "forward_time_s", "backward_time_s", "compute_only
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
 STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s", "attn_s", "attn_comm_wait_s",
          "grad_allreduce_s", "grad_allreduce_busy_s"]
-MEMORY = ["rank", "kokkos_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
+MEMORY = ["rank", "kokkos_peak_bytes", "space_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
 # Each figure with a range (docs/figures-of-merit.md); outside it only when out_of_range says so.
@@ -270,6 +270,12 @@ def check_memory(cid, g, args, fail):
     for row in m:
         if row["kokkos_peak_bytes"] <= 0 or row["rss_peak_bytes"] <= 0 or row["predicted_bytes"] <= 0:
             fail(f"{cid}/memory: rank {row['rank']}: {row}")
+        # The tensors' space is one of the spaces counted; a host build has no other.
+        host_only = text(g.file.attrs.get("kokkos_exec_space", "")) in ("OpenMP", "Serial", "Threads")
+        if not 0 < row["space_peak_bytes"] <= row["kokkos_peak_bytes"] or (
+                host_only and row["space_peak_bytes"] != row["kokkos_peak_bytes"]):
+            fail(f"{cid}/memory: rank {row['rank']}: space_peak_bytes {row['space_peak_bytes']} against "
+                 f"kokkos_peak_bytes {row['kokkos_peak_bytes']} ({'host build: equal' if host_only else 'at most'})")
         err = abs(row["predicted_bytes"] - row["kokkos_peak_bytes"]) / row["kokkos_peak_bytes"]
         worst = max(worst, err)
         if args.memory_tolerance is not None and err > args.memory_tolerance:

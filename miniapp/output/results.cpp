@@ -162,6 +162,7 @@ double Results::add_case(const CaseData& c) {
   f.write_table(g + "/memory",
                 {{"rank", Column::I32, offsetof(MemoryRow, rank)},
                  {"kokkos_peak_bytes", Column::I64, offsetof(MemoryRow, kokkos_peak_bytes)},
+                 {"space_peak_bytes", Column::I64, offsetof(MemoryRow, space_peak_bytes)},
                  {"rss_peak_bytes", Column::I64, offsetof(MemoryRow, rss_peak_bytes)},
                  {"predicted_bytes", Column::I64, offsetof(MemoryRow, predicted_bytes)}},
                 sizeof(MemoryRow), c.memory.data(), int64_t(c.memory.size()));

@@ -5,7 +5,7 @@
 //   /cases/<id>/timing     table: mode, rep, rank, layer, pass, phase, seconds
 //   /cases/<id>/steps      table: mode, rep, rank, forward_s, backward_s, step_s, phases_s,
 //                          attn_s, attn_comm_wait_s, grad_allreduce_s (every rep, every rank)
-//   /cases/<id>/memory     table: rank, kokkos_peak_bytes, rss_peak_bytes, predicted_bytes
+//   /cases/<id>/memory     table: rank, kokkos_peak_bytes, space_peak_bytes, rss_peak_bytes, predicted_bytes
 //   /cases/<id>/events     table: rank, rep, mode, layer, pass, step, kind, peer, group,
 //                          label, bytes, flops, t_begin, t_end (seconds on rank 0's clock)
 //   /cases/<id>/summary    attributes: the figures of merit (units in the names)
@@ -46,7 +46,9 @@ struct StepRow {
 };
 struct MemoryRow {
   int32_t rank;
-  int64_t kokkos_peak_bytes, rss_peak_bytes, predicted_bytes;  // -1: not measured (see measured_*)
+  int64_t kokkos_peak_bytes;  // every Kokkos memory space
+  int64_t space_peak_bytes;   // the tensors' space alone (the device's in a CUDA build)
+  int64_t rss_peak_bytes, predicted_bytes;  // -1: not measured (see measured_*)
 };
 struct EventRow {
   int32_t rank, rep, mode, layer, pass, step, kind, peer, group, label;

@@ -236,6 +236,8 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   mem.reset_peak();
   reset_peak_rss();
   const int64_t base = mem.current_bytes();
+  const std::string space = kernels::Mem::name();  // the tensors' ("Host", "Cuda"): a GPU's high-water
+  const int64_t space_base = mem.current_bytes(space);
   at(Stage::SettingUp);
   model::Stack<T> st(c.stack, info, comm);
   if (round == 0) m.start_utc = iso_time_utc();
@@ -246,11 +248,12 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   trace.clear();
   run_reps(p, c, st, ctx, g, rank, out, round * p.deck.reps);
   const size_t elem = sizeof(T);
-  const output::MemoryRow mine{rank, mem.peak_bytes() - base, hn::peak_rss_bytes(),
+  const output::MemoryRow mine{rank, mem.peak_bytes() - base, mem.peak_bytes(space) - space_base, hn::peak_rss_bytes(),
                                model::predicted_stack_bytes(c.stack, info, elem)};
   if (out.data.memory.empty()) out.data.memory.push_back(mine);
   output::MemoryRow& high = out.data.memory.front();  // the highest of the rounds
   high.kokkos_peak_bytes = std::max(high.kokkos_peak_bytes, mine.kokkos_peak_bytes);
+  high.space_peak_bytes = std::max(high.space_peak_bytes, mine.space_peak_bytes);
   high.rss_peak_bytes = std::max(high.rss_peak_bytes, mine.rss_peak_bytes);
   if (last) m.end_utc = iso_time_utc();
   if (!dump.empty() && round == 0) {
