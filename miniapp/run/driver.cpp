@@ -423,8 +423,8 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
   // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).
   const hn::FabricProfile* f = hn::applied_fabric();
-  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)", p.topo.nodes,
-              p.topo.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
+  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)",
+              p.topo.nodes, p.topo.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
               p.mpi.pml == "ob1" ? (", btls " + p.mpi.btl_list()).c_str() : "");
   std::fflush(stdout);
 }
