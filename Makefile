@@ -21,9 +21,10 @@
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
 #   make plots RUN=file.h5 [OUT=dir]  PNG plots of a run into OUT (default results/plots/<stem of RUN>/)
-#   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format)
+#   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format; make test checks it)
 #   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
 #   make clean  removes build/ and build-sanitize/
+#   make help   this list, then the variables with their values
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
 CMAKE_FLAGS ?=
@@ -40,9 +41,42 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
+.PHONY: all help deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
 
 all: build
+
+# The comment block at the top of this file, then each variable a command line may set.
+help:
+	@sed -n '2,/^[^#]/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@echo
+	@echo "Variables (make VAR=value; current value in brackets):"
+	@printf '  %-24s %s\n' \
+	  "BUILD" "the build directory [$(BUILD)]" \
+	  "SANITIZE_BUILD" "make sanitize's build directory [$(SANITIZE_BUILD)]" \
+	  "CMAKE_FLAGS" "extra flags of the first configure, e.g. -DMINICP_ENABLE_CUDA=ON [$(CMAKE_FLAGS)]" \
+	  "JOBS" "parallel build jobs; make test runs 2 x JOBS quick tests at a time [$(JOBS)]" \
+	  "PY" "the Python with h5py, numpy, pandas, matplotlib [$(PY)]" \
+	  "CLANG_FORMAT" "make format's clang-format [$(CLANG_FORMAT)]" \
+	  "RANKS" "ranks of make run and make calibrate [$(RANKS)]" \
+	  "DECK" "the deck of make run and make calibrate [$(DECK)]" \
+	  "MPIRUN" "the MPI launcher [$(MPIRUN)]" \
+	  "MPIRUN_FLAGS" "its flags [$(MPIRUN_FLAGS)]" \
+	  "RUN" "make report / make plots: the results file(s) or study index (required)" \
+	  "OUT" "make plots: the output directory [results/plots/<stem of RUN>/]" \
+	  "RUN_ARGS" "make run: more flags of minicp (e.g. --out results/default.h5)" \
+	  "STUDY_ARGS" "make kernel-study: more flags of kernel_study.py" \
+	  "CP_ARGS" "make cp-study: more flags of cp_study.py" \
+	  "FIDELITY_ARGS" "make fidelity-study: more flags of minicp-fidelity" \
+	  "FABRIC_ARGS" "make fabric-study: more flags of fabric_study.py" \
+	  "SCALING_ARGS" "make scaling-study: more flags of slurm/scaling-study" \
+	  "MODEL_ARGS" "make model-check: more flags of model_check.py" \
+	  "REPORT_ARGS, PLOTS_ARGS" "more flags of the analysis' report and plots commands" \
+	  "PEER_S" "make peer-study: tokens [$(PEER_S)]" \
+	  "PEER_ROUNDS" "make peer-study: alternated rounds [$(PEER_ROUNDS)]" \
+	  "PEER_THREADS" "make peer-study: threads [$(PEER_THREADS)]" \
+	  "PEER_ARGS" "make peer-study: more flags of peer_study.py" \
+	  "SAN_ASAN_OPTIONS" "make sanitize's ASAN_OPTIONS [$(SAN_ASAN_OPTIONS)]" \
+	  "SAN_UBSAN_OPTIONS" "make sanitize's UBSAN_OPTIONS [$(SAN_UBSAN_OPTIONS)]"
 
 deps:
 	@./tools/deps.sh
@@ -130,12 +164,12 @@ plots:
 	@test -n "$(RUN)" || { echo "make plots: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
 	$(ANALYSIS) plots $(RUN) $(if $(OUT),--out $(OUT)) $(PLOTS_ARGS)
 
-# Formats the tracked C++ sources in place. miniapp/cp/registry.cpp is left out: its table
-# is read line by line ("  <name>_scheme(),") by tests/CMakeLists.txt, and clang-format
-# would pack several entries on one line.
+# Formats the tracked C++ sources in place (the ctest format.check fails on any it would
+# change). miniapp/cp/registry.cpp keeps its table one entry a line between clang-format
+# off/on: tests/CMakeLists.txt reads it line by line ("  <name>_scheme(),").
 format:
 	@command -v $(CLANG_FORMAT) > /dev/null || { echo "format: $(CLANG_FORMAT) not found (make deps installs it)"; exit 1; }
-	git ls-files '*.cpp' '*.hpp' | grep -vx 'miniapp/cp/registry.cpp' | xargs -r $(CLANG_FORMAT) -i
+	git ls-files '*.cpp' '*.hpp' | xargs -r $(CLANG_FORMAT) -i
 
 # Sanitizer run. Any ASan or UBSan report ends the rank with a non-zero exit, so the test
 # fails (mpiexec hands its environment to the ranks it starts on this node). Tests that

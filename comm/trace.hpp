@@ -16,9 +16,9 @@ enum class EventKind : int32_t {
   ReduceScatter,  // (i)reduce-scatter
   AllReduce,      // all-reduce
   Barrier,
-  Compute,        // a compute block recorded by a scheme (bytes = 0, flops set)
-  Wait,           // time the caller spent blocked in wait()
-  Kernel,         // a layer kernel (label: its phase, model::Phase; flops: its FLOPs)
+  Compute,  // a compute block recorded by a scheme (bytes = 0, flops set)
+  Wait,     // time the caller spent blocked in wait()
+  Kernel,   // a layer kernel (label: its phase, model::Phase; flops: its FLOPs)
 };
 const char* to_string(EventKind k);
 
@@ -39,11 +39,11 @@ int64_t bytes_leaving(EventKind kind, int64_t payload_bytes, int group_size);
 
 struct Event {
   EventKind kind;
-  int32_t peer;      // destination rank in the group (p2p) or -1
-  int32_t group;     // id of the group the call ran on
-  int32_t step;      // scheme step, or -1
-  int64_t bytes;     // bytes that left this rank, see bytes_leaving
-  double flops;      // compute events: executed FLOPs
+  int32_t peer;           // destination rank in the group (p2p) or -1
+  int32_t group;          // id of the group the call ran on
+  int32_t step;           // scheme step, or -1
+  int64_t bytes;          // bytes that left this rank, see bytes_leaving
+  double flops;           // compute events: executed FLOPs
   double t_begin, t_end;  // MPI_Wtime seconds
   // Where the event comes from: the context the caller set (-1 when not set), taken when the
   // operation is posted (Communicator::posted), so a non-blocking operation and the wait for

@@ -20,17 +20,18 @@ enum class Isa { Unknown = -1, Sse = 0, Avx = 1, Avx2 = 2, Avx512 = 3 };
 const char* to_string(Isa i);
 
 struct BlasInfo {
-  std::string name;         // "OpenBLAS" or "unknown" (a BLAS this code cannot interrogate)
-  std::string library;      // the shared object that holds sgemm_ (symbolic links resolved); "" unknown
-  std::string version;      // "0.3.21" (OpenBLAS); "" unknown
-  std::string config;       // openblas_get_config(): build options and the running core
-  std::string core;         // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...; "" not OpenBLAS
-  std::string core_source;  // "detected by OpenBLAS", "OPENBLAS_CORETYPE=X (user)", "selected by minicp (OpenBLAS detected Y)"
+  std::string name;     // "OpenBLAS" or "unknown" (a BLAS this code cannot interrogate)
+  std::string library;  // the shared object that holds sgemm_ (symbolic links resolved); "" unknown
+  std::string version;  // "0.3.21" (OpenBLAS); "" unknown
+  std::string config;   // openblas_get_config(): build options and the running core
+  std::string core;     // openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...; "" not OpenBLAS
+  std::string
+      core_source;  // "detected by OpenBLAS", "OPENBLAS_CORETYPE=X (user)", "selected by minicp (OpenBLAS detected Y)"
   Isa core_isa = Isa::Unknown;  // the tier of the core's kernels
-  std::string cpu_model;    // /proc/cpuinfo "model name"
-  std::string cpu_flags;    // the vector flags that matter, present on this CPU ("avx2 fma avx512f ...")
-  Isa cpu_isa = Isa::Unknown;  // the best tier the CPU's flags offer
-  std::string warning;      // "" or why the BLAS runs slower than this CPU allows (one sentence)
+  std::string cpu_model;        // /proc/cpuinfo "model name"
+  std::string cpu_flags;        // the vector flags that matter, present on this CPU ("avx2 fma avx512f ...")
+  Isa cpu_isa = Isa::Unknown;   // the best tier the CPU's flags offer
+  std::string warning;          // "" or why the BLAS runs slower than this CPU allows (one sentence)
   // "OpenBLAS 0.3.21, core SkylakeX (selected by minicp: OpenBLAS detected Prescott)".
   std::string summary() const;
 };

@@ -54,7 +54,8 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, 
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  const bool integer = !text.empty() && (text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9')) && *end == '\0';
+  const bool integer =
+      !text.empty() && (text[0] == '-' || text[0] == '+' || (text[0] >= '0' && text[0] <= '9')) && *end == '\0';
   const std::string at = flag + " " + text + ": must be ";
   if (!integer) throw UsageError(at + "an integer " + allowed_range(lo, hi));
   const bool too_big = (errno == ERANGE && v > 0) || v > hi;
@@ -96,8 +97,8 @@ CLI::Option* add_int(CLI::App& app, const std::string& names, int& out, int64_t 
       ->type_name("INT");
 }
 
-CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<int64_t>& out, int64_t lo,
-                          int64_t hi, const std::string& help) {
+CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<int64_t>& out, int64_t lo, int64_t hi,
+                          const std::string& help) {
   const std::string flag = flag_label(names);
   return app
       .add_option_function<std::string>(

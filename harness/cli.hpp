@@ -37,8 +37,8 @@ CLI::Option* add_int(CLI::App& app, const std::string& names, int64_t& out, int6
 CLI::Option* add_int(CLI::App& app, const std::string& names, int& out, int64_t lo, int64_t hi,
                      const std::string& help);
 // A comma list of integers, each checked like add_int.
-CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<int64_t>& out, int64_t lo,
-                          int64_t hi, const std::string& help);
+CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<int64_t>& out, int64_t lo, int64_t hi,
+                          const std::string& help);
 
 // How a flag is named in messages: its names joined by '/' ("-n/--iters", "--seq").
 std::string flag_label(const std::string& names);

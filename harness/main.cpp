@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -88,6 +89,12 @@ int parse_then_run(const Args& a, std::vector<std::string> kokkos_args, const Pa
   for (std::string& s : kokkos_args) kargv.push_back(s.data());
   kargv.push_back(nullptr);
   int kargc = int(kokkos_args.size());
+  // Kokkos's OpenMP backend warns, once per rank, when OMP_PROC_BIND is unset. The OpenMP
+  // runtime read its environment when it was loaded, and with OMP_PROC_BIND and OMP_PLACES
+  // unset it does not bind (libgomp, libomp): "false" says what runs, and it is what the
+  // run's environment attribute records. A value the user set is left as it is.
+  if (std::getenv("OMP_PROC_BIND") == nullptr && std::getenv("OMP_PLACES") == nullptr)
+    setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(kargc, kargv.data());
   return guarded(a, [&] { return run(a); });
 }

@@ -77,8 +77,8 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-std::string memory_message(const std::string& what, double predicted, double available, int local_ranks,
-                           bool per_rank, const std::string& node) {
+std::string memory_message(const std::string& what, double predicted, double available, int local_ranks, bool per_rank,
+                           const std::string& node) {
   if (!per_rank)
     return what + ": needs " + human_bytes(predicted) + " (predicted), " + human_bytes(available) + " available";
   return what + ": needs " + human_bytes(predicted) + " per rank (predicted), " + human_bytes(available) +

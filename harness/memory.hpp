@@ -25,8 +25,8 @@ std::string human_bytes(double bytes);
 // The refusal text: "<what>: needs 1.2 TiB per rank (predicted), 11.3 GiB available per rank
 // (2 ranks on this node)"; node names the node when it is not "this node"; without per_rank
 // (a single process): "<what>: needs 1.2 TiB (predicted), 11.3 GiB available".
-std::string memory_message(const std::string& what, double predicted, double available, int local_ranks,
-                           bool per_rank, const std::string& node = "this node");
+std::string memory_message(const std::string& what, double predicted, double available, int local_ranks, bool per_rank,
+                           const std::string& node = "this node");
 
 // Throws UsageError (on every rank) when predicted_per_rank bytes exceed the memory available
 // per rank on any node. local_ranks: the ranks on this process's node (1 under main_serial;

@@ -52,8 +52,8 @@ struct Overlap {
   double exposed_s = kNaN, overlap = kNaN, overlap_q1 = kNaN, overlap_q3 = kNaN;
   double comm_s = kNaN, spread_s = kNaN;  // t_comm and spread(full)
   double clamped_from = kNaN;             // the raw overlap when it was set to a bound
-  std::string unresolved;           // "" or why overlap is NaN
-  bool measured() const;            // false: overlap NaN (exposed_s is still the median difference)
+  std::string unresolved;                 // "" or why overlap is NaN
+  bool measured() const;                  // false: overlap NaN (exposed_s is still the median difference)
 };
 Overlap not_measured(const std::string& why = "");
 // NaN figures (with the reason) when there are no pairs, t_comm <= 0 or it is not resolved;

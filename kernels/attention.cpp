@@ -80,7 +80,8 @@ AttnStats attention_fwd(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& m
   check_fwd<T>(q, k, v, mask, o, lse);
   const T scale = resolve_scale<T>(opt, q.extent(2));
   if (use_tiled(opt)) return detail::attention_fwd_tiled<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k);
-  if (use_team(opt)) return detail::attention_fwd_team<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k, opt.team_size);
+  if (use_team(opt))
+    return detail::attention_fwd_team<T>(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k, opt.team_size);
   return detail::attention_fwd_portable<T>(q, k, v, mask, o, lse, scale);
 }
 

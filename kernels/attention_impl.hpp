@@ -36,13 +36,11 @@ bool bf16_tile_products(int M, int N, int K, int products);
 // The team path (attention_team.cpp): T = float, double and bf16, any execution space.
 template <class T>
 AttnStats attention_fwd_team(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<acc_t<T>> o,
-                             View2<acc_t<T>> lse, acc_t<T> scale, int tile_q, int tile_k,
-                             int team_size);
+                             View2<acc_t<T>> lse, acc_t<T> scale, int tile_q, int tile_k, int team_size);
 template <class T>
 AttnStats attention_bwd_team(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<acc_t<T>> lse, CView3<T> dout,
                              const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
-                             acc_t<T> scale, int tile_q, int tile_k,
-                             int team_size);
+                             acc_t<T> scale, int tile_q, int tile_k, int team_size);
 
 // Delta[i,h] = sum_d dout[i,h,d] * o[i,h,d] (the softmax-backward row term), in acc_t<T>.
 template <class T>

@@ -30,8 +30,8 @@ double count_visible(const AttnMask& mask, int Sq, int Sk) {
 }  // namespace
 
 template <class T>
-AttnStats attention_fwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o,
-                                 View2<T> lse, T scale) {
+AttnStats attention_fwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,
+                                 T scale) {
   const int Sq = int(q.extent(0)), H = int(q.extent(1)), D = int(q.extent(2)), Sk = int(k.extent(0));
   const int group = H / int(k.extent(1));
   check_dim(D);
@@ -117,11 +117,11 @@ AttnStats attention_bwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T
   return st;
 }
 
-#define MINICP_ATTN_PORTABLE_INST(T)                                                                            \
-  template AttnStats attention_fwd_portable<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<T>,    \
-                                               View2<T>, T);                                                  \
-  template AttnStats attention_bwd_portable<T>(CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>,         \
-                                               CView3<T>, const AttnMask&, View3<T>, View3<T>, View3<T>, T);
+#define MINICP_ATTN_PORTABLE_INST(T)                                                                                 \
+  template AttnStats attention_fwd_portable<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<T>, View2<T>, \
+                                               T);                                                                   \
+  template AttnStats attention_bwd_portable<T>(CView3<T>, CView3<T>, CView3<T>, CView3<T>, CView2<T>, CView3<T>,     \
+                                               const AttnMask&, View3<T>, View3<T>, View3<T>, T);
 MINICP_ATTN_PORTABLE_INST(float)
 MINICP_ATTN_PORTABLE_INST(double)
 #undef MINICP_ATTN_PORTABLE_INST

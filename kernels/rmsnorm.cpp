@@ -54,8 +54,7 @@ void rmsnorm_bwd(CView2<T> x, CView1<T> w, CView1<acc_t<T>> rstd, CView2<T> dy, 
       });
 }
 
-
-#define MINICP_RMSNORM_INST(T, A)                                             \
+#define MINICP_RMSNORM_INST(T, A)                                            \
   template void rmsnorm_fwd<T>(CView2<T>, CView1<T>, A, View2<T>, View1<A>); \
   template void rmsnorm_bwd<T>(CView2<T>, CView1<T>, CView1<A>, CView2<T>, View2<T>, View1<A>);
 MINICP_RMSNORM_INST(float, float)

@@ -35,7 +35,6 @@ void rope_apply(View3<T> x, Kokkos::View<const int64_t*, Mem> pos, double theta,
       });
 }
 
-
 template void rope_apply<float>(View3<float>, Kokkos::View<const int64_t*, Mem>, double, bool);
 template void rope_apply<double>(View3<double>, Kokkos::View<const int64_t*, Mem>, double, bool);
 template void rope_apply<bf16>(View3<bf16>, Kokkos::View<const int64_t*, Mem>, double, bool);

@@ -17,7 +17,7 @@ void swiglu_fwd(CView2<T> a, CView2<T> b, View2<T> y) {
   if (!a.span_is_contiguous() || !b.span_is_contiguous() || !y.span_is_contiguous())
     throw std::invalid_argument("swiglu_fwd: a, b, y must be contiguous");
   const T *ap = a.data(), *bp = b.data();
-  T* yp = y.data();
+  T *yp = y.data();
   for_each_index(
       "kernels::swiglu::fwd", int64_t(S) * F, KOKKOS_LAMBDA(const int64_t i) {
         const A av = A(ap[i]);
@@ -48,8 +48,7 @@ void swiglu_bwd(CView2<T> a, CView2<T> b, CView2<T> dy, View2<T> da, View2<T> db
       });
 }
 
-
-#define MINICP_SWIGLU_INST(T)                                   \
+#define MINICP_SWIGLU_INST(T)                                  \
   template void swiglu_fwd<T>(CView2<T>, CView2<T>, View2<T>); \
   template void swiglu_bwd<T>(CView2<T>, CView2<T>, CView2<T>, View2<T>, View2<T>);
 MINICP_SWIGLU_INST(float)

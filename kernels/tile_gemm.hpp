@@ -108,7 +108,7 @@ inline void panel(int M, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t a
 // so an unpacked panel would be re-read from L2 by every block (measured on one core: 120
 // against 175 GFLOP/s). An operand used by many products is packed once by the caller.
 template <class T>
-constexpr int kNB = kNV * kLanes<T>;
+constexpr int kNB = kNV* kLanes<T>;
 template <class T>
 constexpr int padded(int n) {
   return (n + kNB<T> - 1) / kNB<T> * kNB<T>;
@@ -154,8 +154,7 @@ void gemm_packed(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdi
                  std::ptrdiff_t ldc, bool accumulate) {
   constexpr int L = kLanes<T>, NB = kNB<T>;
   int n = 0;
-  for (; n + NB <= N; n += NB)
-    panel<T, kNV>(M, K, A, ars, aks, Bp + std::size_t(n) * K, NB, C + n, ldc, accumulate);
+  for (; n + NB <= N; n += NB) panel<T, kNV>(M, K, A, ars, aks, Bp + std::size_t(n) * K, NB, C + n, ldc, accumulate);
   const T* P = Bp + std::size_t(n) * K;
   int c = 0;
   for (; n + c + L <= N; c += L) panel<T, 1>(M, K, A, ars, aks, P + c, NB, C + n + c, ldc, accumulate);
@@ -169,8 +168,8 @@ void gemm_packed(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdi
 
 // The same with B [K, N] (row stride ldb) as it lies: packed into a per-thread buffer first.
 template <class T>
-void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* B, std::ptrdiff_t ldb,
-          T* C, std::ptrdiff_t ldc, bool accumulate) {
+void gemm(int M, int N, int K, const T* A, std::ptrdiff_t ars, std::ptrdiff_t aks, const T* B, std::ptrdiff_t ldb, T* C,
+          std::ptrdiff_t ldc, bool accumulate) {
   thread_local std::vector<T> packed;
   if (packed.size() < packed_size<T>(K, N)) packed.resize(packed_size<T>(K, N));
   pack(K, N, B, ldb, packed.data());

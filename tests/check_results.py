@@ -16,6 +16,7 @@ such file, not HDF5, truncated): one message on stderr, exit 2.
 Usage: check_results.py FILE.h5 [--cases N] [--memory-tolerance 0.15] [--complete]
                         [--blas-core NAME] [--blas-not-generic] [--blas-source-has TEXT]"""
 import argparse
+import json
 import math
 import os
 import re
@@ -27,7 +28,7 @@ import numpy as np
 ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", "kernel_flags", "kokkos_version",
         "kokkos_exec_space", "kokkos_concurrency", "attention_tiles", "gemm_backend", "blas", "blas_library",
         "blas_version", "blas_config", "blas_core", "blas_core_source", "blas_warning", "cpu_model", "cpu_flags",
-        "cpu_isa", "comm_backend", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
+        "cpu_isa", "comm_backend", "scheme_registry", "figure_ranges", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
         "world_ranks", "slurm_job_id", "slurm_job_nodelist", "environment", "cpu_affinity", "launcher",
         "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete",
         "file_kind"]
@@ -53,12 +54,16 @@ STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s",
 MEMORY = ["rank", "kokkos_peak_bytes", "space_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
-# Each figure with a range (docs/figures-of-merit.md); outside it only when out_of_range says so.
-RANGES = {"layer_efficiency": (0, 1), "cp_efficiency": (0, 1), "cp_efficiency_core_scaled": (0, 1),
-          "overlap": (0, 1), "overlap_q1": (0, 1), "overlap_q3": (0, 1), "attn_overlap": (0, 1),
-          "attn_overlap_q1": (0, 1), "attn_overlap_q3": (0, 1), "grad_allreduce_overlap": (0, 1),
-          "grad_allreduce_overlap_q1": (0, 1), "grad_allreduce_overlap_q3": (0, 1), "imbalance": (1, math.inf),
-          "flop_imbalance": (1, math.inf), "slowest_rep_ratio": (1, math.inf), "phase_coverage": (0.99, 1.01)}
+def figure_ranges(f):
+    """Each figure with a range, as the file records them (figure_ranges: the C++ table the run
+    checked its figures against, docs/figures-of-merit.md); outside it only when out_of_range
+    says so. An open end is null there, infinity here."""
+    ranges = {k: (lo, math.inf if hi is None else hi) for k, (lo, hi) in json.loads(text(f.attrs["figure_ranges"])).items()}
+    if not ranges or any(not lo < hi for lo, hi in ranges.values()):
+        raise ValueError(f"figure_ranges attribute: {ranges}")
+    return ranges
+
+
 GENERIC_CORES = {"prescott", "core2", "penryn", "dunnington", "nehalem", "katmai", "coppermine", "northwood",
                  "banias", "atom", "athlon", "opteron", "opteron_sse3", "barcelona", "nano", "bobcat", "generic"}
 # A step brackets its phases on one rank's clock, and the layers' `other` phase takes what
@@ -231,7 +236,7 @@ def check_figures(cid, g, s, modes, fail):
         if not (s[k] > 0 and math.isfinite(s[k])):
             fail(f"{cid}/summary: {k} = {s[k]}")
     flagged = text(s["out_of_range"])
-    for k, (lo, hi) in RANGES.items():
+    for k, (lo, hi) in figure_ranges(g.file).items():
         v = float(s[k])
         if not math.isnan(v) and not lo <= v <= hi and not re.search(rf"(^|[ ,;]){re.escape(k)}=", flagged):
             fail(f"{cid}/summary: {k} = {v} outside [{lo}, {hi}] and not flagged in out_of_range")

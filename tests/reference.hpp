@@ -45,8 +45,8 @@ inline Vec gemm(bool ta, bool tb, int M, int N, int K, const Vec& A, const Vec& 
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
-      for (int k = 0; k < K; ++k) s += (ta ? A[size_t(k) * M + i] : A[size_t(i) * K + k]) *
-                                       (tb ? B[size_t(j) * K + k] : B[size_t(k) * N + j]);
+      for (int k = 0; k < K; ++k)
+        s += (ta ? A[size_t(k) * M + i] : A[size_t(i) * K + k]) * (tb ? B[size_t(j) * K + k] : B[size_t(k) * N + j]);
       C[size_t(i) * N + j] = s;
     }
   return C;

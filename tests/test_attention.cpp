@@ -134,7 +134,10 @@ double tolerance() {
 
 template <class T>
 void run_case(const Case& c, AttnImpl impl, int team_size = 0) {
-  SCOPED_TRACE(c.name + (impl == AttnImpl::Tiled ? " tiled " : impl == AttnImpl::Team ? " team " : " portable ") +
+  SCOPED_TRACE(c.name +
+               (impl == AttnImpl::Tiled  ? " tiled "
+                : impl == AttnImpl::Team ? " team "
+                                         : " portable ") +
                (std::is_same<T, float>::value ? "fp32" : "fp64"));
   const Inputs in = make_inputs(c);
   const auto ref_fwd = ref::attention_fwd(in.q, in.k, in.v, c.Sq, c.Sk, c.H, c.Hkv, c.D, in.mask, in.scale);

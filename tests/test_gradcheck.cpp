@@ -57,7 +57,8 @@ class AttentionGrad : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionGrad, MatchesFiniteDifferences) {
   const AttnCase c = GetParam();
-  const Vec q = ref::random_vec(size_t(c.Sq) * c.H * c.D, 21, 2.0), k = ref::random_vec(size_t(c.Sk) * c.Hkv * c.D, 22, 2.0),
+  const Vec q = ref::random_vec(size_t(c.Sq) * c.H * c.D, 21, 2.0),
+            k = ref::random_vec(size_t(c.Sk) * c.Hkv * c.D, 22, 2.0),
             v = ref::random_vec(size_t(c.Sk) * c.Hkv * c.D, 23), w = ref::random_vec(size_t(c.Sq) * c.H * c.D, 24);
   std::vector<int64_t> qpos, kpos;
   std::vector<int32_t> qdoc, kdoc;
@@ -121,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(RmsNormGrad, MatchesFiniteDifferences) {
   const int S = 5, N = 12;
-  const Vec x = ref::random_vec(size_t(S) * N, 31, 2.0), w = ref::random_vec(N, 32), g = ref::random_vec(size_t(S) * N, 33);
+  const Vec x = ref::random_vec(size_t(S) * N, 31, 2.0), w = ref::random_vec(N, 32),
+            g = ref::random_vec(size_t(S) * N, 33);
   auto loss = [&](const Vec& xx, const Vec& ww) { return dot(ref::rmsnorm(xx, ww, S, N, 1e-5), g); };
   auto X = test::make_view<V2>("x", x, S, N);
   auto W = test::make_view<V1>("w", w, N);

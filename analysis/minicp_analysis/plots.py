@@ -22,8 +22,9 @@ from .outputs import OVERWRITE, check_not_input, input_files, write_whole  # noq
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
-# One colour per scheme, the same in every plot (minicp --list-schemes order).
-SCHEME_ORDER = ("none", "ring", "zigzag", "stripe", "ulysses", "usp", "allgather", "passq", "doublering", "tree")
+# One colour per scheme, the same in every plot, in the registry's order (minicp --list-schemes;
+# tests/check_self_description.py checks it).
+SCHEME_ORDER = ("none", "ring", "zigzag", "stripe", "ulysses", "usp", "allgather", "passq", "tree", "doublering")
 PALETTE = matplotlib.colormaps["tab10"].colors
 RANK_MARKERS = "os^vD<>ph*"
 STYLES = ("-", "--", ":", "-.")

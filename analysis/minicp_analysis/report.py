@@ -18,8 +18,10 @@ DEFAULT_COLUMNS = ["file", "case", "scheme", "pass", "mask", "seq_len", "ranks",
                    "predicted_time_s", "predicted_ratio"]
 TEXT_COLUMNS = {"file", "source", "case", "scheme", "pass", "mask", "status", "fabric", "layout", "scaling", "task",
                 "modes", "complete", "units", "out_of_range"}
-COUNT_COLUMNS = {"ranks", "nodes", "world_ranks", "src", "reps", "ulysses", "inner_ring", "chunks", "figures_in_range",
-                 "overlap_measured", "cp_efficiency_measured"}
+# Integer columns; the schemes' settings among them (tests/check_self_description.py checks
+# that every setting of minicp --list-schemes --json is here).
+COUNT_COLUMNS = {"ranks", "nodes", "world_ranks", "src", "reps", "ulysses", "inner_ring", "chunks", "decode_tokens",
+                 "figures_in_range", "overlap_measured", "cp_efficiency_measured"}
 
 
 def unit(name):

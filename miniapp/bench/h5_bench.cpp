@@ -47,17 +47,18 @@ int main(int argc, char** argv) {
           c.attrs.text["status"] = "ok";
           c.events.resize(size_t(o.events));
           for (int64_t i = 0; i < o.events; ++i)
-            c.events[size_t(i)] = {a.rank(), 0, 0, int32_t(i % 80), 0, int32_t(i % 8), 0, -1, 0, -1, i, 1e6, 1e-6 * i,
-                                   1e-6 * i + 5e-7};
+            c.events[size_t(i)] = {a.rank(), 0,   0,        int32_t(i % 80), 0, int32_t(i % 8), 0, -1, 0, -1,
+                                   i,        1e6, 1e-6 * i, 1e-6 * i + 5e-7};
           c.memory.push_back({a.rank(), 1, 1, 1});
           secs.push_back(res.add_case(c));
         }
         std::sort(secs.begin(), secs.end());
         const double med = secs[secs.size() / 2];
         if (a.rank() == 0)
-          std::printf("MINICP_H5 ranks=%d events_per_rank=%lld events=%lld write_s=%.3f (median of %lld; the file "
-                      "grows with each case)\n",
-                      a.size(), (long long)o.events, (long long)(o.events * a.size()), med, (long long)o.reps);
+          std::printf(
+              "MINICP_H5 ranks=%d events_per_rank=%lld events=%lld write_s=%.3f (median of %lld; the file "
+              "grows with each case)\n",
+              a.size(), (long long)o.events, (long long)(o.events * a.size()), med, (long long)o.reps);
         if (a.rank() == 0) std::remove(o.out.c_str());
         return 0;
       });

@@ -235,6 +235,7 @@ SchemeInfo doublering_scheme() {
                  "when ranks >= 4 and even, else ranks",
                  0, 0, &Config::inner_ring,
                  [](const Config& c, const comm::Topology& t) { return inner_ring_size(c, t, c.ranks); }}};
+  s.ring_family = true;
   s.refuses = "inner_ring not dividing ranks; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
     const std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "doublering");

@@ -192,6 +192,7 @@ SchemeInfo passq_scheme() {
   SchemeInfo s = make_info<PassQ>(
       "passq",
       "Q blocks around a ring, K,V stay (Meta's pass-Q), zigzag layout; partial (O, LSE) and dQ return by all-to-all");
+  s.ring_family = true;
   s.refuses = "seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq"); };
   s.shard = [](const Config& c, int r) {

@@ -277,6 +277,7 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
 
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
   SchemeInfo s = make_info<RingScheme>(name, summary, kind);
+  s.ring_family = true;
   s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks");
   s.check = [name, kind](const Config& c) { return layout::check(kind, c.seq_len, c.ranks, name); };
   s.shard = [kind](const Config& c, int r) {

@@ -170,6 +170,9 @@ struct SchemeInfo {
   std::vector<Setting> settings;
   // What the scheme refuses, in words, for --list-schemes (check() gives the concrete reason).
   std::string refuses;
+  // It passes blocks (K/V or Q) around a ring step by step: one compute and one transfer per
+  // ring step, the timeline the plots draw for it.
+  bool ring_family = false;
   // "" when cfg can run, else one sentence naming the constraint and the values.
   std::function<std::string(const Config&)> check;
   // The local rows of rank r (a layout function from miniapp/layout.hpp).

@@ -5,7 +5,8 @@
 namespace minicp::cp {
 
 SchemeInfo stripe_scheme() {
-  return ring_family_info("stripe", layout::Kind::Striped, "as ring, striped layout (token t on rank t mod P): causal work balanced");
+  return ring_family_info("stripe", layout::Kind::Striped,
+                          "as ring, striped layout (token t on rank t mod P): causal work balanced");
 }
 
 }  // namespace minicp::cp

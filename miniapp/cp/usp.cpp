@@ -58,6 +58,7 @@ SchemeInfo usp_scheme() {
   s.settings = {{"ulysses",
                  "usp: Ulysses group size U (ranks); 0 = the largest divisor of ranks <= ranks/2 that divides heads", 0,
                  0, &Config::ulysses, [](const Config& c, const comm::Topology&) { return usp_ulysses_size(c); }}};
+  s.ring_family = true;
   s.refuses = "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
     if (c.ulysses > 0 && c.ranks % c.ulysses != 0)

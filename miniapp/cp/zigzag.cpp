@@ -5,7 +5,8 @@
 namespace minicp::cp {
 
 SchemeInfo zigzag_scheme() {
-  return ring_family_info("zigzag", layout::Kind::Zigzag, "as ring, zigzag layout (2P chunks, rank r holds r and 2P-1-r): causal work balanced");
+  return ring_family_info("zigzag", layout::Kind::Zigzag,
+                          "as ring, zigzag layout (2P chunks, rank r holds r and 2P-1-r): causal work balanced");
 }
 
 }  // namespace minicp::cp

@@ -28,7 +28,8 @@ std::string check(const Shape& m) {
   if (m.hidden < 1) return bad("hidden", m.hidden, "must be >= 1");
   if (m.heads < 1) return bad("heads", m.heads, "must be >= 1");
   if (m.kv_heads < 1 || m.heads % m.kv_heads != 0)
-    return bad("kv_heads", m.kv_heads, ("must be >= 1 and divide model.heads (" + std::to_string(m.heads) + ")").c_str());
+    return bad("kv_heads", m.kv_heads,
+               ("must be >= 1 and divide model.heads (" + std::to_string(m.heads) + ")").c_str());
   if (m.head_dim < 2 || m.head_dim % 2 != 0) return bad("head_dim", m.head_dim, "must be even and >= 2");
   if (m.ffn < 1) return bad("ffn", m.ffn, "must be >= 1");
   if (m.layers < 1) return bad("layers", m.layers, "must be >= 1");
@@ -39,9 +40,9 @@ std::string check(const Shape& m) {
 
 std::vector<Param> layer_params(const Shape& m) {
   const int64_t C = m.hidden, HD = int64_t(m.heads) * m.head_dim, KD = int64_t(m.kv_heads) * m.head_dim, F = m.ffn;
-  std::vector<Param> ps = {{"attn_norm", C, 0, 0}, {"wq", C, HD, 0},       {"wk", C, KD, 0},
-                           {"wv", C, KD, 0},       {"wo", HD, C, 0},       {"mlp_norm", C, 0, 0},
-                           {"w1", C, F, 0},        {"w3", C, F, 0},        {"w2", F, C, 0}};
+  std::vector<Param> ps = {{"attn_norm", C, 0, 0}, {"wq", C, HD, 0}, {"wk", C, KD, 0},
+                           {"wv", C, KD, 0},       {"wo", HD, C, 0}, {"mlp_norm", C, 0, 0},
+                           {"w1", C, F, 0},        {"w3", C, F, 0},  {"w2", F, C, 0}};
   int64_t off = 0;
   for (Param& p : ps) {
     p.offset = off;

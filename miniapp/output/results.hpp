@@ -46,8 +46,8 @@ struct StepRow {
 };
 struct MemoryRow {
   int32_t rank;
-  int64_t kokkos_peak_bytes;  // every Kokkos memory space
-  int64_t space_peak_bytes;   // the tensors' space alone (the device's in a CUDA build)
+  int64_t kokkos_peak_bytes;                // every Kokkos memory space
+  int64_t space_peak_bytes;                 // the tensors' space alone (the device's in a CUDA build)
   int64_t rss_peak_bytes, predicted_bytes;  // -1: not measured (see measured_*)
 };
 struct EventRow {

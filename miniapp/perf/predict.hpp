@@ -69,8 +69,8 @@ struct Link {
 struct Machine {
   Calibration cal;
   Link intra, inter;
-  int threads = 1;          // threads per rank the rates are taken at
-  double rate_scale = 1;    // compute rates x this (a run's SGEMM now over the table's)
+  int threads = 1;        // threads per rank the rates are taken at
+  double rate_scale = 1;  // compute rates x this (a run's SGEMM now over the table's)
   Topo topo;
 };
 // Seconds of one communicator call on a link (alpha-beta: see the top of this file), alone.
@@ -107,10 +107,10 @@ double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, 
 
 struct Prediction {
   double step_s = 0, forward_s = 0, backward_s = 0;  // backward_s 0 without a backward
-  double phase_s[model::kPhases] = {};                // summed over layers and passes
-  double attn_compute_s = 0, attn_comm_s = 0;         // of the rank that computes most
+  double phase_s[model::kPhases] = {};               // summed over layers and passes
+  double attn_compute_s = 0, attn_comm_s = 0;        // of the rank that computes most
   double grad_allreduce_exposed_s = 0;
-  double comm_per_compute = 0;  // the ring steps' overlapped wire time / their compute, largest
+  double comm_per_compute = 0;     // the ring steps' overlapped wire time / their compute, largest
   double exposed_attn_comm_s = 0;  // attention comm not hidden behind compute, per step
   double imbalance = 1;            // attention compute: max / mean over ranks
   std::vector<std::string> notes;  // what was approximated (a GEMM shape not in the table ...)

@@ -53,7 +53,7 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
                 hn::human_bytes(avail_per_rank).c_str());
   else
     std::printf("minicp --dry-run: %zu cases; memory available per rank: %s (%d ranks on this node)\n", p.cases.size(),
-                avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.local_ranks);
+                avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.topo.local_size);
   std::printf("%-40s %-10s %7s %5s %-22s %16s  %s\n", "case", "scheme", "pass", "ranks", "mask", "memory/rank",
               "status");
   for (size_t i = 0; i < p.cases.size(); ++i) {
@@ -110,6 +110,23 @@ double parse_size(const std::string& s) {
   for (const auto& [u, f] : units)
     if (unit == u) return v * f;
   return -1;
+}
+
+std::string scheme_registry_json(int indent) {
+  hn::Json all = hn::Json::array();
+  for (const cp::SchemeInfo& info : cp::registry()) {
+    hn::Json problems = hn::Json::array(), settings = hn::Json::array();
+    for (cp::Problem pr : info.problems) problems.push_back(cp::to_string(pr));
+    for (const cp::Setting& st : info.settings)
+      settings.push_back({{"name", st.name}, {"help", st.help}, {"default", st.default_value}, {"min", st.min_value}});
+    all.push_back({{"name", info.name},
+                   {"summary", info.summary},
+                   {"problems", problems},
+                   {"ring_family", info.ring_family},
+                   {"refuses", info.refuses},
+                   {"settings", settings}});
+  }
+  return all.dump(indent);
 }
 
 std::string scheme_list() {
@@ -182,7 +199,7 @@ bool wants_nccl() {
 // anything is allocated, naming the profile and the reason.
 void check_communicator(const Plan& p) {
   if (!wants_nccl()) return;
-  std::string why = comm::nccl_unavailable(p.local_ranks);
+  std::string why = comm::nccl_unavailable(p.topo.local_size);
   if (why.empty() && kernels::kHostMemory)
     why =
         "this build keeps the tensors in host memory (NCCL needs them on the GPU: build with -DMINICP_ENABLE_CUDA=ON "
@@ -260,13 +277,16 @@ Plan parse(const hn::Args& a) {
       ->type_name("N");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
+  bool as_json = false;
+  app.add_flag("--json", as_json, "with --list-schemes: as one JSON array (default: off)");
   hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
   const std::pair<const char*, const std::string*> files[] = {
       {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
   for (const auto& [flag, path] : files)
     if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
+  if (as_json && !o.list_schemes) throw UsageError("--json: only with --list-schemes");
   if (o.list_schemes) {
-    if (a.rank() == 0) std::printf("%s", scheme_list().c_str());
+    if (a.rank() == 0) std::printf("%s\n", as_json ? scheme_registry_json(1).c_str() : scheme_list().c_str());
     throw hn::HelpShown{};
   }
   if (!rank_memory.empty()) {
@@ -314,13 +334,12 @@ Plan parse(const hn::Args& a) {
     p.predicted_bytes.push_back(b);
     if (b > most) most = b, most_id = c.id;
   }
-  const comm::Topology topo = comm::Communicator::node_topology();
-  p.local_ranks = topo.local_size, p.nodes = topo.nodes;
+  p.topo = comm::Communicator::node_topology();
   if (pf.calibrate) claim_outputs(a, p);  // its table, before the measurement
   if (pf.any()) return p;                 // the model's commands (execute) write no results file
   if (o.dry_run) {
     const int64_t node = hn::node_available_bytes();
-    const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.local_ranks;
+    const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.topo.local_size;
     if (a.rank() == 0) print_dry_run(p, avail, o.rank_memory > 0);
     std::fflush(stdout);  // the table before any refusal below
     if (o.rank_memory > 0) {
@@ -331,7 +350,7 @@ Plan parse(const hn::Args& a) {
     }
   }
   if (!o.dry_run) check_communicator(p);
-  hn::check_memory(a, "case " + most_id, double(most), p.local_ranks);
+  hn::check_memory(a, "case " + most_id, double(most), p.topo.local_size);
   if (o.dry_run) throw hn::HelpShown{};
   claim_outputs(a, p);
   return p;
@@ -404,8 +423,8 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
   // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).
   const hn::FabricProfile* f = hn::applied_fabric();
-  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)", p.nodes,
-              p.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
+  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)",
+              p.topo.nodes, p.topo.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
               p.mpi.pml == "ob1" ? (", btls " + p.mpi.btl_list()).c_str() : "");
   std::fflush(stdout);
 }
@@ -457,7 +476,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
   data.mode_names = mode_names(), data.phase_names = phase_names(), data.kind_names = kind_names();
   if (!c.refused.empty()) {
     if (round > 0) return;
-    data.attrs = case_attrs(c, rs.p.deck, comm::Communicator::node_topology());
+    data.attrs = case_attrs(c, rs.p.deck, rs.p.topo);
     if (world_rank == 0 && !rs.p.o.quiet) std::printf("  refused: %s\n", c.refused.c_str());
     if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
     return;
@@ -513,13 +532,13 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
       std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
     at(Stage::Calibrating);
-    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.local_ranks), world, false);
+    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.topo.local_size), world, false);
     measure_layer_rows(p, world, cal);
     cal.source = "measured at start-up";
     cal.of_the_run = true;
   }
   try {
-    return machine_for(p.deck, cal, int(kernels::Exec().concurrency()), p.local_ranks);
+    return machine_for(p.deck, cal, int(kernels::Exec().concurrency()), p.topo.local_size);
   } catch (const std::exception& e) {  // e.g. a table of other thread counts: no prediction, said once
     if (a.rank() == 0) std::fprintf(stderr, "minicp: WARNING: no predictions: %s\n", e.what());
     perf::Calibration none;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm.hpp"
 #include "harness/fabric.hpp"
 #include "harness/lock.hpp"
 #include "harness/main.hpp"
@@ -30,8 +31,7 @@ struct Plan {
   Deck deck;
   std::vector<Case> cases;
   std::vector<int64_t> predicted_bytes;  // per case, per rank (the memory model)
-  int local_ranks = 1;                   // ranks of the job on this node
-  int nodes = 1;                         // nodes (distinct host names) of the job
+  comm::Topology topo;                   // the job's nodes and this rank's node, computed once here
   harness::MpiSelection mpi;             // what MPI selected (checked against the fabric profile)
   // Rank 0: the locks of the outputs, held for the whole run (see claim_outputs).
   std::vector<std::shared_ptr<harness::OutputLock>> locks;
@@ -81,5 +81,9 @@ double parse_size(const std::string& s);
 
 // The registry, for --list-schemes: name, problems, summary, settings, refusals.
 std::string scheme_list();
+// The same as JSON (minicp --list-schemes --json, and the results file's scheme_registry
+// attribute): [{name, summary, problems, ring_family, refuses, settings: [{name, help,
+// default, min}]}] in registry order, what the tests and the analysis read the schemes from.
+std::string scheme_registry_json(int indent = -1);
 
 }  // namespace minicp::run

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "harness/output.hpp"
 #include "harness/stats.hpp"
 #include "miniapp/cp/common.hpp"
 
@@ -202,18 +203,13 @@ output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, i
   return s;
 }
 
-std::string check_ranges(output::Attrs& s) {
-  struct Range {
-    const char* name;
-    double lo, hi;
-    const char *below, *above;  // what a value beyond each end means
-  };
+const std::vector<FigureRange>& figure_ranges() {
   static const char* kFraction = "not a fraction";
   static const char* kSlowerBeside =
       "the exposed time exceeds the comm-only time: communication cost more beside compute than alone (on busy "
       "cores the transport's copies compete with the kernels)";
   static const char* kFasterFull = "full-mode steps faster than compute-only ones by more than their noise";
-  static const Range ranges[] = {
+  static const std::vector<FigureRange> ranges = {
       {"layer_efficiency", 0, 1, kFraction, "the GEMM ceiling is below the layer's own rate"},
       {"cp_efficiency", 0, 1, kFraction, "CP faster than the single-rank reference on the same cores"},
       {"cp_efficiency_core_scaled", 0, 1, kFraction, "CP faster than a linear share of the reference"},
@@ -231,10 +227,21 @@ std::string check_ranges(output::Attrs& s) {
       {"slowest_rep_ratio", 1, kInf, "max below median", ""},
       {"phase_coverage", 0.99, 1.01, "time outside every phase", "phases longer than the step"},
   };
+  return ranges;
+}
+
+std::string figure_ranges_json() {
+  hn::Json all = hn::Json::object();
+  for (const FigureRange& r : figure_ranges())  // JSON has no infinity: an open end is null
+    all[r.name] = {r.lo, std::isinf(r.hi) ? hn::Json(nullptr) : hn::Json(r.hi)};
+  return all.dump();
+}
+
+std::string check_ranges(output::Attrs& s) {
   // "a=-0.5, b=-0.7 (below [0, 1]: why); c=1.2 (above [0, 1]: why)": figures that are out
   // for the same reason share it.
   std::vector<std::pair<std::string, std::string>> groups;  // (bound and reason, figures)
-  for (const Range& rg : ranges) {
+  for (const FigureRange& rg : figure_ranges()) {
     const auto it = s.real.find(rg.name);
     if (it == s.real.end() || std::isnan(it->second)) continue;
     const double v = it->second;

@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "miniapp/output/results.hpp"
 #include "miniapp/run/measure.hpp"
@@ -22,6 +23,18 @@ output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, i
 // The bytes per value of each kind of message of case c in a run of elem-byte stored values
 // (block_, partial_, dkv_, grad_allreduce_bytes_per_value).
 void message_sizes(output::Attrs& s, const Case& c, size_t elem);
+
+// A figure with a range: outside [lo, hi] it is a defect of the measurement, for the reason
+// below or above names (docs/figures-of-merit.md).
+struct FigureRange {
+  const char* name;
+  double lo, hi;
+  const char *below, *above;
+};
+const std::vector<FigureRange>& figure_ranges();
+// {"name": [lo, hi], ...}, hi null where unbounded: the results file's figure_ranges
+// attribute, which tests/check_results.py checks the figures against.
+std::string figure_ranges_json();
 
 // Checks every figure that has a range (NaN passes) and sets `out_of_range` ("" or
 // "name=value (allowed [lo, hi]: why); ...") and `figures_in_range` (1 or 0). Returns the text.

@@ -17,6 +17,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
 #include "miniapp/output/dump.hpp"
+#include "miniapp/run/figures.hpp"
 #include "minicp_gitinfo.hpp"
 
 extern char** environ;
@@ -170,6 +171,9 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   const harness::FabricProfile* f = harness::applied_fabric();  // the cases' communicator (driver.cpp, case_comm)
   r.text["comm_backend"] = f && f->communicator == "nccl" ? "nccl" : world.backend();
   r.text["progress"] = p.deck.progress;
+  // What the code says of itself, so that a reader of the file needs no second copy.
+  r.text["scheme_registry"] = scheme_registry_json();
+  r.text["figure_ranges"] = figure_ranges_json();
   r.integer["progress_poll_us"] = prog.poll_us;
   r.text["progress_cpus"] = prog.cpus;
   char lib[MPI_MAX_LIBRARY_VERSION_STRING];

@@ -16,8 +16,8 @@ namespace minicp::run {
 // How the ranks' communicators are made (recorded as such).
 struct ProgressSettings {
   comm::Progress progress = comm::Progress::Thread;
-  int poll_us = 50;           // the progress thread's poll interval
-  std::string cpus;           // its CPUs ("" = not pinned)
+  int poll_us = 50;  // the progress thread's poll interval
+  std::string cpus;  // its CPUs ("" = not pinned)
 };
 
 // The root attributes: build, BLAS, CPU, environment, binding, launcher, MPI, hosts, deck.
