@@ -187,13 +187,12 @@ std::string deck_of_results(const std::string& file) {
 
 }  // namespace
 
-namespace {
-
-// Whether the schemes' exchanges go through NCCL: the fabric profile's communicator key.
 bool wants_nccl() {
   const hn::FabricProfile* f = hn::applied_fabric();
   return f && f->communicator == "nccl";
 }
+
+namespace {
 
 // A profile that asks for NCCL where this build or node cannot give it is refused before
 // anything is allocated, naming the profile and the reason.

@@ -81,6 +81,9 @@ double parse_size(const std::string& s);
 
 // The registry, for --list-schemes: name, problems, summary, settings, refusals.
 std::string scheme_list();
+
+// Whether the schemes' exchanges go through NCCL: the applied fabric profile's communicator key.
+bool wants_nccl();
 // The same as JSON (minicp --list-schemes --json, and the results file's scheme_registry
 // attribute): [{name, summary, problems, ring_family, refuses, settings: [{name, help,
 // default, min}]}] in registry order, what the tests and the analysis read the schemes from.

@@ -168,8 +168,7 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   output::Attrs r;
   build_attrs(r);
   blas_attrs(r, blas);
-  const harness::FabricProfile* f = harness::applied_fabric();  // the cases' communicator (driver.cpp, case_comm)
-  r.text["comm_backend"] = f && f->communicator == "nccl" ? "nccl" : world.backend();
+  r.text["comm_backend"] = wants_nccl() ? "nccl" : world.backend();  // the cases' communicator (case_comm)
   r.text["progress"] = p.deck.progress;
   // What the code says of itself, so that a reader of the file needs no second copy.
   r.text["scheme_registry"] = scheme_registry_json();
