@@ -3,7 +3,8 @@
 #   make peer-deps  the peer study's PyTorch (python3-torch 1.13.1 from Debian; opt-in, not in deps)
 #   make        configure + build into build/, executables in build/bin/
 #   make test   build, then run ctest (output shown on failure)
-#   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file)
+#   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file; about 5 minutes)
+#   make study  the full default study: inputs/study.toml, 2 ranks, into results/study.h5 (about 28 minutes)
 #   make kernel-study  the kernel study (attention vs the same run's SGEMM)
 #   make bench  the full kernel benchmark suite, JSON into results/
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
@@ -16,7 +17,8 @@
 #                    about 5 minutes), into results/peer.json (PEER_ARGS: more of peer_study.py's flags)
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
-#   make model-check  the model's predictions against results/default.h5 and the fabric study's files (those present)
+#   make model-check  the model's predictions against results/default.h5, results/study.h5 and the fabric study's
+#                     files (those present)
 #                     (each with the table its run measured; not the 2x2 layouts: 4 ranks on 2 cores)
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
@@ -41,7 +43,7 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
-.PHONY: all help deps configure build test test-long run calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
+.PHONY: all help deps configure build test test-long run study calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
 
 all: build
 
@@ -63,7 +65,7 @@ help:
 	  "MPIRUN_FLAGS" "its flags [$(MPIRUN_FLAGS)]" \
 	  "RUN" "make report / make plots: the results file(s) or study index (required)" \
 	  "OUT" "make plots: the output directory [results/plots/<stem of RUN>/]" \
-	  "RUN_ARGS" "make run: more flags of minicp (e.g. --out results/default.h5)" \
+	  "RUN_ARGS" "make run, make study: more flags of minicp (e.g. --out results/mine.h5)" \
 	  "STUDY_ARGS" "make kernel-study: more flags of kernel_study.py" \
 	  "CP_ARGS" "make cp-study: more flags of cp_study.py" \
 	  "FIDELITY_ARGS" "make fidelity-study: more flags of minicp-fidelity" \
@@ -116,6 +118,10 @@ run: build
 	mkdir -p results
 	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) $(RUN_ARGS)
 
+study: build
+	mkdir -p results
+	$(MPIRUN) -np 2 $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck inputs/study.toml $(RUN_ARGS)
+
 kernel-study: build
 	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
 
@@ -146,9 +152,9 @@ calibrate: build
 	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) --calibrate --calibration results/calibration.txt
 
 # Those of the two studies that are there.
-MODEL_FILES = $(wildcard results/default.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
+MODEL_FILES = $(wildcard results/default.h5 results/study.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
 model-check: build
-	@test -n "$(strip $(MODEL_FILES))" || { echo "make model-check: no results yet: make run writes results/default.h5, make fabric-study results/fabric/" >&2; exit 2; }
+	@test -n "$(strip $(MODEL_FILES))" || { echo "make model-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
 	$(PY) miniapp/bench/model_check.py --minicp $(BUILD)/bin/minicp $(MODEL_FILES) $(MODEL_ARGS)
 
 fabric-study: build

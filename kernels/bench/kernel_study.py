@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Kernel study (`make run`): one run of minicp-kernels-bench measuring SGEMM and fp32
+"""Kernel study (`make kernel-study`): one run of minicp-kernels-bench measuring SGEMM and fp32
 attention forward/backward, printed as ratios of attention useful FLOP/s to the SGEMM
 FLOP/s of the same run, plus a grep-able MINICP_KERNELS summary line. Then the small blocks:
 the causal forward and backward, fp32 and bf16, at --small-seq rows against --seq rows (the

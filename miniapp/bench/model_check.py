@@ -9,7 +9,7 @@ predicted / measured ratio, and how often the scheme the model ranks first is th
 best or within 5% of it; writes the per-case ratios as CSV.
 
   /usr/bin/python3 miniapp/bench/model_check.py --minicp build/bin/minicp \\
-      results/default.h5 results/fabric/*.h5
+      results/study.h5 results/fabric/*.h5
 """
 import argparse
 import csv
