@@ -67,8 +67,8 @@
 #include <utility>
 #include <vector>
 
+#include "miniapp/cp/schedule.hpp"
 #include "miniapp/model/model.hpp"
-#include "miniapp/perf/schedule.hpp"
 
 namespace minicp::comm {
 class Communicator;

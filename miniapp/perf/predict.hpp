@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "kernels/attention.hpp"
+#include "miniapp/cp/schedule.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "miniapp/model/layer.hpp"
 #include "miniapp/perf/calibration.hpp"
-#include "miniapp/perf/schedule.hpp"
 
 namespace minicp::perf {
 

@@ -2,7 +2,8 @@
 // attention calls it makes (which rows against which keys), the communicator calls it posts
 // and whether they overlap the step's compute. Each scheme describes its own schedule
 // (SchemeInfo::schedule, next to the code it describes); miniapp/perf/predict.cpp turns it
-// into time. Nothing here runs a kernel or sends a byte.
+// into time. It is part of the scheme interface, so it sits in cp/: the model depends on the
+// schemes and never the other way. Nothing here runs a kernel or sends a byte.
 #pragma once
 #include <cstdint>
 #include <vector>
