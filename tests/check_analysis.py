@@ -230,7 +230,7 @@ def check_plots(a):
                 fail(f"scaling_seq_len {p} {s}: points {got}, the file has {exp}")
     # timeline: the default case, each rank's tracks
     row = data.default_timeline_case(df)
-    if row is None or row["scheme"] not in data.RING_FAMILY:
+    if row is None or row["scheme"] not in data.table_registry(df).ring_family:
         fail(f"no ring-family default timeline case in {a.file}")
     else:
         fig = plots.timeline_figure(a.file, row["case"], "t")

@@ -2,10 +2,16 @@
 """What the code says of itself agrees with every copy kept elsewhere.
 
 The schemes: `minicp --list-schemes --json` (the registry) against the names the tests'
-CMake found in miniapp/cp/registry.cpp (--cmake-schemes, in order), the analysis package's
-scheme order (plots.SCHEME_ORDER), its ring family (data.RING_FAMILY: the schemes with
-ring_family true) and its integer columns (report.COUNT_COLUMNS: every scheme setting).
-The deck keys: the keys `minicp --help` lists, section by section (deck_keys.cpp), against
+CMake found in miniapp/cp/registry.cpp (--cmake-schemes, in order). The analysis package
+keeps no copy of the registry: it reads the scheme order, the ring family and the settings
+(integer columns) from the results files' `scheme_registry` attribute. That is checked on
+small HDF5 files made here: the registry with a made-up ring-family scheme `zz_test` (first,
+where alphabetical order would put it last) and its setting `zz_hops` must reach the order,
+the colours, the ring family, the default timeline case and the report's columns; a file
+without the attribute (older minicp) must load with no ring family and alphabetical order;
+and no line of the package may quote two scheme names (the shape of a hand-kept list).
+The scheme tables of README.md, docs/components.md and docs/DESIGN.md name every registry
+scheme. The deck keys: the keys `minicp --help` lists, section by section (deck_keys.cpp), against
 the table of docs/deck-keys.md. Exit code 0 when all agree, 1 naming each difference.
 
 Usage: check_self_description.py --minicp BIN --source DIR --cmake-schemes "a;b;..." """
@@ -15,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 
 def run(cmd):
@@ -55,6 +62,107 @@ def doc_keys(text):
     return keys
 
 
+def doc_scheme_tables(text, names):
+    """The scheme names in the first column of the document's scheme tables: the markdown
+    tables (runs of '|' lines) whose first cells name at least three registry schemes."""
+    found, block = set(), []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            block.append(re.findall(r"`(\w+)`", line.split("|")[1]))
+            continue
+        named = {n for cell in block for n in cell}
+        if len(named & set(names)) >= 3:
+            found |= named
+        block = []
+    return found
+
+
+MADE_UP = {"name": "zz_test", "summary": "a scheme only this test knows", "problems": ["train"],
+           "ring_family": True, "refuses": "", "settings": [{"name": "zz_hops", "help": "hops", "default": 1,
+                                                              "min": 1}]}
+
+
+def write_results(path, registry):
+    """A results file as small as the analysis package reads: one ok case of zz_test with its
+    setting zz_hops = 3 and a full-mode step; `registry` None writes no scheme_registry."""
+    import h5py
+    import numpy as np
+    with h5py.File(path, "w") as f:
+        f.attrs["file_kind"] = "minicp results"
+        f.attrs["minicp_version"] = "test"
+        f.attrs["world_ranks"] = 2
+        if registry is not None:
+            f.attrs["scheme_registry"] = json.dumps(registry)
+        for cid, scheme in (("000_train_zz_test_S64_P2", "zz_test"), ("001_train_ring_S64_P2", "ring")):
+            g = f.create_group(f"cases/{cid}")
+            g.attrs.update({"scheme": scheme, "pass": "train", "mask": "causal", "seq_len": 64, "ranks": 2,
+                            "status": "ok", "reps": 1, "complete": "yes", "zz_hops": 3})
+            g.create_group("summary").attrs["measured_time_s"] = 1.0
+            steps = g.create_dataset("steps", data=np.array([(0, 0, 0, 1.0)], dtype=[
+                ("mode", "i4"), ("rep", "i4"), ("rank", "i4"), ("step_s", "f8")]))
+            steps.attrs["mode_names"] = "full,compute-only,comm-only"
+
+
+def check_analysis_reads(registry, source, fails):
+    """The analysis package takes the schemes' order, ring family and settings from the
+    results files it is given (see the module's docstring)."""
+    sys.path.insert(0, os.path.join(source, "analysis"))
+    from minicp_analysis import UsageError, data, plots, report  # noqa: E402
+    names = [s["name"] for s in registry]
+    ring = sorted(s["name"] for s in registry if s["ring_family"])
+    settings = list(dict.fromkeys(st["name"] for s in registry for st in s["settings"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        made, real, old = (os.path.join(tmp, n) for n in ("made_up.h5", "real.h5", "old.h5"))
+        write_results(made, [MADE_UP] + registry)
+        write_results(real, registry)
+        write_results(old, None)
+        reg = data.registry_of(real)
+        if list(reg.schemes) != names or sorted(reg.ring_family) != ring or list(reg.settings) != settings:
+            fails.append(f"analysis registry_of a file with the registry: order {list(reg.schemes)}, ring family "
+                         f"{sorted(reg.ring_family)}, settings {list(reg.settings)}; the registry's: {names}, {ring}, "
+                         f"{settings}")
+        inputs = data.load_inputs([made, real])
+        df = data.case_table(inputs)
+        reg = data.table_registry(df)
+        want = ["zz_test"] + names
+        if list(reg.schemes) != want:
+            fails.append(f"analysis scheme order {list(reg.schemes)} is not the files' registry order {want}")
+        if plots.color("zz_test", reg) != plots.PALETTE[0] or reg.in_order(["ring", "zz_test"]) != ["zz_test", "ring"]:
+            fails.append("analysis plots: zz_test, first in the file's registry, is not first in order and colour")
+        if sorted(reg.ring_family) != sorted(ring + ["zz_test"]):
+            fails.append(f"analysis ring family {sorted(reg.ring_family)}: not the file's {sorted(ring + ['zz_test'])}")
+        row = data.default_timeline_case(df)
+        if row is None or row["scheme"] != "zz_test":
+            fails.append(f"analysis default timeline case {None if row is None else row['case']}: not the file's "
+                         f"first ring-family case (zz_test)")
+        missing = [st for st in settings + ["zz_hops"] if st not in report.count_columns(reg)]
+        if missing:
+            fails.append(f"scheme settings {missing} of the file are not integer columns of analysis report")
+        if "zz_hops" not in df or list(df["zz_hops"]) != [3, 3, 3, 3]:
+            fails.append(f"analysis case table: the setting zz_hops not read as a column "
+                         f"({list(df['zz_hops']) if 'zz_hops' in df else 'absent'})")
+        try:
+            headers = list(report.build(None, columns=["scheme,zz_hops"], inputs=inputs).columns)
+        except UsageError as e:
+            headers = [f"refused: {e}"]
+        if headers != ["scheme", "zz_hops"]:
+            fails.append(f"analysis report --columns scheme,zz_hops: headers {headers} (a setting is a count, no unit)")
+        reg = data.table_registry(data.case_table(data.load_inputs([old])))
+        if reg.described or reg.ring_family or reg.in_order(["zz_test", "ring"]) != ["ring", "zz_test"]:
+            fails.append(f"analysis on a file without scheme_registry: {reg} (expected: not described, no ring "
+                         f"family, alphabetical order)")
+    package = os.path.join(source, "analysis", "minicp_analysis")
+    quoted = re.compile(r"""["']([a-z_]+)["']""")
+    for name in sorted(os.listdir(package)):
+        if not name.endswith(".py"):
+            continue
+        for n, line in enumerate(open(os.path.join(package, name)), 1):
+            hits = sorted(set(quoted.findall(line)) & set(names))
+            if len(hits) >= 2:
+                fails.append(f"analysis/minicp_analysis/{name}:{n} quotes the schemes {hits}: a hand-kept list? "
+                             f"(read them from the results file: data.registry_of)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minicp", required=True, help="the minicp program")
@@ -67,21 +175,18 @@ def main():
     cmake = [n for n in a.cmake_schemes.split(";") if n]
     if names != cmake:
         fails.append(f"registry {names} but tests/CMakeLists.txt found {cmake} in registry.cpp")
-    sys.path.insert(0, os.path.join(a.source, "analysis"))
-    from minicp_analysis import data, plots, report  # noqa: E402
-    if list(plots.SCHEME_ORDER) != names:
-        fails.append(f"analysis plots.SCHEME_ORDER {list(plots.SCHEME_ORDER)} is not the registry's order {names}")
+    check_analysis_reads(registry, a.source, fails)
     ring = sorted(s["name"] for s in registry if s["ring_family"])
-    if sorted(data.RING_FAMILY) != ring:
-        fails.append(f"analysis data.RING_FAMILY {sorted(data.RING_FAMILY)} but the registry's ring family is {ring}")
     settings = sorted({st["name"] for s in registry for st in s["settings"]})
-    missing = [st for st in settings if st not in report.COUNT_COLUMNS]
-    if missing:
-        fails.append(f"scheme settings {missing} are not in analysis report.COUNT_COLUMNS")
     for s in registry:
         for st in s["settings"]:
             if not st["help"] or not isinstance(st["default"], int) or not isinstance(st["min"], int):
                 fails.append(f"scheme {s['name']}: setting {st}: needs a help text and integer default and min")
+    for doc in ("README.md", os.path.join("docs", "components.md"), os.path.join("docs", "DESIGN.md")):
+        tabled = doc_scheme_tables(open(os.path.join(a.source, doc)).read(), names)
+        for n in names:
+            if n not in tabled:
+                fails.append(f"scheme {n}: in the registry, not in a scheme table of {doc}")
     helped = help_keys(run([a.minicp, "--help"]))
     documented = doc_keys(open(os.path.join(a.source, "docs", "deck-keys.md")).read())
     if not helped:
@@ -94,7 +199,8 @@ def main():
         print("FAIL:\n  " + "\n  ".join(fails))
         return 1
     print(f"ok: {len(names)} schemes ({len(ring)} ring family, settings {', '.join(settings)}) and "
-          f"{len(helped)} deck keys agree with the CMake list, the analysis package and docs/deck-keys.md")
+          f"{len(helped)} deck keys agree with the CMake list, the analysis package (reading a results file's "
+          f"scheme_registry) and docs/deck-keys.md")
     return 0
 
 

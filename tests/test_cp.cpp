@@ -302,7 +302,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
   cfg.ranks = P;
   cfg.problem = info.problems.front();
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
-  cfg.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;  // doublering: two nodes' worth of outer ring from np 4
+  cfg.settings["inner_ring"] = P >= 4 && P % 2 == 0 ? 2 : P;  // doublering: two nodes' worth of outer ring from np 4
   if (!info.has_backward() || !cp::check(info, cfg).empty()) GTEST_SKIP() << "no backward or not runnable at this np";
   const cp::Shard sh = info.shard(cfg, r);
   const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
@@ -354,7 +354,7 @@ TEST(CpBackward, SameWithoutForwardOnTheObject) {
     // Outer ring of O nodes: O-2 blocks + O-1 partials (+1 block fresh). Inner rings of I:
     // the first outer step starts from the kept inner block (2I-3; fresh 2I-2), the others
     // fetch theirs (2I-2 each).
-    const int I = cfg.inner_ring, O = P / I;
+    const int I = cfg.setting("inner_ring"), O = P / I;
     auto ring = [](int n, bool kept) { return n > 1 ? 2 * n - (kept ? 3 : 2) : 0; };
     const int64_t outer = O > 1 ? 2 * O - 3 : 0;
     const int64_t positions = O * (I - 1) * pos;  // one inner ring backward per outer step
@@ -393,7 +393,7 @@ class CpInterleave : public ::testing::Test {
     cfg_.problem = info_->problems.front();
     cfg_.decode_tokens = 3;
     cfg_.attn.tile_q = cfg_.attn.tile_k = 16;
-    cfg_.inner_ring = P >= 4 && P % 2 == 0 ? 2 : P;
+    cfg_.settings["inner_ring"] = P >= 4 && P % 2 == 0 ? 2 : P;
     if (!cp::check(*info_, cfg_).empty()) GTEST_SKIP() << "not runnable at this np: " << cp::check(*info_, cfg_);
     sh_ = info_->shard(cfg_, world_rank());
     comm_ = comm::make_mpi_comm(comm::Progress::None);

@@ -98,7 +98,7 @@ TEST_P(LayerVsNone, OutputAndEveryGradient) {
     m.doc_len = std::string(mask) == "documents" ? 20 : 0;
     model::StackConfig cfg = small_config(pass, m);
     cfg.attn.ranks = P;
-    cfg.attn.inner_ring = P >= 4 && P % 2 == 0 ? 2 : 0;
+    cfg.attn.settings["inner_ring"] = P >= 4 && P % 2 == 0 ? 2 : 0;
     const std::string why = cp::check(info, model::attention_config(cfg));
     if (!why.empty()) GTEST_SKIP() << "refused at np " << P << ": " << why;
 

@@ -398,8 +398,8 @@ TEST(PerfModel, PostedCallsCostTheirRowsPerCall) {
   for (int b = 0; b < 2; ++b)
     for (const perf::Step& st : ag.schedule(c, m.topo, 0, b == 1, sizeof(float)).steps)
       for (const perf::CommCall& cc : st.overlapped) calls[b] += perf::posted_op(cc.op) ? 1 : 0;
-  EXPECT_EQ(calls[0], 4 * (c.chunks - 1));
-  EXPECT_EQ(calls[1], 8 * (c.chunks - 1));
+  EXPECT_EQ(calls[0], 4 * (c.setting("chunks") - 1));
+  EXPECT_EQ(calls[1], 8 * (c.setting("chunks") - 1));
   auto with = [&](double ag_s, double rs_s, bool posted) {
     perf::Machine r = m;
     for (const int64_t payload : {int64_t(1), int64_t(1) << 40})  // every call's size between two rows

@@ -4,6 +4,7 @@ index) and the fabric study table (fabric_study.csv of miniapp/bench/fabric_stud
 profile, layout, alpha_us, beta_*, file). Everything else works on what this returns: the
 sources (one per results file) and the case table (one row per case)."""
 import csv
+import json
 import math
 import os
 import tomllib
@@ -17,9 +18,9 @@ from . import UsageError
 
 MODES = ("full", "compute-only", "comm-only")
 PASSES = ("train", "prefill", "decode")
-# Schemes that pass blocks around a ring step by step (K/V or Q): their timeline shows one
-# compute and one transfer per ring step (minicp --list-schemes).
-RING_FAMILY = ("ring", "zigzag", "stripe", "doublering", "passq", "usp")
+# Integer case attributes of the problem, not of a scheme (the schemes' settings come from
+# the inputs' scheme_registry).
+PROBLEM_COLUMNS = ("decode_tokens",)
 # Summary attributes the C++ may not write yet: NaN when absent.
 PHASES = ("norm", "qkv", "rope", "attn_compute", "attn_comm", "out_proj", "mlp", "grad_allreduce", "other")
 OPTIONAL_SUMMARY = ("predicted_time_s", "predicted_forward_time_s", "predicted_backward_time_s")
@@ -48,6 +49,92 @@ class Source:
     missing: str = None
 
 
+@dataclass(frozen=True)
+class Registry:
+    """The schemes as the minicp that wrote the inputs describes them (the root attribute
+    `scheme_registry`, the same JSON as `minicp --list-schemes --json`), so that the package
+    keeps no copy of its own that a new scheme or setting would leave behind. `schemes`: the
+    names in registry order (the plots' order and colours); `ring_family`: those that pass
+    blocks around a ring step by step (their timeline shows one compute and one transfer per
+    ring step); `settings`: the schemes' setting names (integer case attributes);
+    `described`: whether any input carried the attribute. Files written before it get the
+    empty registry: no ring family, alphabetical order, no setting columns."""
+    schemes: tuple = ()
+    ring_family: frozenset = frozenset()
+    settings: tuple = ()
+    described: bool = False
+
+    def key(self, scheme):
+        """Sort key of a scheme: registry order, then the schemes it does not know alphabetically."""
+        return (self.schemes.index(scheme), "") if scheme in self.schemes else (len(self.schemes), scheme)
+
+    def in_order(self, schemes):
+        """The distinct schemes of `schemes` in registry order (unknown ones last, alphabetically)."""
+        return sorted(set(schemes), key=self.key)
+
+
+def _registry_entries(f, where, flag):
+    """The scheme objects of one open results file's scheme_registry ([] without one); refuses
+    (exit 2) an attribute that is not the JSON list minicp writes."""
+    raw = f.attrs.get("scheme_registry")
+    if raw is None:
+        return []
+    try:
+        entries = json.loads(text(raw))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"{flag} {where}: attribute scheme_registry is not JSON ({e})")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str)
+                                                and isinstance(e.get("settings", []), list) for e in entries):
+        raise UsageError(f"{flag} {where}: attribute scheme_registry is not a list of schemes "
+                         f"({{\"name\", \"ring_family\", \"settings\", ...}}, as minicp --list-schemes --json)")
+    return entries
+
+
+def registry_of(files, flag="INPUT"):
+    """The Registry of one results file (a path or an open h5py.File) or of several: their
+    scheme_registry attributes united, each scheme and setting in first-seen order, a scheme
+    described by two files as the first describes it (files of two minicp versions can be
+    compared). Files without the attribute add nothing; none with it gives the empty
+    Registry (Registry.described false)."""
+    if isinstance(files, (str, os.PathLike, h5py.File)):
+        files = [files]
+    lists = []
+    for item in files:
+        if isinstance(item, h5py.File):
+            if "scheme_registry" in item.attrs:
+                lists.append(_registry_entries(item, item.filename, flag))
+        else:
+            with h5py.File(item, "r") as f:
+                if "scheme_registry" in f.attrs:
+                    lists.append(_registry_entries(f, item, flag))
+    return registry_from(lists)
+
+
+def registry_from(lists):
+    """The Registry of registry lists as minicp writes them (`minicp --list-schemes --json`, a
+    results file's attribute, minicp-fidelity's `scheme_registry`), united in first-seen order;
+    no list: the empty Registry."""
+    schemes, settings, ring = {}, {}, set()
+    for entries in lists:
+        for e in entries:
+            if e["name"] in schemes:
+                continue
+            schemes[e["name"]] = e
+            if e.get("ring_family") is True:
+                ring.add(e["name"])
+            for st in e.get("settings", []):
+                if isinstance(st, dict) and isinstance(st.get("name"), str):
+                    settings.setdefault(st["name"], None)
+    return Registry(schemes=tuple(schemes), ring_family=frozenset(ring), settings=tuple(settings),
+                    described=bool(lists))
+
+
+def table_registry(df):
+    """The Registry a case table was made with (case_table keeps it in `df.attrs`, which
+    pandas carries through filtering and copies); the empty one for a table made otherwise."""
+    return df.attrs.get("registry", Registry())
+
+
 # Why a results file gives no row of figures: a run that ended before its first case was
 # written keeps a file without cases.
 NO_CASE = "holds no complete case (a run stopped in its first case?)"
@@ -60,6 +147,7 @@ class Inputs:
     fabric: pd.DataFrame = None      # the fabric study table, when one was given
     indexes: list = field(default_factory=list)  # study index paths given
     first_stem: str = ""             # the stem of the first input path (the default plot folder)
+    registry: Registry = field(default_factory=Registry)  # the readable results files' scheme_registry
 
 
 def _csv_rows(path, flag):
@@ -192,7 +280,8 @@ def load_inputs(paths, flag="INPUT"):
         if n:
             s.label = f"{s.label}_{n + 1}"
     return Inputs(sources=sources, given=list(paths), fabric=fabric, indexes=indexes,
-                  first_stem=os.path.splitext(os.path.basename(paths[0]))[0])
+                  first_stem=os.path.splitext(os.path.basename(paths[0]))[0],
+                  registry=registry_of([s.path for s in sources if s.missing is None], flag))
 
 
 def refuse_without_cases(sources, flag):
@@ -253,8 +342,10 @@ def case_table(inputs):
     """One row per case of every readable source (and one per source that could not be read,
     with its reason as the status): the case's attributes, every summary attribute, the
     memory table's maxima, and where it came from (`file`, `source`, `src`: the source's
-    position)."""
+    position). The inputs' Registry goes with it as `df.attrs["registry"]` (table_registry):
+    the plots take the schemes' order and ring family from there."""
     rows = []
+    counts = inputs.registry.settings + tuple(k for k in PROBLEM_COLUMNS if k not in inputs.registry.settings)
     for i, s in enumerate(inputs.sources):
         base = {"file": s.shown, "source": s.label, "src": i, **{k: v for k, v in s.meta.items()
                                                                  if k in ("scaling", "task")}}
@@ -270,7 +361,7 @@ def case_table(inputs):
                        "mask": text(a.get("mask", "")), "seq_len": int(a.get("seq_len", 0)),
                        "ranks": int(a.get("ranks", 0)), "status": text(a.get("status", "")),
                        "reps": int(a.get("reps", 0)) * int(a.get("rounds", 1)), "complete": text(a.get("complete", ""))}
-                for k in ("ulysses", "inner_ring", "chunks", "decode_tokens"):
+                for k in counts:
                     if k in a:
                         row[k] = int(a[k])
                 row.update(_summary(g))
@@ -288,6 +379,7 @@ def case_table(inputs):
         if k not in df:
             df[k] = math.nan
     df["predicted_ratio"] = df["predicted_time_s"] / df["measured_time_s"]
+    df.attrs["registry"] = inputs.registry
     return df
 
 
@@ -390,9 +482,11 @@ def lanes(spans):
 
 
 def default_timeline_case(df):
-    """The first ring-family case at the largest seq_len that ran full mode, or None."""
+    """The first ring-family case (of the table's Registry) at the largest seq_len that ran
+    full mode, or None."""
     ok = ok_cases(df)
-    ring = ok[ok["scheme"].isin(RING_FAMILY) & ok.get("modes", pd.Series("", index=ok.index)).str.contains("full")]
+    full = ok.get("modes", pd.Series("", index=ok.index)).str.contains("full")
+    ring = ok[ok["scheme"].isin(table_registry(df).ring_family) & full]
     if ring.empty:
         return None
     return ring[ring["seq_len"] == ring["seq_len"].max()].iloc[0]

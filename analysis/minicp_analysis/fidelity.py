@@ -101,8 +101,10 @@ def figure(doc, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from .data import registry_from
     from .plots import color
 
+    reg = registry_from([doc["scheme_registry"]] if isinstance(doc.get("scheme_registry"), list) else [])
     w = worst(doc["rows"])
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), squeeze=False)
     for ax, level in zip(axes[0], ("attention", "layer")):
@@ -110,7 +112,7 @@ def figure(doc, title):
             if lv != level or var not in ("bf16", "bf16-wire"):
                 continue
             ps = sorted(cell)
-            ax.plot(ps, [cell[p][0] for p in ps], marker="o", color=color(scheme),
+            ax.plot(ps, [cell[p][0] for p in ps], marker="o", color=color(scheme, reg),
                     linestyle="-" if var == "bf16" else "--", label=f"{scheme} ({var})")
         ax.axhline(LIMIT, color="grey", linewidth=1)
         ax.set_xlabel("ranks P")

@@ -4,6 +4,7 @@ prints one line per file written or plot skipped."""
 import math
 import os
 import textwrap
+import zlib
 
 import matplotlib
 
@@ -16,15 +17,12 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from . import UsageError  # noqa: E402
-from .data import (RING_FAMILY, case_table, default_timeline_case, load_inputs, median_rep,  # noqa: E402
-                   TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events, text)
+from .data import (case_table, default_timeline_case, load_inputs, median_rep, registry_of,  # noqa: E402
+                   table_registry, TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events, text)
 from .outputs import OVERWRITE, check_not_input, input_files, write_whole  # noqa: E402
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
-# One colour per scheme, the same in every plot, in the registry's order (minicp --list-schemes;
-# tests/check_self_description.py checks it).
-SCHEME_ORDER = ("none", "ring", "zigzag", "stripe", "ulysses", "usp", "allgather", "passq", "tree", "doublering")
 PALETTE = matplotlib.colormaps["tab10"].colors
 RANK_MARKERS = "os^vD<>ph*"
 STYLES = ("-", "--", ":", "-.")
@@ -37,13 +35,17 @@ class Skip(Exception):
     """A plot the inputs do not allow; the message says why."""
 
 
-def color(scheme):
-    i = SCHEME_ORDER.index(scheme) if scheme in SCHEME_ORDER else hash(scheme)
+def color(scheme, registry):
+    """One colour per scheme, the same in every plot of the inputs: by its place in the
+    inputs' registry (data.Registry); a scheme it does not know by a checksum of its name (the
+    same from run to run, unlike hash())."""
+    i = registry.schemes.index(scheme) if scheme in registry.schemes else zlib.crc32(scheme.encode())
     return PALETTE[i % len(PALETTE)]
 
 
-def scheme_sorted(schemes):
-    return sorted(set(schemes), key=lambda s: (SCHEME_ORDER.index(s) if s in SCHEME_ORDER else 99, s))
+def series_order(labels, registry):
+    """The (scheme, pass) keys of series_labels in the registry's scheme order."""
+    return sorted(labels, key=lambda k: (registry.key(k[0]), k))
 
 
 def series_labels(df):
@@ -101,6 +103,7 @@ def cp_column(df):
 
 def scaling_seq_len_figure(df, title):
     """Step time and CP efficiency against seq_len, one line per scheme, a row per pass."""
+    reg = table_registry(df)
     df = ok_cases(df).dropna(subset=["measured_time_s"])
     if df.empty:
         raise Skip(f"no case that ran in {title}")
@@ -111,12 +114,12 @@ def scaling_seq_len_figure(df, title):
     fig, axes = _new(len(passes), 2 if cp_col else 1, 12 if cp_col else 7, 3.6 * len(passes) + 0.6)
     for row, p in zip(axes, passes):
         d = df[df["pass"] == p]
-        for scheme in scheme_sorted(d["scheme"]):
+        for scheme in reg.in_order(d["scheme"]):
             s = d[d["scheme"] == scheme].groupby("seq_len", as_index=False).median(numeric_only=True)
             ranks = "/".join(str(int(r)) for r in sorted(s["ranks"].unique()))
-            row[0].plot(s["seq_len"], s["measured_time_s"], "o-", color=color(scheme), label=scheme)
+            row[0].plot(s["seq_len"], s["measured_time_s"], "o-", color=color(scheme, reg), label=scheme)
             if cp_col and s[cp_col].notna().any():
-                row[1].plot(s["seq_len"], s[cp_col], "o-", color=color(scheme), label=f"{scheme} (P={ranks})")
+                row[1].plot(s["seq_len"], s[cp_col], "o-", color=color(scheme, reg), label=f"{scheme} (P={ranks})")
         row[0].set_ylabel("step time [s]")
         row[0].set_title(f"{p}: step time (median rep, slowest rank)", fontsize=10)
         if cp_col:
@@ -153,6 +156,7 @@ def scaling_count_figure(df, xcol, title):
     """Step time, CP efficiency (where the inputs have it) and parallel efficiency against
     ranks (at one node count) or nodes (at one number of ranks per node): one line per scheme
     and series (the study's scaling, else the seq_len), a row per fabric profile."""
+    reg = table_registry(df)
     df = ok_cases(df).dropna(subset=["measured_time_s"])
     df["series"] = df["scaling"].fillna("") if "scaling" in df and df["scaling"].notna().any() else \
         "S=" + df["seq_len"].astype(str)
@@ -182,7 +186,7 @@ def scaling_count_figure(df, xcol, title):
                 continue
             label = " ".join(x for x in (labels[(scheme, p)], series,
                                          f"{fix} {unit}" if several_fixed else "") if x)
-            kw = dict(color=color(scheme), ls=STYLES[all_series.index(series) % len(STYLES)], marker="o")
+            kw = dict(color=color(scheme, reg), ls=STYLES[all_series.index(series) % len(STYLES)], marker="o")
             ax["time"].plot(s[xcol], s["measured_time_s"], label=label, **kw)
             if cp_col and s[cp_col].notna().any():
                 ax["cp"].plot(s[xcol], s[cp_col], label=label, **kw)
@@ -273,7 +277,7 @@ def timeline_figure(path, case, title, mode="full"):
         code = mode_code(g, mode)
         rep = median_rep(g, code)
         ev = read_events(g)
-        word = "ring step" if text(g.attrs.get("scheme", "")) in RING_FAMILY else "step"
+        word = "ring step" if text(g.attrs.get("scheme", "")) in registry_of(f).ring_family else "step"
     ev = ev[(ev["mode"] == code) & (ev["rep"] == rep)]
     t0 = ev["t_begin"].min()
     ev = ev.assign(b=(ev["t_begin"] - t0) * 1e3, e=(ev["t_end"] - t0) * 1e3)
@@ -347,6 +351,7 @@ def overlap_figure(df, title):
     """Overlap (whole step, attention, gradient all-reduce) with its quartiles, exposed comm
     and imbalance per scheme against seq_len. A NaN figure is a grey x at the top of its
     panel, with its note below the plot; never a 0."""
+    reg = table_registry(df)
     df = ok_cases(df)
     if df.empty:
         raise Skip(f"no case that ran in {title}")
@@ -355,7 +360,7 @@ def overlap_figure(df, title):
         raise Skip(f"no case on more than one rank (no communication) in {title}")
     lens = sorted(df["seq_len"].unique())
     labels = series_labels(df)
-    keys = sorted(labels, key=lambda k: (SCHEME_ORDER.index(k[0]) if k[0] in SCHEME_ORDER else 99, k))
+    keys = series_order(labels, reg)
     notes = _nan_notes(df, keys, labels, lens)
     columns = 1 if len(notes) <= 6 else 2
     per_column = -(-len(notes) // columns)
@@ -370,11 +375,11 @@ def overlap_figure(df, title):
             x = np.arange(len(lens)) + (i - (len(keys) - 1) / 2) * 0.6 / max(len(keys), 1)
             scale = 1e3 if col.endswith("_s") else 1.0
             y = d[col].to_numpy(dtype=float) * scale if col in d else np.full(len(lens), np.nan)
-            ax.plot(x, y, "o-", color=color(key[0]), label=labels[key], ms=4)
+            ax.plot(x, y, "o-", color=color(key[0], reg), label=labels[key], ms=4)
             if quartiles and f"{col}_q1" in d:
                 q1, q3 = d[f"{col}_q1"].to_numpy(dtype=float), d[f"{col}_q3"].to_numpy(dtype=float)
                 ok = ~(np.isnan(q1) | np.isnan(q3))
-                ax.vlines(x[ok], q1[ok], q3[ok], color=color(key[0]), lw=1.2, alpha=0.7)
+                ax.vlines(x[ok], q1[ok], q3[ok], color=color(key[0], reg), lw=1.2, alpha=0.7)
             missing = np.isnan(y) & ~np.isnan(d["measured_time_s"].to_numpy(dtype=float))
             ax.plot(x[missing], np.full(missing.sum(), 0.97), "x", color="black", ms=7, transform=trans,
                     label="_nan")
@@ -385,7 +390,7 @@ def overlap_figure(df, title):
         ax.set_xlabel("seq_len [tokens]")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=color(k[0]), marker="o", label=labels[k]) for k in keys]
+    handles = [Line2D([], [], color=color(k[0], reg), marker="o", label=labels[k]) for k in keys]
     handles.append(Line2D([], [], color="0.3", lw=1.2, label="Q1-Q3 over the reps"))
     handles.append(Patch(color="0.93", label="the range [0, 1]"))
     handles.append(Line2D([], [], color="black", marker="x", ls="", label="NaN: not measured\n(why: below)"))
@@ -416,12 +421,15 @@ def memory_rows(inputs, df):
                 rows.append({"source": c["source"], "case": c["case"], "scheme": c["scheme"], "pass": c["pass"],
                              "seq_len": c["seq_len"], "ranks": c["ranks"], "rank": int(m["rank"]),
                              "measured": float(m["kokkos_peak_bytes"]), "predicted": float(m["predicted_bytes"])})
-    return pd.DataFrame(rows)
+    mem = pd.DataFrame(rows)
+    mem.attrs["registry"] = table_registry(df)
+    return mem
 
 
 def memory_figure(mem, title, several_sources=False):
     """Measured Kokkos high-water mark against the memory model, per rank and case: measured
     against predicted (with the line where they agree), and the difference per case."""
+    reg = table_registry(mem)
     mem = mem[(mem["predicted"] > 0) & (mem["measured"] > 0)] if not mem.empty else mem
     if mem.empty:
         raise Skip("no memory table with a prediction in the inputs")
@@ -429,12 +437,12 @@ def memory_figure(mem, title, several_sources=False):
     fig = Figure(figsize=(min(15 + 0.1 * max(len(cases) - 40, 0), 30), 6.5), layout="constrained")
     a, b = fig.subplots(1, 2, width_ratios=(1, 2))
     pos = {k: i for i, k in enumerate(cases)}
-    for scheme in scheme_sorted(mem["scheme"]):
+    for scheme in reg.in_order(mem["scheme"]):
         d = mem[mem["scheme"] == scheme]
         first = True
         for r in sorted(d["rank"].unique()):
             dr = d[d["rank"] == r]
-            kw = dict(color=color(scheme), marker=RANK_MARKERS[r % len(RANK_MARKERS)], s=22,
+            kw = dict(color=color(scheme, reg), marker=RANK_MARKERS[r % len(RANK_MARKERS)], s=22,
                       label=scheme if first else "_rank")
             a.scatter(dr["predicted"] / MIB, dr["measured"] / MIB, **kw)
             x = [pos[k] for k in zip(dr["source"], dr["case"])]
@@ -466,7 +474,7 @@ def memory_figure(mem, title, several_sources=False):
     for ax in (a, b):
         ax.grid(alpha=0.3)
     ranks = sorted(mem["rank"].unique())
-    handles = [Line2D([], [], color=color(s), marker="o", ls="", label=s) for s in scheme_sorted(mem["scheme"])]
+    handles = [Line2D([], [], color=color(s, reg), marker="o", ls="", label=s) for s in reg.in_order(mem["scheme"])]
     handles += [Line2D([], [], color="0.3", marker=RANK_MARKERS[r % len(RANK_MARKERS)], ls="", label=f"rank {r}")
                 for r in ranks[:len(RANK_MARKERS)]]
     b.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
@@ -497,7 +505,9 @@ def fabric_table(df, fabric):
     for c in ("alpha_us", "beta_fit_GBps", "beta_best_GBps"):
         if c not in d:
             d[c] = np.nan
-    return d[FABRIC_COLUMNS + ["config"]]
+    out = d[FABRIC_COLUMNS + ["config"]]
+    out.attrs["registry"] = table_registry(df)  # merge drops it
+    return out
 
 
 def _log_if_wide(ax, values, ratio=10):
@@ -509,20 +519,21 @@ def _log_if_wide(ax, values, ratio=10):
 
 
 def fabric_figure(table, title):
+    reg = table_registry(table)
     configs = list(dict.fromkeys(table["config"]))
     lens = sorted(table["seq_len"].unique())
     has_ab = table["alpha_us"].notna().any()
     n = len(lens) + (2 if has_ab else 0)
     fig = Figure(figsize=(max(10, 1.1 * len(configs) + 3), 2.9 * n + 0.8), layout="constrained")
     axes = fig.subplots(n, 1, sharex=True, squeeze=False)[:, 0]
-    schemes = scheme_sorted(table["scheme"])
+    schemes = reg.in_order(table["scheme"])
     w = 0.8 / len(schemes)
     x = np.arange(len(configs))
     for ax, s in zip(axes, lens):
         d = table[table["seq_len"] == s]
         for i, scheme in enumerate(schemes):
             v = d[d["scheme"] == scheme].groupby("config")["measured_time_s"].median().reindex(configs)
-            ax.bar(x + (i - (len(schemes) - 1) / 2) * w, v.to_numpy(dtype=float), w, color=color(scheme),
+            ax.bar(x + (i - (len(schemes) - 1) / 2) * w, v.to_numpy(dtype=float), w, color=color(scheme, reg),
                    label=scheme)
         ax.set_ylabel("step time [s]")
         _log_if_wide(ax, d["measured_time_s"])
@@ -566,6 +577,7 @@ def fabric_text(table):
 def model_figure(df, title):
     """Predicted against measured step time (band: ±15%), the ratio per seq_len and, where
     the file has them, per phase."""
+    reg = table_registry(df)
     d = ok_cases(df).dropna(subset=["predicted_time_s", "measured_time_s"])
     if d.empty:
         raise Skip("no predicted_time_s in the inputs (run minicp with a calibration table)")
@@ -574,12 +586,13 @@ def model_figure(df, title):
     axes = fig.subplots(1, 3 if phases else 2)
     a, b = axes[0], axes[1]
     labels = series_labels(d)
-    keys = sorted(labels, key=lambda k: (SCHEME_ORDER.index(k[0]) if k[0] in SCHEME_ORDER else 99, k))
+    keys = series_order(labels, reg)
     for key in keys:
         s = d[(d["scheme"] == key[0]) & (d["pass"] == key[1])].sort_values("seq_len")
         m = PASS_MARKERS.get(key[1], "o")
-        a.scatter(s["measured_time_s"], s["predicted_time_s"], color=color(key[0]), marker=m, label=labels[key], s=24)
-        b.plot(s["seq_len"], s["predicted_ratio"], marker=m, color=color(key[0]), label=labels[key])
+        a.scatter(s["measured_time_s"], s["predicted_time_s"], color=color(key[0], reg), marker=m, label=labels[key],
+                  s=24)
+        b.plot(s["seq_len"], s["predicted_ratio"], marker=m, color=color(key[0], reg), label=labels[key])
     lo = min(d["measured_time_s"].min(), d["predicted_time_s"].min()) * 0.7
     hi = max(d["measured_time_s"].max(), d["predicted_time_s"].max()) * 1.4
     xs = np.geomspace(lo, hi, 50)
@@ -607,7 +620,7 @@ def model_figure(df, title):
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(meas > 0, pred / meas, np.nan)
             jitter = (keys.index((r["scheme"], r["pass"])) - (len(keys) - 1) / 2) * 0.5 / max(len(keys), 1)
-            c.scatter(np.arange(len(pred)) + jitter, ratio, color=color(r["scheme"]), s=14, label="_phase")
+            c.scatter(np.arange(len(pred)) + jitter, ratio, color=color(r["scheme"], reg), s=14, label="_phase")
         if pn:
             c.set_xticks(range(len(pn)), pn, rotation=45, ha="right")
         c.axhspan(1 - MODEL_BAND, 1 + MODEL_BAND, color="0.9", zorder=0)
@@ -687,8 +700,10 @@ def _timeline_case(df, case):
         return hit.iloc[0]
     row = default_timeline_case(df)
     if row is None:
-        raise Skip(f"no ring-family case ({', '.join(RING_FAMILY)}) with a full-mode rep in the inputs; "
-                   f"choose one with --case")
+        reg = table_registry(df)
+        family = (f"({', '.join(reg.in_order(reg.ring_family))})" if reg.described else
+                  "(none known: the inputs carry no scheme_registry, written by an older minicp)")
+        raise Skip(f"no ring-family case {family} with a full-mode rep in the inputs; choose one with --case")
     return row
 
 

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 
 from . import UsageError
-from .data import PASSES, case_table, load_inputs
+from .data import PASSES, Registry, case_table, load_inputs
 from .outputs import check_output, input_files, write_whole
 
 # The columns shown by default, in order; predicted_* only when some case has them.
@@ -18,16 +18,22 @@ DEFAULT_COLUMNS = ["file", "case", "scheme", "pass", "mask", "seq_len", "ranks",
                    "predicted_time_s", "predicted_ratio"]
 TEXT_COLUMNS = {"file", "source", "case", "scheme", "pass", "mask", "status", "fabric", "layout", "scaling", "task",
                 "modes", "complete", "units", "out_of_range"}
-# Integer columns; the schemes' settings among them (tests/check_self_description.py checks
-# that every setting of minicp --list-schemes --json is here).
-COUNT_COLUMNS = {"ranks", "nodes", "world_ranks", "src", "reps", "ulysses", "inner_ring", "chunks", "decode_tokens",
-                 "figures_in_range", "overlap_measured", "cp_efficiency_measured"}
+# Integer columns that are no scheme's setting; the schemes' settings are counts too, read from
+# the inputs' scheme_registry (count_columns).
+COUNT_COLUMNS = {"ranks", "nodes", "world_ranks", "src", "reps", "decode_tokens", "figures_in_range",
+                 "overlap_measured", "cp_efficiency_measured"}
 
 
-def unit(name):
+def count_columns(registry):
+    """The integer columns of tables of inputs with this Registry: the fixed ones and every
+    scheme setting the inputs' minicp names (a new setting is a count without an edit here)."""
+    return COUNT_COLUMNS | set(registry.settings)
+
+
+def unit(name, registry=Registry()):
     """The unit of a column, from the naming rules of the summary (docs/results-file.md):
-    None for text and counts, '-' for dimensionless figures."""
-    if name in TEXT_COLUMNS or name in COUNT_COLUMNS or name.endswith("_note"):
+    None for text and counts (the Registry's settings among them), '-' for dimensionless figures."""
+    if name in TEXT_COLUMNS or name in count_columns(registry) or name.endswith("_note"):
         return None
     if name in ("seq_len", "decode_tokens"):
         return "tokens"
@@ -42,8 +48,8 @@ def unit(name):
     return "-"
 
 
-def header(name):
-    u = unit(name)
+def header(name, registry=Registry()):
+    u = unit(name, registry)
     return name if u is None else f"{name} [{u}]"
 
 
@@ -130,7 +136,7 @@ def build(paths, schemes=None, passes=None, seq_lens=None, sort=None, desc=False
     df = sort_table(df, sort, desc)
     cols = choose_columns(df, columns)
     out = df[cols].copy()
-    out.columns = [header(c) for c in cols]
+    out.columns = [header(c, inputs.registry) for c in cols]
     return out.reset_index(drop=True)
 
 
@@ -163,22 +169,22 @@ def render(table, filtered=False):
         return shown.to_string(index=False)
 
 
-def is_report_csv(path):
+def is_report_csv(path, registry=Registry()):
     """Whether a file is a table this command wrote: a CSV header whose every column is
-    spelt as `header` spells it (units in brackets), so that a study index or a fabric
-    study table (columns without units) is not one."""
+    spelt as `header` spells it (units in brackets; the Registry's settings without), so that
+    a study index or a fabric study table (columns without units) is not one."""
     try:
         with open(path, newline="") as f:
             cols = next(csv.reader([f.readline()]), [])
     except (OSError, UnicodeDecodeError, csv.Error):
         return False
-    return bool(cols) and all(c and header(bare(c)) == c for c in cols)
+    return bool(cols) and all(c and header(bare(c), registry) == c for c in cols)
 
 
 def run(args):
     inputs = load_inputs(args.files, flag="FILE")
     if args.csv not in (None, "-"):
-        check_output("--csv", args.csv, input_files(inputs, "FILE"), is_report_csv,
+        check_output("--csv", args.csv, input_files(inputs, "FILE"), lambda p: is_report_csv(p, inputs.registry),
                      "a CSV table written by minicp_analysis report", args.overwrite)
     table = build(args.files, args.scheme, args.pass_, args.seq_len, args.sort, args.desc, args.columns, inputs)
     if args.csv == "-":

@@ -75,9 +75,9 @@ std::string kebab(std::string name) {
 // divisible by 2*ranks (8)"); this prefixes the flags that set those keys:
 // "--seq 100: zigzag needs seq_len (100) divisible by 2*ranks (8)".
 std::string with_flags(const std::string& why) {
-  std::map<std::string, std::string> flag = {{"seq_len", "--seq"},       {"heads", "--heads"},
-                                             {"kv_heads", "--kv-heads"}, {"head_dim", "--head-dim"},
-                                             {"window", "--window"},     {"doc_len", "--doc-len"}};
+  std::map<std::string, std::string> flag = {
+      {"seq_len", "--seq"},   {"heads", "--heads"},     {"kv_heads", "--kv-heads"},          {"head_dim", "--head-dim"},
+      {"window", "--window"}, {"doc_len", "--doc-len"}, {"decode_tokens", "--decode-tokens"}};
   for (const cp::Setting& st : cp::all_settings()) flag[st.name] = "--" + kebab(st.name);
   std::string prefix;
   const std::regex key_value("([a-z_]+) \\(([^)]*)\\)");
@@ -106,8 +106,10 @@ Plan parse(const hn::Args& a) {
   hn::add_int(app, "--causal", o.causal, 0, 1, "1 causal mask, 0 full");
   hn::add_int(app, "--window", o.window, 0, hn::kNoMax, "sliding window, tokens (0 none)");
   hn::add_int(app, "--doc-len", o.doc_len, 0, hn::kNoMax, "packed documents of this many tokens (0 one document)");
+  hn::add_int(app, "--decode-tokens", cfg.decode_tokens, 1, hn::kNoMax,
+              "decode: query tokens decoded against the KV cache (tokens)");
   for (const cp::Setting& st : cp::all_settings())  // the schemes' own settings, from the registry
-    hn::add_int(app, "--" + kebab(st.name), cfg.*st.field, st.min_value, hn::kNoMax, st.help);
+    hn::add_int(app, "--" + kebab(st.name), cfg.settings[st.name], st.min_value, hn::kNoMax, st.help);
   hn::add_int(app, "--tile", o.tile, 0, hn::kNoMax, "attention tile size, tokens (0 kernel default)");
   app.add_option("--dtype", o.dtype,
                  "stored values: f32, f64, or bf16 (bf16 tensors and K/V messages; merges, LSE and dK/dV "

@@ -153,6 +153,7 @@ int run(const hn::Args& a) {
                  {"ranks", P},
                  {"gemm_bf16_engine", kernels::gemm_bf16_engine()},
                  {"attention_isa", kernels::attention_isa()},
+                 {"scheme_registry", hn::Json::parse(cp::registry_json())},
                  {"rows", rows},
                  {"skipped", skipped}};
     hn::write_json("--out", p.out, doc);

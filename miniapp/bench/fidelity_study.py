@@ -70,6 +70,7 @@ def main():
     runs = [run_at(a, P) for P in a.ranks]
     doc = {"file_kind": fidelity.FILE_KIND, "ranks": a.ranks, "command": " ".join(sys.argv),
            "attention_isa": runs[0].get("attention_isa", ""), "gemm_bf16_engine": runs[0].get("gemm_bf16_engine", ""),
+           "scheme_registry": runs[0].get("scheme_registry", []),
            "rows": [r for d in runs for r in d["rows"]],
            "skipped": [dict(s, ranks=d["ranks"]) for d in runs for s in d["skipped"]]}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

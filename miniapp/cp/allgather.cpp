@@ -242,7 +242,7 @@ class AllGather final : public Scheme<T> {
   }
   static Chunks chunks(const Config& cfg, size_t rows) {  // rows = 2*half (zigzag shard)
     const int64_t half = int64_t(rows) / 2;
-    return Chunks{half, std::max<int64_t>(1, std::min<int64_t>(cfg.chunks, half))};
+    return Chunks{half, std::max<int64_t>(1, std::min<int64_t>(cfg.setting("chunks"), half))};
   }
 };
 
@@ -255,7 +255,7 @@ class AllGather final : public Scheme<T> {
 static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
   const int P = c.ranks;
   const int64_t half = c.seq_len / (2 * P);
-  const Chunks ch{half, std::max<int64_t>(1, std::min<int64_t>(c.chunks, half))};
+  const Chunks ch{half, std::max<int64_t>(1, std::min<int64_t>(c.setting("chunks"), half))};
   const bool inter = t.spans_nodes(0, P, 1);
   const perf::Spans q = layout::zigzag_spans(c.seq_len, P, r);
   auto piece = [&](int64_t k, comm::EventKind op) {  // one of the 4 calls per chunk (K, V x 2 halves)
@@ -294,7 +294,6 @@ SchemeInfo allgather_scheme() {
                  "allgather: pieces the K,V gather is cut into, each overlapping the previous one's compute",
                  4,
                  1,
-                 &Config::chunks,
                  {}}};
   s.refuses = "seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather"); };
@@ -308,7 +307,7 @@ SchemeInfo allgather_scheme() {
   // and of dk, dv unless they come back in bf16.
   s.workspace = [](const Config& c) {
     const double n = double(c.seq_len) / c.ranks, half = n / 2;
-    const double count = std::max(1.0, std::min<double>(c.chunks, std::floor(half)));
+    const double count = std::max(1.0, std::min<double>(c.setting("chunks"), std::floor(half)));
     const double rows_c = std::ceil(half / count);
     const double nq = n * c.heads * c.head_dim, nkv = n * c.kv_heads * c.head_dim;
     const double chunk = 2 * c.ranks * rows_c * c.kv_heads * c.head_dim;

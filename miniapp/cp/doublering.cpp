@@ -4,7 +4,7 @@
 // in the background, so the slow cross-node hop is paid once per I inner steps, not per step.
 // Backward: both rings run the other way from the blocks the forward ended with and end
 // with the own block; each outer step's dK/dV partial goes straight back to its owner node.
-// Inner ring size I: cfg.inner_ring when > 0; else the fewest ranks sharing a node (MIN over
+// Inner ring size I: cfg.setting("inner_ring") when > 0; else the fewest ranks sharing a node (MIN over
 // ranks) when that divides P and is < P; else 2 when P >= 4 and even; else P (one ring).
 #include <optional>
 #include <stdexcept>
@@ -17,7 +17,7 @@ namespace {
 
 // The default rule above, from the communicator's node topology.
 int inner_ring_size(const Config& cfg, const comm::Topology& topo, int P) {
-  if (cfg.inner_ring > 0) return cfg.inner_ring;
+  if (cfg.setting("inner_ring") > 0) return cfg.setting("inner_ring");
   const int fewest = topo.min_local_size;
   if (fewest < P && P % fewest == 0) return fewest;
   if (P >= 4 && P % 2 == 0) return 2;
@@ -160,7 +160,7 @@ class DoubleRing final : public Scheme<T> {
   // again if the rank count or the requested inner size changed. Collective.
   void setup(Context& ctx) {
     const int P = ctx.comm.world().size;
-    if (ready_ && P == ranks_ && ctx.cfg.inner_ring == requested_) return;
+    if (ready_ && P == ranks_ && ctx.cfg.setting("inner_ring") == requested_) return;
     const int I = inner_ring_size(ctx.cfg, ctx.comm.topology(), P);
     if (I < 1 || P % I != 0)
       throw std::invalid_argument("doublering needs inner_ring (" + std::to_string(I) + ") dividing ranks (" +
@@ -168,7 +168,7 @@ class DoubleRing final : public Scheme<T> {
     inner_ = ctx.comm.split_contiguous(I, "node");
     outer_ = ctx.comm.split_strided(P / I, "cross");
     ranks_ = P;
-    requested_ = ctx.cfg.inner_ring;
+    requested_ = ctx.cfg.setting("inner_ring");
     ready_ = true;
   }
 
@@ -200,7 +200,7 @@ class DoubleRing final : public Scheme<T> {
 static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
   const int P = c.ranks, per_node = std::min(t.ranks_per_node, P);
   const int fewest = std::min(per_node, P - (t.nodes() - 1) * per_node);
-  const int I = c.inner_ring > 0                  ? c.inner_ring
+  const int I = c.setting("inner_ring") > 0       ? c.setting("inner_ring")
                 : (fewest < P && P % fewest == 0) ? fewest
                 : (P >= 4 && P % 2 == 0)          ? 2
                                                   : P;
@@ -233,15 +233,14 @@ SchemeInfo doublering_scheme() {
   s.settings = {{"inner_ring",
                  "doublering: inner ring size (ranks); 0 = the fewest ranks on a node when that divides ranks, else 2 "
                  "when ranks >= 4 and even, else ranks",
-                 0, 0, &Config::inner_ring,
-                 [](const Config& c, const comm::Topology& t) { return inner_ring_size(c, t, c.ranks); }}};
+                 0, 0, [](const Config& c, const comm::Topology& t) { return inner_ring_size(c, t, c.ranks); }}};
   s.ring_family = true;
   s.refuses = "inner_ring not dividing ranks; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
     const std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "doublering");
     if (!why.empty()) return why;
-    if (c.inner_ring > 0 && c.ranks % c.inner_ring != 0)
-      return "doublering needs inner_ring (" + std::to_string(c.inner_ring) + ") dividing ranks (" +
+    if (c.setting("inner_ring") > 0 && c.ranks % c.setting("inner_ring") != 0)
+      return "doublering needs inner_ring (" + std::to_string(c.setting("inner_ring")) + ") dividing ranks (" +
              std::to_string(c.ranks) + ")";
     return "";
   };
@@ -271,7 +270,7 @@ SchemeInfo doublering_scheme() {
                          (O > 1 ? block : 0) + inner.shared + inner.per_object};
       });
     };
-    if (c.inner_ring > 0) return of(c.inner_ring);
+    if (c.setting("inner_ring") > 0) return of(c.setting("inner_ring"));
     Workspace most;
     for (int I = 1; I <= c.ranks; ++I) {
       if (c.ranks % I != 0) continue;

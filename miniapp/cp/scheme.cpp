@@ -1,6 +1,7 @@
 // Scheme lookup, common checks and the small helpers the scheme files share.
 #include "miniapp/cp/scheme.hpp"
 
+#include "harness/output.hpp"
 #include "harness/watchdog.hpp"
 
 #include <algorithm>
@@ -32,7 +33,13 @@ const char* to_string(Mode m) {
 const char* to_string(Problem p) { return p == Problem::Train ? "train" : "decode"; }
 
 Config::Config() {
-  for (const Setting& st : all_settings()) this->*st.field = st.default_value;
+  for (const Setting& st : all_settings()) settings[st.name] = st.default_value;
+}
+
+int Config::setting(const std::string& name) const {
+  const auto it = settings.find(name);
+  if (it == settings.end()) throw std::logic_error("no scheme registers a setting named '" + name + "'");
+  return it->second;
 }
 
 const SchemeInfo& find(const std::string& name) {
@@ -42,6 +49,24 @@ const SchemeInfo& find(const std::string& name) {
     names += (names.empty() ? "" : ", ") + s.name;
   }
   throw std::invalid_argument("scheme '" + name + "' is not one of: " + names);
+}
+
+std::string registry_json(int indent) {
+  using harness::Json;
+  Json all = Json::array();
+  for (const SchemeInfo& info : registry()) {
+    Json problems = Json::array(), settings = Json::array();
+    for (Problem pr : info.problems) problems.push_back(to_string(pr));
+    for (const Setting& st : info.settings)
+      settings.push_back({{"name", st.name}, {"help", st.help}, {"default", st.default_value}, {"min", st.min_value}});
+    all.push_back({{"name", info.name},
+                   {"summary", info.summary},
+                   {"problems", problems},
+                   {"ring_family", info.ring_family},
+                   {"refuses", info.refuses},
+                   {"settings", settings}});
+  }
+  return all.dump(indent);
 }
 
 std::vector<Setting> all_settings() {
@@ -62,14 +87,16 @@ std::string check(const SchemeInfo& s, const Config& c) {
   if (c.ranks < 1) return "ranks must be >= 1";
   if (c.window < 0) return "window must be >= 0";
   if (c.doc_len < 0) return "doc_len must be >= 0";
+  if (c.problem == Problem::Decode && c.decode_tokens < 1)
+    return "decode_tokens (" + num(c.decode_tokens) + ") must be >= 1";
   if (!s.solves(c.problem)) {
     std::string can;
     for (Problem p : s.problems) can += std::string(can.empty() ? "" : ", ") + to_string(p);
     return s.name + " does not solve the " + to_string(c.problem) + " problem (it solves: " + can + ")";
   }
   for (const Setting& st : s.settings)
-    if (c.*st.field < st.min_value)
-      return s.name + " needs " + st.name + " (" + num(c.*st.field) + ") >= " + num(st.min_value);
+    if (c.setting(st.name) < st.min_value)
+      return s.name + " needs " + st.name + " (" + num(c.setting(st.name)) + ") >= " + num(st.min_value);
   return s.check(c);
 }
 

@@ -13,7 +13,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
-#include "miniapp/perf/schedule.hpp"
+#include "miniapp/cp/schedule.hpp"
 
 namespace minicp::cp {
 
@@ -42,15 +42,16 @@ struct Config {
   int kv_heads = 8;     // Hkv, key/value heads (GQA when < heads)
   int head_dim = 64;    // D
   bool causal = true;
-  int64_t window = 0;   // sliding window in tokens (0 = none; implies causal)
-  int64_t doc_len = 0;  // packed documents of doc_len tokens (0 = one document)
-  int ranks = 1;        // P, ranks of the CP group
-  // Scheme settings: each is described (help, default, minimum) by the Setting entry of the
-  // scheme that reads it, and the constructor sets them to those defaults.
-  int ulysses;        // usp
-  int inner_ring;     // doublering
-  int decode_tokens;  // tree
-  int chunks;         // allgather
+  int64_t window = 0;     // sliding window in tokens (0 = none; implies causal)
+  int64_t doc_len = 0;    // packed documents of doc_len tokens (0 = one document)
+  int ranks = 1;          // P, ranks of the CP group
+  int decode_tokens = 1;  // T, decode: query tokens after the cache (train: unused)
+  // The schemes' own settings by name: each is declared (help, default, minimum) by the
+  // Setting entry of the scheme that reads it, in that scheme's file, and nowhere else. The
+  // constructor holds every registered setting at its default.
+  std::map<std::string, int> settings;
+  // The value of setting `name`; throws std::logic_error when no scheme registers it.
+  int setting(const std::string& name) const;
   Mode mode = Mode::Full;
   // bf16 runs: the dK/dV accumulators that travel a ring backward are bf16 (rounded at every
   // hop) instead of fp32. No effect on fp32 and fp64 runs.
@@ -115,15 +116,15 @@ class Scheme {
                         View3<T> dq, View3<T> dk, View3<T> dv) = 0;
 };
 
-// One integer setting a scheme reads from Config. Drivers register them from the registry
-// (flag --<name with '-' for '_'>, deck key sweep.<name>), so a scheme's settings, their help
-// and their defaults live in its own file. `field` is the Config member it sets.
+// One integer setting a scheme reads from Config::settings. Drivers register them from the
+// registry (flag --<name with '-' for '_'>, deck key sweep.<name>, a column of the results
+// and of the analysis tables), so a scheme's settings, their help and their defaults live in
+// its own file.
 struct Setting {
   std::string name;  // "chunks"
   std::string help;  // what it does, with units
   int default_value = 0;
   int min_value = 0;  // smallest allowed value (0 often means "default rule")
-  int Config::*field = nullptr;
   // The value that runs for a config on a communicator of this topology (a default rule
   // resolved); unset: the configured value itself. What the results file records.
   std::function<int(const Config&, const comm::Topology&)> resolve;
@@ -181,7 +182,7 @@ struct SchemeInfo {
   // the tensors it is handed are not counted.
   std::function<Workspace(const Config&)> workspace;
   // The scheme's steps on world rank r of a job laid out as topo, forward or backward, as the
-  // performance model sees them (miniapp/perf/schedule.hpp); elem: bytes per stored value (2
+  // performance model sees them (miniapp/cp/schedule.hpp); elem: bytes per stored value (2
   // for bf16, whose fp32 partials and accumulators travel at 4 bytes per value).
   std::function<perf::Schedule(const Config&, const perf::Topo&, int r, bool backward, size_t elem)> schedule;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
@@ -234,6 +235,11 @@ const SchemeInfo& find(const std::string& name);
 std::string check(const SchemeInfo& s, const Config& cfg);
 // Every setting of every scheme once, in registry order (settings of the same name are one).
 std::vector<Setting> all_settings();
+// The registry as JSON (minicp --list-schemes --json, the results file's scheme_registry
+// attribute, minicp-fidelity's scheme_registry): [{name, summary, problems, ring_family,
+// refuses, settings: [{name, help, default, min}]}] in registry order, what the tests and the
+// analysis read the schemes from. indent < 0: one line.
+std::string registry_json(int indent = -1);
 
 // Global query tokens of the problem (decode: decode_tokens), and the position of the first
 // (decode: the queries sit right after the seq_len cache tokens).

@@ -103,8 +103,6 @@ SchemeInfo tree_scheme() {
       "tree",
       "decode: queries replicated, KV cache sharded; local (O, LSE) combined by all-reduce max/sum, O(log P) steps");
   s.problems = {Problem::Decode};
-  s.settings = {
-      {"decode_tokens", "query tokens decoded against the KV cache (tokens)", 1, 1, &Config::decode_tokens, {}}};
   s.refuses = "seq_len (the cache) not divisible by ranks; the train pass (decode only)";
   s.check = [](const Config& c) { return layout::check(layout::Kind::Contiguous, c.seq_len, c.ranks, "tree"); };
   s.shard = [](const Config& c, int r) {

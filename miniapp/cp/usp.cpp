@@ -3,7 +3,7 @@
 // gives every member its H/U heads for the whole zigzag shard of its ring index; ring
 // attention then runs across the R groups, and the all-to-all goes back. U = P gives plain
 // Ulysses (local attention), U = 1 a zigzag ring.
-// Group size U: cfg.ulysses when set (it must divide P); otherwise the largest divisor U of P
+// Group size U: cfg.setting("ulysses") when set (it must divide P); otherwise the largest divisor U of P
 // with U <= P/2, so the ring keeps >= 2 ranks, that meets the head rules (heads % U == 0,
 // and kv_heads % U == 0 or U % kv_heads == 0); U = 1 when P == 1 or no divisor qualifies.
 #include <optional>
@@ -57,12 +57,13 @@ SchemeInfo usp_scheme() {
   SchemeInfo s = make_info<Usp>("usp", "Ulysses all-to-all inside groups x zigzag ring across groups (2D)");
   s.settings = {{"ulysses",
                  "usp: Ulysses group size U (ranks); 0 = the largest divisor of ranks <= ranks/2 that divides heads", 0,
-                 0, &Config::ulysses, [](const Config& c, const comm::Topology&) { return usp_ulysses_size(c); }}};
+                 0, [](const Config& c, const comm::Topology&) { return usp_ulysses_size(c); }}};
   s.ring_family = true;
   s.refuses = "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
-    if (c.ulysses > 0 && c.ranks % c.ulysses != 0)
-      return "usp needs ulysses (" + std::to_string(c.ulysses) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
+    if (c.setting("ulysses") > 0 && c.ranks % c.setting("ulysses") != 0)
+      return "usp needs ulysses (" + std::to_string(c.setting("ulysses")) + ") dividing ranks (" +
+             std::to_string(c.ranks) + ")";
     std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
     if (why.empty()) why = ulysses_head_check("usp", c.heads, usp_ulysses_size(c), "ulysses");
     return why;

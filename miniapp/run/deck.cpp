@@ -392,6 +392,64 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   return d;
 }
 
+namespace {
+
+bool declares(const cp::SchemeInfo& info, const std::string& setting) {
+  return std::any_of(info.settings.begin(), info.settings.end(),
+                     [&](const cp::Setting& st) { return st.name == setting; });
+}
+
+// Every combination of the values of the settings the scheme declares; the others keep their
+// first value.
+std::vector<std::map<std::string, int>> setting_combos(const Deck& d, const cp::SchemeInfo& info) {
+  std::vector<std::map<std::string, int>> combos(1);
+  for (const auto& [name, vals] : d.settings) {
+    std::vector<std::map<std::string, int>> next;
+    for (const auto& c : combos)
+      for (size_t i = 0; i < (declares(info, name) ? vals.size() : 1); ++i) {
+        auto n = c;
+        n[name] = vals[i];
+        next.push_back(n);
+      }
+    combos = next;
+  }
+  return combos;
+}
+
+// The case of one point of the sweep, numbered `index`; its id names the point and the values
+// of the settings its scheme declares.
+Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks, int decode_tokens,
+               const cp::SchemeInfo& info, const std::map<std::string, int>& settings) {
+  Case c;
+  c.index = index;
+  c.scheme = info.name;
+  c.stack.shape = d.shape;
+  c.stack.pass = pass;
+  c.stack.seed = d.seed;
+  c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
+  cp::Config& a = c.stack.attn;
+  a.seq_len = S;
+  a.ranks = ranks;
+  a.decode_tokens = decode_tokens;
+  a.causal = d.mask != "full";
+  a.window = d.window;
+  a.doc_len = d.doc_len;
+  a.bf16_dkv = d.dkv_accumulator == "bf16";
+  a.settings = settings;
+  char id[96];
+  std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", index, model::to_string(pass), info.name.c_str(), (long long)S,
+                ranks);
+  c.id = id;
+  if (pass == model::Pass::Decode) c.id += "_decode_tokens" + std::to_string(decode_tokens);
+  for (const auto& [name, v] : settings)
+    if (declares(info, name)) c.id += "_" + name + std::to_string(v);
+  c.attn = model::attention_config(c.stack);
+  c.refused = cp::check(info, c.attn);
+  return c;
+}
+
+}  // namespace
+
 std::vector<Case> make_cases(const Deck& d) {
   std::vector<Case> cases;
   for (model::Pass pass : d.passes)
@@ -402,51 +460,15 @@ std::vector<Case> make_cases(const Deck& d) {
           if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
           if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per pass and seq_len
           const int ranks = name == "none" ? 1 : P;
-          // Combinations of the values of the settings this scheme declares.
-          std::vector<std::map<std::string, int>> combos(1);
-          for (const auto& [sname, vals] : d.settings) {
-            const bool own = std::any_of(info.settings.begin(), info.settings.end(),
-                                         [&](const cp::Setting& st) { return st.name == sname; });
-            std::vector<std::map<std::string, int>> next;
-            for (const auto& c : combos)
-              for (size_t i = 0; i < (own ? vals.size() : 1); ++i) {
-                auto n = c;
-                n[sname] = vals[i];
-                next.push_back(n);
-              }
-            combos = next;
-          }
-          for (const auto& combo : combos) {
-            Case c;
-            c.index = int(cases.size());
-            c.scheme = name;
-            c.stack.shape = d.shape;
-            c.stack.pass = pass;
-            c.stack.seed = d.seed;
-            c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
-            cp::Config& a = c.stack.attn;
-            a.seq_len = S;
-            a.ranks = ranks;
-            a.causal = d.mask != "full";
-            a.window = d.window;
-            a.doc_len = d.doc_len;
-            a.bf16_dkv = d.dkv_accumulator == "bf16";
-            std::string tag;
-            for (const cp::Setting& st : cp::all_settings()) {
-              a.*st.field = combo.at(st.name);
-              const bool own = std::any_of(info.settings.begin(), info.settings.end(),
-                                           [&](const cp::Setting& o) { return o.name == st.name; });
-              if (own) tag += "_" + st.name + std::to_string(combo.at(st.name));
+          // decode_tokens is a size of the decode problem: the other passes take its first value.
+          const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
+          for (size_t t = 0; t < n_tokens; ++t)
+            for (const auto& combo : setting_combos(d, info)) {
+              Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo);
+              if (!c.refused.empty() && !d.all_schemes)
+                throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+              cases.push_back(c);
             }
-            char id[96];
-            std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", c.index, model::to_string(pass), name.c_str(),
-                          (long long)S, ranks);
-            c.id = id + tag;
-            c.refused = cp::check(info, model::attention_config(c.stack));
-            if (!c.refused.empty() && !d.all_schemes)
-              throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-            cases.push_back(c);
-          }
         }
   return cases;
 }

@@ -42,6 +42,7 @@ struct Deck {
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped
   std::vector<int64_t> seq_len;
   std::vector<int> ranks;
+  std::vector<int> decode_tokens;                    // the decode pass's query tokens
   std::map<std::string, std::vector<int>> settings;  // each registry setting: its values
   std::string output_file;
 };
@@ -100,18 +101,20 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
 
 // One point of the sweep.
 struct Case {
-  int index = 0;   // 0-based, in sweep order
-  std::string id;  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_<setting><value>...]"
+  int index = 0;  // 0-based, in sweep order
+  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_decode_tokens<T>][_<setting><value>...]"
+  std::string id;
   std::string scheme;
   model::StackConfig stack;  // shape, pass, seed, attention config (seq_len, ranks, mask, settings)
+  cp::Config attn;           // the attention config the case runs: model::attention_config(stack)
   std::string refused;       // "" or the scheme's reason (only kept when sweep.schemes is "all")
 };
 
-// The cases of the sweep: for each pass, seq_len, ranks and scheme that solves the pass, each
-// combination of the values of the settings the scheme declares (other settings take their
-// first value). `none` is the single-rank reference: it runs at ranks 1 only, once per pass
-// and seq_len. Throws UsageError for a named scheme that cannot run a case (its check()
-// sentence); with ["all"] such cases are kept with `refused` set.
+// The cases of the sweep: for each pass, seq_len, ranks and scheme that solves the pass (and
+// for the decode pass each decode_tokens), each combination of the values of the settings the
+// scheme declares (other settings take their first value). `none` is the single-rank
+// reference: it runs at ranks 1 only, once per pass and seq_len. Throws UsageError for a named scheme that cannot run a
+// case (its check() sentence); with ["all"] such cases are kept with `refused` set.
 std::vector<Case> make_cases(const Deck& d);
 
 // Every deck key (deck_keys()) with its allowed values, default and help (for --help).

@@ -255,6 +255,9 @@ std::vector<Row> sweep_rows() {
       integers("sweep", "ranks", 1, INT32_MAX, "CP group sizes, each <= the MPI job's ranks (the others wait)")
           .note("the MPI job's size")
           .to(&Deck::ranks),
+      integers("sweep", "decode_tokens", 1, INT32_MAX, "decode: query tokens decoded against the KV cache (tokens)")
+          .def("[1]")
+          .to(&Deck::decode_tokens),
   };
   for (const cp::Setting& st : cp::all_settings()) {
     auto set = [name = st.name](Deck& d, const KeyValue& v) { d.settings[name] = from_value<std::vector<int>>(v); };

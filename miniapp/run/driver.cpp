@@ -60,8 +60,7 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
     const Case& c = p.cases[i];
     const bool fits = avail_per_rank < 0 || double(p.predicted_bytes[i]) <= avail_per_rank;
     std::printf("%-40s %-10s %7s %5d %-22s %16s  %s\n", c.id.c_str(), c.scheme.c_str(), model::to_string(c.stack.pass),
-                c.stack.attn.ranks, mask_of(c.stack.attn).c_str(),
-                hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
+                c.attn.ranks, mask_of(c.attn).c_str(), hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
                 !c.refused.empty() ? ("refused: " + c.refused).c_str()
                 : fits             ? "ok"
                                    : "does not fit");
@@ -110,23 +109,6 @@ double parse_size(const std::string& s) {
   for (const auto& [u, f] : units)
     if (unit == u) return v * f;
   return -1;
-}
-
-std::string scheme_registry_json(int indent) {
-  hn::Json all = hn::Json::array();
-  for (const cp::SchemeInfo& info : cp::registry()) {
-    hn::Json problems = hn::Json::array(), settings = hn::Json::array();
-    for (cp::Problem pr : info.problems) problems.push_back(cp::to_string(pr));
-    for (const cp::Setting& st : info.settings)
-      settings.push_back({{"name", st.name}, {"help", st.help}, {"default", st.default_value}, {"min", st.min_value}});
-    all.push_back({{"name", info.name},
-                   {"summary", info.summary},
-                   {"problems", problems},
-                   {"ring_family", info.ring_family},
-                   {"refuses", info.refuses},
-                   {"settings", settings}});
-  }
-  return all.dump(indent);
 }
 
 std::string scheme_list() {
@@ -285,7 +267,7 @@ Plan parse(const hn::Args& a) {
     if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
   if (as_json && !o.list_schemes) throw UsageError("--json: only with --list-schemes");
   if (o.list_schemes) {
-    if (a.rank() == 0) std::printf("%s\n", as_json ? scheme_registry_json(1).c_str() : scheme_list().c_str());
+    if (a.rank() == 0) std::printf("%s\n", as_json ? cp::registry_json(1).c_str() : scheme_list().c_str());
     throw hn::HelpShown{};
   }
   if (!rank_memory.empty()) {
@@ -469,7 +451,7 @@ struct RunState {
 // One round of one case, measured on its group (the other ranks wait); after its last round
 // the figures on rank 0 and one transaction. A refused case is written in the first round.
 void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
-  const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
+  const int world_rank = rs.a.rank(), P = c.attn.ranks;
   output::CaseData data;
   data.id = c.id;
   data.mode_names = mode_names(), data.phase_names = phase_names(), data.kind_names = kind_names();

@@ -84,9 +84,5 @@ std::string scheme_list();
 
 // Whether the schemes' exchanges go through NCCL: the applied fabric profile's communicator key.
 bool wants_nccl();
-// The same as JSON (minicp --list-schemes --json, and the results file's scheme_registry
-// attribute): [{name, summary, problems, ring_family, refuses, settings: [{name, help,
-// default, min}]}] in registry order, what the tests and the analysis read the schemes from.
-std::string scheme_registry_json(int indent = -1);
 
 }  // namespace minicp::run

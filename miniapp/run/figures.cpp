@@ -143,7 +143,7 @@ void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int t
   double cpe = kNaN, scaled = kNaN;
   if (none.count(none_key(c))) {
     const double tn = none.at(none_key(c));
-    const int cores_case = c.stack.attn.ranks * threads, cores_none = threads;
+    const int cores_case = c.attn.ranks * threads, cores_none = threads;
     if (cores_case == cores_none) cpe = tn / t;
     scaled = tn * cores_none / (t * cores_case);
   }
@@ -155,13 +155,13 @@ void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int t
 }  // namespace
 
 std::string none_key(const Case& c) {
-  return std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.stack.attn.seq_len);
+  return std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.attn.seq_len);
 }
 
 void message_sizes(output::Attrs& s, const Case& c, size_t elem) {
   s.integer["block_bytes_per_value"] = int64_t(elem);
   s.integer["partial_bytes_per_value"] = int64_t(kernels::acc_size(elem));
-  s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(model::attention_config(c.stack), elem));
+  s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(c.attn, elem));
   s.integer["grad_allreduce_bytes_per_value"] = int64_t(model::grad_allreduce_elem(c.stack, elem));
 }
 
