@@ -34,7 +34,11 @@ struct Group {
   std::string name;  // "world", "ring", "ulysses", "node", "cross"
   int rank = 0, size = 1;
   std::vector<int> world_ranks;  // world rank of each group rank
-  void* native = nullptr;        // backend handle (MPI_Comm*)
+  void* native = nullptr;        // backend handle (MPI_Comm*, ncclComm_t*)
+  // An MPI_Comm* over the same ranks in the same order, whatever the backend: what a driver's
+  // own control messages go over (barriers, rank 0's values for all, gathers of timings), which
+  // no backend counts or traces and which take host memory.
+  void* mpi = nullptr;
 };
 
 // Where the ranks of the world sit: nodes are the sets of ranks that share memory (one

@@ -457,7 +457,7 @@ class MpiComm final : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     g.world_ranks.resize(g.size);
     MPI_Allgather(&wr, 1, MPI_INT, g.world_ranks.data(), 1, MPI_INT, *owned);
-    g.native = owned.get();
+    g.native = g.mpi = owned.get();
     comms_.push_back(std::move(owned));
     return g;
   }

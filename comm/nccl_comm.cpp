@@ -57,13 +57,19 @@ class NcclComm final : public Communicator {
     MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t world;
     nccl_check(ncclCommInitRank(&world, size, id, rank), "ncclCommInitRank");
-    world_ = make_group(world, "world", rank, size);
+    MPI_Comm mworld;
+    MPI_Comm_dup(MPI_COMM_WORLD, &mworld);
+    world_ = make_group(world, mworld, "world", rank, size);
     if (group_size > 0 && group_size < size) {  // the group of consecutive ranks, as the MPI backend's
       world_ = split_color(rank / group_size, "world");
     }
   }
   ~NcclComm() override {
     for (auto& c : comms_) ncclCommDestroy(*c);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+      for (auto& c : mpi_comms_) MPI_Comm_free(c.get());
     if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -145,17 +151,26 @@ class NcclComm final : public Communicator {
     int rank = 0, size = 1;
     ncclCommUserRank(c, &rank);
     ncclCommCount(c, &size);
-    return make_group(c, name, rank, size);
+    MPI_Comm m;  // the same split over MPI, for Group::mpi
+    MPI_Comm_split(*static_cast<MPI_Comm*>(world_.mpi), color, world_.rank, &m);
+    return make_group(c, m, name, rank, size);
   }
-  Group make_group(ncclComm_t c, const std::string& name, int rank, int size) {
+  Group make_group(ncclComm_t c, MPI_Comm m, const std::string& name, int rank, int size) {
     auto owned = std::make_unique<ncclComm_t>(c);
+    auto owned_mpi = std::make_unique<MPI_Comm>(m);
     Group g;
     g.id = int(comms_.size());
     g.name = name;
     g.rank = rank;
     g.size = size;
     g.native = owned.get();
+    g.mpi = owned_mpi.get();
+    int wr = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    g.world_ranks.resize(size_t(size));
+    MPI_Allgather(&wr, 1, MPI_INT, g.world_ranks.data(), 1, MPI_INT, m);
     comms_.push_back(std::move(owned));
+    mpi_comms_.push_back(std::move(owned_mpi));
     return g;
   }
   // A request for the operation whose event `posted` just built.
@@ -198,6 +213,7 @@ class NcclComm final : public Communicator {
   cudaEvent_t ready_ = nullptr;     // compute_ up to an operation's start
   float* barrier_ = nullptr;
   std::vector<std::unique_ptr<ncclComm_t>> comms_;
+  std::vector<std::unique_ptr<MPI_Comm>> mpi_comms_;  // Group::mpi of each group
 };
 
 std::unique_ptr<Communicator> make_nccl_comm(int group_size, void* compute_stream) {

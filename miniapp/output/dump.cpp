@@ -41,15 +41,7 @@ std::string mask_name(const cp::Config& a) {
 
 std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind, "rope_convention"); }
 
-MPI_Comm mpi_world(const comm::Communicator& comm) {
-  if (comm.backend().rfind("mpi", 0) == 0) return *static_cast<MPI_Comm*>(comm.world().native);
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (n != comm.world().size)
-    throw std::runtime_error("the " + comm.backend() + " communicator spans " + std::to_string(comm.world().size) +
-                             " ranks, MPI_COMM_WORLD " + std::to_string(n) + ": no MPI communicator for the file");
-  return MPI_COMM_WORLD;
-}
+MPI_Comm mpi_world(const comm::Communicator& comm) { return *static_cast<MPI_Comm*>(comm.world().mpi); }
 
 template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,

@@ -70,10 +70,6 @@
 #include "miniapp/cp/schedule.hpp"
 #include "miniapp/model/model.hpp"
 
-namespace minicp::comm {
-class Communicator;
-}
-
 namespace minicp::perf {
 
 struct GemmRate {
@@ -179,34 +175,14 @@ struct Calibration {
   std::vector<int> threads() const;
 };
 
+// The collectives a coll row may name: those a scheme waits for before its compute.
+bool is_coll_row_op(const std::string& op);
+
 // Throws std::runtime_error naming the file, the line and what is wrong.
 Calibration parse_calibration(const std::string& text, const std::string& source);
 // The table in path, refused (std::runtime_error "<path>: <why>") when path is not a regular
 // file of at most harness::kCalibrationFile's size (harness/input.hpp), before it is read.
 Calibration read_calibration(const std::string& path);
-
-// What to measure: the layer shapes (attention at each one's head_dim) and rows per rank of a
-// deck, in the precisions it runs (f32, f64, bf16).
-struct CalibrationPlan {
-  std::vector<model::Shape> shapes;
-  std::vector<int64_t> rows;  // N, tokens per rank
-  std::vector<std::string> dtypes;
-  std::string fabric;           // the name the link rows get ("default": MPI's own choice)
-  bool cpu_copy_inter = true;   // whether a CPU copies what crosses nodes (false for RDMA fabrics)
-  bool progress_thread = true;  // the run's progress (the busy rows are measured with it)
-  // The blocking collectives the deck's schedules wait for (their exposed calls): timed at
-  // these sizes, at most 6 sizes per op, group and scope (the model interpolates between).
-  std::vector<CommCall> exposed;
-  // The collectives they post non-blocking beside compute (overlapped all-gathers and
-  // reduce-scatters): timed so, at these sizes, the same way (`posted` rows).
-  std::vector<CommCall> posted;
-};
-
-// Measures the plan on every rank of comm's world at once (collective): GEMMs at the layer's
-// shapes, the element-wise kernels, attention tiles (fitted from whole calls), the links from
-// rank 0 to its nearest peer and to one on another node, alone and beside GEMMs. Rank 0's table is returned on rank 0
-// (the ranks' rates agree within the machine's noise; rank 0 stands for all).
-Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator& comm, bool verbose);
 
 // Layer rows measured more than once (the pieces of one row, the rounds of a run): one row per
 // shape, rows and ranks, in order of first appearance, taking per pass the sample whose layer
@@ -214,11 +190,5 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
 // speed drifts from minute to minute; a median of samples taken at several moments is the
 // row of a typical one.
 std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples);
-
-// The GEMMs of one layer at N rows (layer_ops), each timed in its own loop as the gemm rows
-// are, now: seconds per layer forward and (backward true) backward, rank 0's on every rank.
-// Collective over comm's world.
-std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype, bool backward,
-                                             comm::Communicator& comm);
 
 }  // namespace minicp::perf

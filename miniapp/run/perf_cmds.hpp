@@ -6,6 +6,7 @@
 
 #include "harness/main.hpp"
 #include "miniapp/output/results.hpp"
+#include "miniapp/perf/calibration_measure.hpp"
 #include "miniapp/perf/predict.hpp"
 #include "miniapp/run/deck.hpp"
 
