@@ -190,12 +190,15 @@ void check_communicator(const Plan& p) {
 
 }  // namespace
 
-Plan parse(const hn::Args& a) {
-  Plan p;
-  Options& o = p.o;
-  CLI::App app{
-      "minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
-      "driven by an input deck (TOML)"};
+namespace {
+
+// What the command line gives as text or a bare flag, read after parsing.
+struct RawFlags {
+  std::string rank_memory;  // --rank-memory, a size with a unit
+  bool as_json = false;     // --json
+};
+
+void declare_flags(CLI::App& app, Options& o, PerfOptions& pf, RawFlags& raw) {
   app.add_option("--deck", o.deck, "input deck (TOML), e.g. inputs/tiny.toml (required; no default)")
       ->type_name("FILE");
   app.add_option("--set", o.sets, "override one deck key: section.key=value (a TOML value), repeatable (default: none)")
@@ -225,12 +228,10 @@ Plan parse(const hn::Args& a) {
                  "before MPI starts and what MPI selects is checked (default: the deck's run.fabric; none: MPI's "
                  "own choice)")
       ->type_name("NAME");
-  std::string rank_memory;
-  app.add_option("--rank-memory", rank_memory,
+  app.add_option("--rank-memory", raw.rank_memory,
                  "with --dry-run: plan against this much memory per rank (e.g. 80GiB for a GPU node) instead of "
                  "this node's available memory (default: this node's)")
       ->type_name("SIZE");
-  PerfOptions& pf = p.perf;
   app.add_flag("--calibrate", pf.calibrate,
                "measure the performance model's kernel rates (the deck's GEMM shapes, attention tiles at its head_dim, "
                "element-wise kernels, in its run.dtype) and links under this launch, write them to --calibration, run "
@@ -258,34 +259,41 @@ Plan parse(const hn::Args& a) {
       ->type_name("N");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
-  bool as_json = false;
-  app.add_flag("--json", as_json, "with --list-schemes: as one JSON array (default: off)");
-  hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
+  app.add_flag("--json", raw.as_json, "with --list-schemes: as one JSON array (default: off)");
+}
+
+// The flags against each other (and --list-schemes, which prints and stops); throws
+// UsageError or HelpShown.
+void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions& pf, const RawFlags& raw) {
   const std::pair<const char*, const std::string*> files[] = {
       {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
   for (const auto& [flag, path] : files)
     if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
-  if (as_json && !o.list_schemes) throw UsageError("--json: only with --list-schemes");
+  if (raw.as_json && !o.list_schemes) throw UsageError("--json: only with --list-schemes");
   if (o.list_schemes) {
-    if (a.rank() == 0) std::printf("%s\n", as_json ? cp::registry_json(1).c_str() : scheme_list().c_str());
+    if (a.rank() == 0) std::printf("%s\n", raw.as_json ? cp::registry_json(1).c_str() : scheme_list().c_str());
     throw hn::HelpShown{};
   }
-  if (!rank_memory.empty()) {
-    o.rank_memory = parse_size(rank_memory);
-    if (o.rank_memory == 0) throw UsageError("--rank-memory " + rank_memory + ": must be more than 0");
+  if (!raw.rank_memory.empty()) {
+    o.rank_memory = parse_size(raw.rank_memory);
+    if (o.rank_memory == 0) throw UsageError("--rank-memory " + raw.rank_memory + ": must be more than 0");
     if (!(o.rank_memory > 0))
-      throw UsageError("--rank-memory " + rank_memory + ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
+      throw UsageError("--rank-memory " + raw.rank_memory +
+                       ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
     if (!o.dry_run)
-      throw UsageError("--rank-memory " + rank_memory + ": only with --dry-run (a run uses the node it has)");
+      throw UsageError("--rank-memory " + raw.rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
   check_perf_flags(app, pf, o);
   if (pf.calibrate && pf.calibration.empty()) pf.calibration = "results/calibration.txt";
   if (!pf.against.empty() && o.deck.empty()) o.deck = deck_of_results(pf.against);
   if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
-  const bool predicting = pf.predict || pf.advise;
-  if (!predicting) p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
-  // A dry run plans for any job size (a cluster deck can be checked on a laptop).
-  // --fabric is the deck's run.fabric, so the resolved deck (and a resume's check) records it.
+}
+
+// The deck with --set and --fabric applied (--fabric is the deck's run.fabric, so the resolved
+// deck and a resume's check record it), and the calibration table it reads checked against it.
+void load_plan_deck(Plan& p, const hn::Args& a, bool predicting) {
+  Options& o = p.o;
+  const PerfOptions& pf = p.perf;
   std::vector<std::string> sets = o.sets;
   if (!o.fabric.empty()) {
     for (const std::string& s : sets)
@@ -304,8 +312,10 @@ Plan parse(const hn::Args& a) {
       throw UsageError(table.flag + " " + e.what());
     }
   }
-  if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
-  if (predicting) p.deck.all_schemes = true;  // a prediction lists what a scheme refuses instead of stopping
+}
+
+// The cases and the memory each needs per rank; the case that needs most, for the checks.
+std::pair<int64_t, std::string> plan_cases(Plan& p) {
   p.cases = make_cases(p.deck);
   const size_t elem = elem_size(p.deck.dtype);
   int64_t most = 0;
@@ -315,21 +325,50 @@ Plan parse(const hn::Args& a) {
     p.predicted_bytes.push_back(b);
     if (b > most) most = b, most_id = c.id;
   }
+  return {most, most_id};
+}
+
+// --dry-run: the table of cases; with --rank-memory, the verdict against it (HelpShown or
+// UsageError); otherwise the run's own memory check follows.
+void dry_run_table(const Plan& p, const hn::Args& a, int64_t most, const std::string& most_id,
+                   const std::string& rank_memory) {
+  const Options& o = p.o;
+  const int64_t node = hn::node_available_bytes();
+  const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.topo.local_size;
+  if (a.rank() == 0) print_dry_run(p, avail, o.rank_memory > 0);
+  std::fflush(stdout);  // the table before any refusal below
+  if (o.rank_memory > 0) {
+    if (double(most) > o.rank_memory)
+      throw UsageError("case " + most_id + " needs " + hn::human_bytes(double(most)) + " per rank, more than " +
+                       "--rank-memory " + rank_memory);
+    throw hn::HelpShown{};
+  }
+}
+
+}  // namespace
+
+// Options -> Plan with every check, on every rank alike; throws UsageError.
+Plan parse(const hn::Args& a) {
+  Plan p;
+  Options& o = p.o;
+  PerfOptions& pf = p.perf;
+  CLI::App app{
+      "minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
+      "driven by an input deck (TOML)"};
+  RawFlags raw;
+  declare_flags(app, o, pf, raw);
+  hn::parse(app, a, [] { std::printf("\n%s", deck_keys_help().c_str()); });
+  check_flags(app, a, o, pf, raw);
+  const bool predicting = pf.predict || pf.advise;
+  if (!predicting) p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
+  load_plan_deck(p, a, predicting);  // a dry run plans for any job size (a cluster deck on a laptop)
+  if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
+  if (predicting) p.deck.all_schemes = true;  // a prediction lists what a scheme refuses instead of stopping
+  const auto [most, most_id] = plan_cases(p);
   p.topo = comm::Communicator::node_topology();
   if (pf.calibrate) claim_outputs(a, p);  // its table, before the measurement
   if (pf.any()) return p;                 // the model's commands (execute) write no results file
-  if (o.dry_run) {
-    const int64_t node = hn::node_available_bytes();
-    const double avail = o.rank_memory > 0 ? o.rank_memory : node < 0 ? -1.0 : double(node) / p.topo.local_size;
-    if (a.rank() == 0) print_dry_run(p, avail, o.rank_memory > 0);
-    std::fflush(stdout);  // the table before any refusal below
-    if (o.rank_memory > 0) {
-      if (double(most) > o.rank_memory)
-        throw UsageError("case " + most_id + " needs " + hn::human_bytes(double(most)) + " per rank, more than " +
-                         "--rank-memory " + rank_memory);
-      throw hn::HelpShown{};
-    }
-  }
+  if (o.dry_run) dry_run_table(p, a, most, most_id, raw.rank_memory);
   if (!o.dry_run) check_communicator(p);
   hn::check_memory(a, "case " + most_id, double(most), p.topo.local_size);
   if (o.dry_run) throw hn::HelpShown{};
