@@ -110,32 +110,29 @@ struct Options {
   hn::MpiSelection mpi;  // what MPI selected, checked against the profile
 };
 
-// Parses the command line (every rank does the same) and checks it, the --json path and
-// the memory of the two buffers; throws UsageError with a one-line message.
-void parse_args(const hn::Args& a, Options& o) {
+// What the command line gives as text, checked after parsing.
+struct RawFlags {
   std::string minb = "8", maxb = "64M", ops = all_op_names(), progress = "none";
-  CLI::App app{
-      "minicp-comm-bench: latency and bandwidth of the miniCP Communicator, nccl-tests style.\n"
-      "For each op and size: time per iteration (max over ranks of the average), algbw = size/time,\n"
-      "busbw = algbw * factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n;\n"
-      "sendrecv, pingpong 1). Data type float32; sizes are rounded down to whole elements.",
-      a.prog()};
-  app.add_option("-b,--minbytes", minb, "Smallest size in bytes (suffix K, M, G)")
+  int check = 1;
+};
+
+void declare_flags(CLI::App& app, Options& o, RawFlags& raw) {
+  app.add_option("-b,--minbytes", raw.minb, "Smallest size in bytes (suffix K, M, G)")
       ->capture_default_str()
       ->type_name("SIZE");
-  app.add_option("-e,--maxbytes", maxb, "Largest size in bytes (suffix K, M, G; at most 2G)")
+  app.add_option("-e,--maxbytes", raw.maxb, "Largest size in bytes (suffix K, M, G; at most 2G)")
       ->capture_default_str()
       ->type_name("SIZE");
   hn::add_int(app, "-f,--stepfactor", o.factor, 2, 1 << 20, "Multiply the size by this between steps");
   hn::add_int(app, "-w,--warmup-iters", o.warmup, 0, 1000000, "Untimed iterations before each size");
   hn::add_int(app, "-n,--iters", o.iters, 1, 1000000, "Timed iterations per size");
-  app.add_option("--ops", ops, "Comma-separated ops to run, from: " + all_op_names())
+  app.add_option("--ops", raw.ops, "Comma-separated ops to run, from: " + all_op_names())
       ->capture_default_str()
       ->type_name("LIST");
-  int check = 1;
-  hn::add_int(app, "-c,--check", check, 0, 1, "1: check the data of one iteration per size before timing it; 0: don't")
+  hn::add_int(app, "-c,--check", raw.check, 0, 1,
+              "1: check the data of one iteration per size before timing it; 0: don't")
       ->type_name("0|1");
-  app.add_option("--progress", progress,
+  app.add_option("--progress", raw.progress,
                  "Progress of non-blocking ops: none (inside MPI calls only) or thread (a polling thread)")
       ->capture_default_str()
       ->type_name("MODE");
@@ -169,20 +166,44 @@ void parse_args(const hn::Args& a, Options& o) {
       "Each pingpong half trip is one isendrecv pair (size one way, 0 bytes back): the\n"
       "Communicator has no one-sided send. Exit status: 0 ok, 1 data check failed or run error,\n"
       "2 bad command line.");
-  hn::parse(app, a);
-  o.mpi = hn::verify_fabric(MPI_COMM_WORLD);
-  o.check = check == 1;
-  o.minbytes = parse_size("-b/--minbytes", minb);
-  o.maxbytes = parse_size("-e/--maxbytes", maxb);
-  if (o.minbytes < 1) throw UsageError("-b/--minbytes '" + minb + "': must be at least 1 byte");
+}
+
+// --ops LIST: each op once, in the table's order.
+std::vector<Op> parse_ops(const std::string& list) {
+  std::vector<Op> out;
+  std::vector<bool> want(std::size(kOps), false);
+  std::stringstream ss(list);
+  std::string item;
+  bool any = false;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t k = 0;
+    while (k < std::size(kOps) && item != kOps[k].name) ++k;
+    if (k == std::size(kOps))
+      throw UsageError("--ops '" + list + "': unknown op '" + item + "'; allowed: " + all_op_names());
+    if (want[k]) throw UsageError("--ops '" + list + "': op '" + item + "' is listed twice; name each op once");
+    want[k] = any = true;
+  }
+  if (!any) throw UsageError("--ops '" + list + "': no op named; allowed: " + all_op_names());
+  for (size_t k = 0; k < std::size(kOps); ++k)
+    if (want[k]) out.push_back(kOps[k].op);
+  return out;
+}
+
+// The sizes, the progress and staging settings and their CPUs, from the flags' text.
+void check_flags(Options& o, const RawFlags& raw) {
+  o.check = raw.check == 1;
+  o.minbytes = parse_size("-b/--minbytes", raw.minb);
+  o.maxbytes = parse_size("-e/--maxbytes", raw.maxb);
+  if (o.minbytes < 1) throw UsageError("-b/--minbytes '" + raw.minb + "': must be at least 1 byte");
   if (o.minbytes > o.maxbytes)
-    throw UsageError("-b/--minbytes '" + minb + "' is larger than -e/--maxbytes '" + maxb +
+    throw UsageError("-b/--minbytes '" + raw.minb + "' is larger than -e/--maxbytes '" + raw.maxb +
                      "': need minbytes <= maxbytes");
   try {
-    o.progress = mc::parse_progress(progress);
-    o.progress_name = progress;
+    o.progress = mc::parse_progress(raw.progress);
+    o.progress_name = raw.progress;
   } catch (const std::invalid_argument&) {
-    throw UsageError("--progress '" + progress + "': allowed values are none, thread");
+    throw UsageError("--progress '" + raw.progress + "': allowed values are none, thread");
   }
   try {
     o.staging = mc::parse_staging(o.staging_name);
@@ -196,26 +217,28 @@ void parse_args(const hn::Args& a, Options& o) {
   }
   if (!o.progress_cpus.empty() && o.progress != mc::Progress::Thread)
     throw UsageError("--progress-cpus '" + o.progress_cpus_text + "' needs --progress thread (got --progress " +
-                     progress + ")");
-  std::vector<bool> want(std::size(kOps), false);
-  std::stringstream ss(ops);
-  std::string item;
-  bool any = false;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    size_t k = 0;
-    while (k < std::size(kOps) && item != kOps[k].name) ++k;
-    if (k == std::size(kOps))
-      throw UsageError("--ops '" + ops + "': unknown op '" + item + "'; allowed: " + all_op_names());
-    if (want[k]) throw UsageError("--ops '" + ops + "': op '" + item + "' is listed twice; name each op once");
-    want[k] = any = true;
-  }
-  if (!any) throw UsageError("--ops '" + ops + "': no op named; allowed: " + all_op_names());
-  for (size_t k = 0; k < std::size(kOps); ++k)
-    if (want[k]) o.ops.push_back(kOps[k].op);
+                     raw.progress + ")");
+}
+
+// Parses the command line (every rank does the same) and checks it, the --json path and
+// the memory of the two buffers; throws UsageError with a one-line message.
+void parse_args(const hn::Args& a, Options& o) {
+  RawFlags raw;
+  CLI::App app{
+      "minicp-comm-bench: latency and bandwidth of the miniCP Communicator, nccl-tests style.\n"
+      "For each op and size: time per iteration (max over ranks of the average), algbw = size/time,\n"
+      "busbw = algbw * factor (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n;\n"
+      "sendrecv, pingpong 1). Data type float32; sizes are rounded down to whole elements.",
+      a.prog()};
+  declare_flags(app, o, raw);
+  hn::parse(app, a);
+  o.mpi = hn::verify_fabric(MPI_COMM_WORLD);
+  check_flags(o, raw);
+  o.ops = parse_ops(raw.ops);
   if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
   // The two buffers of -e/--maxbytes each (host staging adds pooled copies of what is in flight).
-  hn::check_memory(a, "-e/--maxbytes " + maxb, 2.0 * double(o.maxbytes), mc::Communicator::node_topology().local_size);
+  hn::check_memory(a, "-e/--maxbytes " + raw.maxb, 2.0 * double(o.maxbytes),
+                   mc::Communicator::node_topology().local_size);
 }
 
 // Exact float32 test data: moved values below 2^24, reduced values small integers.
@@ -399,53 +422,68 @@ hn::Json results_json(const std::string& backend, const std::string& library, in
   return js;
 }
 
-int run(const hn::Args& a, const Options& o) {
-  const int rank = a.rank(), nranks = a.size();
-  hn::remove_old_outputs(a, {{"--json", o.json}});  // no stale results if this run fails
-  auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus, o.staging);
-  // Hosts: distinct processor names.
+// The job as the header prints it: MPI's library, and the ranks of each host (distinct
+// processor names).
+struct Job {
+  std::string library;
+  std::map<std::string, int> per_host;
+};
+
+Job job_of(int nranks) {
+  Job j;
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
   MPI_Get_processor_name(name, &len);
   std::vector<char> names(size_t(nranks) * MPI_MAX_PROCESSOR_NAME);
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
-  std::map<std::string, int> per_host;
-  for (int r = 0; r < nranks; ++r) ++per_host[std::string(&names[size_t(r) * MPI_MAX_PROCESSOR_NAME])];
+  for (int r = 0; r < nranks; ++r) ++j.per_host[std::string(&names[size_t(r) * MPI_MAX_PROCESSOR_NAME])];
   char lib[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   MPI_Get_library_version(lib, &len);
-  std::string library(lib);
-  library = library.substr(0, library.find_first_of(",\n"));
+  j.library = std::string(lib);
+  j.library = j.library.substr(0, j.library.find_first_of(",\n"));
+  return j;
+}
 
+// minbytes, minbytes * factor, ... up to maxbytes.
+std::vector<uint64_t> size_list(const Options& o) {
   std::vector<uint64_t> sizes;
   for (uint64_t s = o.minbytes; s <= o.maxbytes; s *= uint64_t(o.factor)) {
     sizes.push_back(s);
     if (s > o.maxbytes / uint64_t(o.factor)) break;
   }
-  const bool root = rank == 0;
-  if (root) {
-    std::printf("# minicp-comm-bench: miniCP Communicator latency and bandwidth (nccl-tests conventions)\n");
-    std::printf("# backend: %s (%s)  ranks: %d  hosts: %zu  progress: %s", comm->backend().c_str(), library.c_str(),
-                nranks, per_host.size(), o.progress_name.c_str());
-    if (o.progress == mc::Progress::Thread) std::printf(" (poll %d us)", o.poll_us);
-    if (!o.progress_cpus.empty()) std::printf(" (progress CPUs %s)", o.progress_cpus_text.c_str());
-    if (const hn::FabricProfile* f = hn::applied_fabric()) std::printf("  fabric: %s", f->name.c_str());
-    if (!o.mpi.pml.empty()) std::printf("  pml: %s", o.mpi.pml.c_str());
-    if (o.mpi.pml == "ob1") std::printf("  btls: %s", o.mpi.btl_list().c_str());
-    std::printf("\n# sizes: %llu .. %llu B, step factor %d  warmup: %d  iters: %d  check: %d  dtype: float32\n",
-                (unsigned long long)o.minbytes, (unsigned long long)o.maxbytes, o.factor, o.warmup, o.iters,
-                o.check ? 1 : 0);
-    for (const auto& [h, k] : per_host) std::printf("#   host %s: %d rank%s\n", h.c_str(), k, k == 1 ? "" : "s");
-    std::fflush(stdout);
-  }
+  return sizes;
+}
 
-  Bench bench(*comm, o);
+void print_header(const mc::Communicator& comm, const Job& job, int nranks, const Options& o) {
+  std::printf("# minicp-comm-bench: miniCP Communicator latency and bandwidth (nccl-tests conventions)\n");
+  std::printf("# backend: %s (%s)  ranks: %d  hosts: %zu  progress: %s", comm.backend().c_str(), job.library.c_str(),
+              nranks, job.per_host.size(), o.progress_name.c_str());
+  if (o.progress == mc::Progress::Thread) std::printf(" (poll %d us)", o.poll_us);
+  if (!o.progress_cpus.empty()) std::printf(" (progress CPUs %s)", o.progress_cpus_text.c_str());
+  if (const hn::FabricProfile* f = hn::applied_fabric()) std::printf("  fabric: %s", f->name.c_str());
+  if (!o.mpi.pml.empty()) std::printf("  pml: %s", o.mpi.pml.c_str());
+  if (o.mpi.pml == "ob1") std::printf("  btls: %s", o.mpi.btl_list().c_str());
+  std::printf("\n# sizes: %llu .. %llu B, step factor %d  warmup: %d  iters: %d  check: %d  dtype: float32\n",
+              (unsigned long long)o.minbytes, (unsigned long long)o.maxbytes, o.factor, o.warmup, o.iters,
+              o.check ? 1 : 0);
+  for (const auto& [h, k] : job.per_host) std::printf("#   host %s: %d rank%s\n", h.c_str(), k, k == 1 ? "" : "s");
+  std::fflush(stdout);
+}
+
+// What the ops measured: a row per (op, size), the ops skipped, the wrong elements in all.
+struct Measured {
   std::vector<Row> rows;
   std::vector<std::string> skipped;
   int64_t total_wrong = 0;
+};
+
+// Every op at every size, each op's table printed by rank 0 as it goes.
+Measured measure_ops(Bench& bench, const Options& o, const std::vector<uint64_t>& sizes, int nranks, bool root) {
+  Measured m;
   for (Op op : o.ops) {
     const OpInfo& inf = Bench::info(op);
     if (inf.p2p && nranks < 2) {
-      skipped.push_back(inf.name);
+      m.skipped.push_back(inf.name);
       if (root) std::printf("#\n# %s: skipped, needs at least 2 ranks\n", inf.name);
       continue;
     }
@@ -460,8 +498,8 @@ int run(const hn::Args& a, const Options& o) {
     }
     for (uint64_t s : sizes) {
       const Row r = bench.measure(op, s);
-      rows.push_back(r);
-      if (r.wrong > 0) total_wrong += r.wrong;
+      m.rows.push_back(r);
+      if (r.wrong > 0) m.total_wrong += r.wrong;
       if (root) {
         std::printf("  %12llu  %12llu  %10.2f  %11.3f  %11.3f  %6s\n", (unsigned long long)r.bytes,
                     (unsigned long long)r.count, r.time_us, r.algbw, r.busbw,
@@ -470,47 +508,60 @@ int run(const hn::Args& a, const Options& o) {
       }
     }
   }
+  return m;
+}
 
-  if (root) {
-    std::printf("#\n");
-    for (Op op : o.ops) {
-      const char* nm = Bench::info(op).name;
-      if (std::find(skipped.begin(), skipped.end(), nm) != skipped.end()) {
-        std::printf("MINICP_COMM op=%s ranks=%d skipped=needs_2_ranks\n", nm, nranks);
-        continue;
-      }
-      const Row* best = nullptr;
-      double sum = 0, min_t = std::numeric_limits<double>::infinity();
-      int k = 0;
-      int64_t wrong = 0;
-      bool checked = false;
-      for (const Row& r : rows) {
-        if (r.op != op) continue;
-        if (!best || r.busbw > best->busbw) best = &r;
-        sum += r.busbw;
-        min_t = std::min(min_t, r.time_us);
-        ++k;
-        if (r.wrong >= 0) {
-          checked = true;
-          wrong += r.wrong;
-        }
-      }
-      if (!best) continue;
-      std::printf("MINICP_COMM op=%s ranks=%d max_busbw_GBps=%.3f at_bytes=%llu avg_busbw_GBps=%.3f min_time_us=%.2f",
-                  nm, nranks, best->busbw, (unsigned long long)best->bytes, sum / k, min_t);
-      if (checked)
-        std::printf(" wrong=%lld\n", (long long)wrong);
-      else
-        std::printf(" wrong=N/A\n");
+// One grep-able MINICP_COMM line per op: its best and average busbw, its smallest time.
+void print_summary(const Measured& m, const Options& o, int nranks) {
+  std::printf("#\n");
+  for (Op op : o.ops) {
+    const char* nm = Bench::info(op).name;
+    if (std::find(m.skipped.begin(), m.skipped.end(), nm) != m.skipped.end()) {
+      std::printf("MINICP_COMM op=%s ranks=%d skipped=needs_2_ranks\n", nm, nranks);
+      continue;
     }
-    if (total_wrong > 0) std::printf("# FAILED: %lld wrong elements\n", (long long)total_wrong);
-    std::fflush(stdout);
+    const Row* best = nullptr;
+    double sum = 0, min_t = std::numeric_limits<double>::infinity();
+    int k = 0;
+    int64_t wrong = 0;
+    bool checked = false;
+    for (const Row& r : m.rows) {
+      if (r.op != op) continue;
+      if (!best || r.busbw > best->busbw) best = &r;
+      sum += r.busbw;
+      min_t = std::min(min_t, r.time_us);
+      ++k;
+      if (r.wrong >= 0) {
+        checked = true;
+        wrong += r.wrong;
+      }
+    }
+    if (!best) continue;
+    std::printf("MINICP_COMM op=%s ranks=%d max_busbw_GBps=%.3f at_bytes=%llu avg_busbw_GBps=%.3f min_time_us=%.2f", nm,
+                nranks, best->busbw, (unsigned long long)best->bytes, sum / k, min_t);
+    if (checked)
+      std::printf(" wrong=%lld\n", (long long)wrong);
+    else
+      std::printf(" wrong=N/A\n");
   }
+  if (m.total_wrong > 0) std::printf("# FAILED: %lld wrong elements\n", (long long)m.total_wrong);
+  std::fflush(stdout);
+}
 
+int run(const hn::Args& a, const Options& o) {
+  const int nranks = a.size();
+  const bool root = a.rank() == 0;
+  hn::remove_old_outputs(a, {{"--json", o.json}});  // no stale results if this run fails
+  auto comm = mc::make_mpi_comm(o.progress, o.poll_us, o.progress_cpus, o.staging);
+  const Job job = job_of(nranks);
+  if (root) print_header(*comm, job, nranks, o);
+  Bench bench(*comm, o);
+  const Measured m = measure_ops(bench, o, size_list(o), nranks, root);
+  if (root) print_summary(m, o, nranks);
   if (root && !o.json.empty())
     hn::write_json("--json", o.json,
-                   results_json(comm->backend(), library, nranks, int(per_host.size()), o, rows, skipped));
-  return total_wrong > 0 ? 1 : 0;
+                   results_json(comm->backend(), job.library, nranks, int(job.per_host.size()), o, m.rows, m.skipped));
+  return m.total_wrong > 0 ? 1 : 0;
 }
 
 }  // namespace
