@@ -28,7 +28,7 @@ import numpy as np
 ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", "kernel_flags", "kokkos_version",
         "kokkos_exec_space", "kokkos_concurrency", "attention_tiles", "gemm_backend", "blas", "blas_library",
         "blas_version", "blas_config", "blas_core", "blas_core_source", "blas_warning", "cpu_model", "cpu_flags",
-        "cpu_isa", "comm_backend", "scheme_registry", "figure_ranges", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
+        "cpu_isa", "comm_backend", "scheme_registry", "figure_catalog", "progress", "progress_poll_us", "progress_cpus", "mpi_library", "hosts",
         "world_ranks", "slurm_job_id", "slurm_job_nodelist", "environment", "cpu_affinity", "launcher",
         "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete",
         "file_kind"]
@@ -54,14 +54,34 @@ STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s",
 MEMORY = ["rank", "kokkos_peak_bytes", "space_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
+def catalog(f):
+    """The figures the file says its summaries hold (figure_catalog: the C++ table of the run,
+    name, unit, range, definition)."""
+    entries = json.loads(text(f.attrs["figure_catalog"]))
+    if not entries or not all({"name", "unit", "range", "definition"} <= set(e) for e in entries):
+        raise ValueError(f"figure_catalog attribute: {entries[:3]}")
+    return entries
+
+
 def figure_ranges(f):
-    """Each figure with a range, as the file records them (figure_ranges: the C++ table the run
-    checked its figures against, docs/figures-of-merit.md); outside it only when out_of_range
-    says so. An open end is null there, infinity here."""
-    ranges = {k: (lo, math.inf if hi is None else hi) for k, (lo, hi) in json.loads(text(f.attrs["figure_ranges"])).items()}
+    """Each figure with a range, as the file records them (the catalog's ranges: the C++ table
+    the run checked its figures against, docs/figures-of-merit.md); outside it only when
+    out_of_range says so. An open end is null there, infinity here."""
+    ranges = {e["name"]: (e["range"][0], math.inf if e["range"][1] is None else e["range"][1])
+              for e in catalog(f) if e["range"] is not None}
     if not ranges or any(not lo < hi for lo, hi in ranges.values()):
-        raise ValueError(f"figure_ranges attribute: {ranges}")
+        raise ValueError(f"figure_catalog ranges: {ranges}")
     return ranges
+
+
+def uncatalogued(f, g):
+    """The summary attributes of case group g that no catalog entry names (`<phase>` stands for
+    each phase of the case's timing table)."""
+    phases = text(g["timing"].attrs["phase_names"]).split(",")
+    names = set()
+    for e in catalog(f):
+        names |= {e["name"].replace("<phase>", p) for p in phases} if "<phase>" in e["name"] else {e["name"]}
+    return sorted(set(g["summary"].attrs) - names)
 
 
 GENERIC_CORES = {"prescott", "core2", "penryn", "dunnington", "nehalem", "katmai", "coppermine", "northwood",
@@ -411,6 +431,8 @@ def main():
             for k in SUMMARY:
                 if k not in s:
                     fail(f"{cid}/summary: {k} missing")
+            for k in uncatalogued(f, g):
+                fail(f"{cid}/summary: {k} is not in the file's figure_catalog (minicp --list-figures)")
             if len(fails) > n or t is None:
                 continue
             check_steps(cid, g, s, fail)

@@ -11,7 +11,9 @@ the colours, the ring family, the default timeline case and the report's columns
 without the attribute (older minicp) must load with no ring family and alphabetical order;
 and no line of the package may quote two scheme names (the shape of a hand-kept list).
 The scheme tables of README.md, docs/components.md and docs/DESIGN.md name every registry
-scheme. The deck keys: the keys `minicp --help` lists, section by section (deck_keys.cpp), against
+scheme. The figures: every entry of `minicp --list-figures --json` is named in docs/results-file.md,
+with a known unit and a definition. The deck keys: `minicp --list-deck-keys --json` and the
+keys `minicp --help` lists, section by section (deck_keys.cpp), against
 the table of docs/deck-keys.md. Exit code 0 when all agree, 1 naming each difference.
 
 Usage: check_self_description.py --minicp BIN --source DIR --cmake-schemes "a;b;..." """
@@ -187,7 +189,18 @@ def main():
         for n in names:
             if n not in tabled:
                 fails.append(f"scheme {n}: in the registry, not in a scheme table of {doc}")
+    listed = {(k["section"], k["key"]) for k in json.loads(run([a.minicp, "--list-deck-keys", "--json"]))}
     helped = help_keys(run([a.minicp, "--help"]))
+    if listed != helped:
+        fails.append(f"minicp --list-deck-keys --json {sorted(listed ^ helped)} differ from the keys of --help")
+    figures = json.loads(run([a.minicp, "--list-figures", "--json"]))
+    results_doc = open(os.path.join(a.source, "docs", "results-file.md")).read()
+    documented_figures = set(re.findall(r"`([a-z0-9_<>]+)`", results_doc))
+    for fig in figures:
+        if fig["name"] not in documented_figures:
+            fails.append(f"figure {fig['name']}: in minicp --list-figures, not in docs/results-file.md")
+        if fig["unit"] not in ("s", "FLOP/s", "tokens/s", "B", "B/value", "1", "flag", "text") or not fig["definition"]:
+            fails.append(f"figure {fig['name']}: unit {fig['unit']!r} / definition {fig['definition']!r}")
     documented = doc_keys(open(os.path.join(a.source, "docs", "deck-keys.md")).read())
     if not helped:
         fails.append("minicp --help lists no deck keys (its 'Deck keys' block was not found)")
@@ -198,9 +211,10 @@ def main():
     if fails:
         print("FAIL:\n  " + "\n  ".join(fails))
         return 1
-    print(f"ok: {len(names)} schemes ({len(ring)} ring family, settings {', '.join(settings)}) and "
-          f"{len(helped)} deck keys agree with the CMake list, the analysis package (reading a results file's "
-          f"scheme_registry) and docs/deck-keys.md")
+    print(f"ok: {len(names)} schemes ({len(ring)} ring family, settings {', '.join(settings)}), "
+          f"{len(helped)} deck keys and {len(figures)} figures agree with the CMake list, the docs' scheme tables, "
+          f"the analysis package (reading a results file's scheme_registry), docs/deck-keys.md and "
+          f"docs/results-file.md")
     return 0
 
 

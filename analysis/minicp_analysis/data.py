@@ -4,9 +4,11 @@ index) and the fabric study table (fabric_study.csv of miniapp/bench/fabric_stud
 profile, layout, alpha_us, beta_*, file). Everything else works on what this returns: the
 sources (one per results file) and the case table (one row per case)."""
 import csv
+import dataclasses
 import json
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 
@@ -63,6 +65,18 @@ class Registry:
     ring_family: frozenset = frozenset()
     settings: tuple = ()
     described: bool = False
+    # {figure name or pattern with <phase>: unit} of the summaries, from the files'
+    # figure_catalog (minicp --list-figures --json); empty for files written before it.
+    units: tuple = ()
+
+    def unit_of(self, name):
+        """The catalog's unit of a summary figure ("s", "FLOP/s", "1", "flag", "text", ...), None
+        when the catalog does not name it."""
+        for pattern, unit in self.units:
+            if pattern == name or ("<phase>" in pattern and re.fullmatch(
+                    re.escape(pattern).replace(re.escape("<phase>"), "[a-z_]+"), name)):
+                return unit
+        return None
 
     def key(self, scheme):
         """Sort key of a scheme: registry order, then the schemes it does not know alphabetically."""
@@ -73,21 +87,34 @@ class Registry:
         return sorted(set(schemes), key=self.key)
 
 
-def _registry_entries(f, where, flag):
-    """The scheme objects of one open results file's scheme_registry ([] without one); refuses
-    (exit 2) an attribute that is not the JSON list minicp writes."""
-    raw = f.attrs.get("scheme_registry")
+def _described_list(f, where, flag, attr, fields, kind, listing):
+    """The objects of one open results file's JSON list attribute `attr` that minicp writes of
+    itself ([] without one); refuses (exit 2) one that is not a list of objects whose `fields`
+    have their types (the name a string), what `minicp <listing> --json` prints."""
+    raw = f.attrs.get(attr)
     if raw is None:
         return []
     try:
         entries = json.loads(text(raw))
     except (ValueError, UnicodeDecodeError) as e:
-        raise UsageError(f"{flag} {where}: attribute scheme_registry is not JSON ({e})")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("name"), str)
-                                                and isinstance(e.get("settings", []), list) for e in entries):
-        raise UsageError(f"{flag} {where}: attribute scheme_registry is not a list of schemes "
-                         f"({{\"name\", \"ring_family\", \"settings\", ...}}, as minicp --list-schemes --json)")
+        raise UsageError(f"{flag} {where}: attribute {attr} is not JSON ({e})")
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("name"), str)
+            and all(isinstance(e.get(k, t()), t) for k, t in fields.items()) for e in entries):
+        raise UsageError(f"{flag} {where}: attribute {attr} is not a list of {kind} "
+                         f"({{\"name\", {', '.join(chr(34) + k + chr(34) for k in fields)}, ...}}, as minicp "
+                         f"{listing} --json)")
     return entries
+
+
+def _registry_entries(f, where, flag):
+    """The scheme objects of one open results file's scheme_registry."""
+    return _described_list(f, where, flag, "scheme_registry", {"settings": list}, "schemes", "--list-schemes")
+
+
+def _catalog_entries(f, where, flag):
+    """The figure objects of one open results file's figure_catalog."""
+    return _described_list(f, where, flag, "figure_catalog", {"unit": str}, "figures", "--list-figures")
 
 
 def registry_of(files, flag="INPUT"):
@@ -98,16 +125,21 @@ def registry_of(files, flag="INPUT"):
     Registry (Registry.described false)."""
     if isinstance(files, (str, os.PathLike, h5py.File)):
         files = [files]
-    lists = []
+    lists, units = [], {}
+
+    def read(f, where):
+        if "scheme_registry" in f.attrs:
+            lists.append(_registry_entries(f, where, flag))
+        for e in _catalog_entries(f, where, flag):
+            units.setdefault(e["name"], e["unit"])
+
     for item in files:
         if isinstance(item, h5py.File):
-            if "scheme_registry" in item.attrs:
-                lists.append(_registry_entries(item, item.filename, flag))
+            read(item, item.filename)
         else:
             with h5py.File(item, "r") as f:
-                if "scheme_registry" in f.attrs:
-                    lists.append(_registry_entries(f, item, flag))
-    return registry_from(lists)
+                read(f, item)
+    return dataclasses.replace(registry_from(lists), units=tuple(units.items()))
 
 
 def registry_from(lists):

@@ -31,10 +31,14 @@ def count_columns(registry):
 
 
 def unit(name, registry=Registry()):
-    """The unit of a column, from the naming rules of the summary (docs/results-file.md):
+    """The unit of a column: the results file's figure_catalog for a summary figure, else the
+    naming rules of the summary (docs/results-file.md, files written before the catalog):
     None for text and counts (the Registry's settings among them), '-' for dimensionless figures."""
     if name in TEXT_COLUMNS or name in count_columns(registry) or name.endswith("_note"):
         return None
+    catalogued = registry.unit_of(name)  # the file's own word (figure_catalog), where it has one
+    if catalogued is not None:
+        return {"1": "-", "flag": None, "text": None}.get(catalogued, catalogued)
     if name in ("seq_len", "decode_tokens"):
         return "tokens"
     if name == "tokens_per_s":

@@ -14,6 +14,7 @@
 
 #include "harness/input.hpp"
 #include "harness/main.hpp"
+#include "harness/output.hpp"
 #include "harness/toml.hpp"
 #include "kernels/attention.hpp"
 
@@ -471,6 +472,23 @@ std::vector<Case> make_cases(const Deck& d) {
             }
         }
   return cases;
+}
+
+std::string deck_keys_json(int indent) {
+  harness::Json all = harness::Json::array();
+  for (const DeckKey& k : deck_keys()) {
+    const char* resolved = k.resolved == InResolved::Always    ? "always"
+                           : k.resolved == InResolved::WhenSet ? "when set"
+                                                               : "never";
+    all.push_back({{"section", k.section},
+                   {"key", k.name},
+                   {"allowed", allowed(k)},
+                   {"default", k.default_toml},
+                   {"default_note", k.default_note},
+                   {"help", k.help},
+                   {"in_resolved", resolved}});
+  }
+  return all.dump(indent);
 }
 
 std::string deck_keys_help() {

@@ -119,5 +119,8 @@ std::vector<Case> make_cases(const Deck& d);
 
 // Every deck key (deck_keys()) with its allowed values, default and help (for --help).
 std::string deck_keys_help();
+// The same as JSON (minicp --list-deck-keys --json): [{section, key, allowed, default, help,
+// in_resolved}] in table order, what docs/deck-keys.md is held to.
+std::string deck_keys_json(int indent = -1);
 
 }  // namespace minicp::run

@@ -259,7 +259,11 @@ void declare_flags(CLI::App& app, Options& o, PerfOptions& pf, RawFlags& raw) {
       ->type_name("N");
   app.add_flag("--list-schemes", o.list_schemes,
                "print every scheme: problems, summary, settings, refusals (default: off)");
-  app.add_flag("--json", raw.as_json, "with --list-schemes: as one JSON array (default: off)");
+  app.add_flag("--list-deck-keys", o.list_deck_keys,
+               "print every deck key: section, allowed values, default, help (default: off)");
+  app.add_flag("--list-figures", o.list_figures,
+               "print every figure of a case's summary: unit, range, definition (default: off)");
+  app.add_flag("--json", raw.as_json, "with a --list-* flag: as one JSON array (default: off)");
 }
 
 // The flags against each other (and --list-schemes, which prints and stops); throws
@@ -269,9 +273,15 @@ void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions
       {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
   for (const auto& [flag, path] : files)
     if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
-  if (raw.as_json && !o.list_schemes) throw UsageError("--json: only with --list-schemes");
-  if (o.list_schemes) {
-    if (a.rank() == 0) std::printf("%s\n", raw.as_json ? cp::registry_json(1).c_str() : scheme_list().c_str());
+  const int listings = int(o.list_schemes) + int(o.list_deck_keys) + int(o.list_figures);
+  if (raw.as_json && listings == 0)
+    throw UsageError("--json: only with --list-schemes, --list-deck-keys or --list-figures");
+  if (listings > 1) throw UsageError("--list-schemes, --list-deck-keys, --list-figures: one at a time");
+  if (listings == 1) {
+    const std::string text = o.list_schemes     ? (raw.as_json ? cp::registry_json(1) : scheme_list())
+                             : o.list_deck_keys ? (raw.as_json ? deck_keys_json(1) : deck_keys_help())
+                                                : (raw.as_json ? figure_catalog_json(1) : figure_catalog_text());
+    if (a.rank() == 0) std::printf("%s\n", text.c_str());
     throw hn::HelpShown{};
   }
   if (!raw.rank_memory.empty()) {

@@ -21,6 +21,7 @@ struct Options {
   std::vector<std::string> sets;
   std::string out, dump, resume;
   bool dry_run = false, quiet = false, list_schemes = false, no_events = false;
+  bool list_deck_keys = false, list_figures = false;
   bool overwrite = false;   // an existing --out / --dump of another kind may be replaced
   std::string fabric;       // --fabric: a profile name or file ("" none; the deck's run.fabric otherwise)
   double rank_memory = -1;  // --rank-memory: bytes per rank a dry run plans against (-1: this node's)

@@ -230,11 +230,115 @@ const std::vector<FigureRange>& figure_ranges() {
   return ranges;
 }
 
-std::string figure_ranges_json() {
-  hn::Json all = hn::Json::object();
-  for (const FigureRange& r : figure_ranges())  // JSON has no infinity: an open end is null
-    all[r.name] = {r.lo, std::isinf(r.hi) ? hn::Json(nullptr) : hn::Json(r.hi)};
-  return all.dump();
+const std::vector<FigureInfo>& figure_catalog() {
+  static const std::vector<FigureInfo> all = {
+      // times of a step (the slowest rank of the median full-mode rep unless said)
+      {"measured_time_s", "s", "median full-mode step time of the slowest rank"},
+      {"forward_time_s", "s", "the forward part of the median rep's step (slowest rank)"},
+      {"backward_time_s", "s", "the backward part of the median rep's step (NaN without a backward)"},
+      {"compute_only_time_s", "s", "median compute-only step time (communication skipped)"},
+      {"comm_only_time_s", "s", "median comm-only step time (compute skipped)"},
+      {"measured_<phase>_s", "s", "the median rep's time in one phase of the layer (timing table)"},
+      {"phase_coverage", "1", "the phases' sum over the step time"},
+      {"slowest_rep_ratio", "1", "the slowest full-mode rep over the median one"},
+      // rates
+      {"useful_flops_per_s", "FLOP/s", "useful FLOPs of all layers per step over the step time"},
+      {"exec_flops_per_s", "FLOP/s", "executed FLOPs (whole computed tiles) per second"},
+      {"tokens_per_s", "tokens/s", "tokens of one step (train, prefill: S; decode: T) over the step time"},
+      {"layer_efficiency", "1", "useful FLOP/s over the GEMM ceiling"},
+      {"gemm_ceiling_flops_per_s", "FLOP/s", "the case's GEMM ceiling: the larger of the readings before and after"},
+      {"gemm_ceiling_before_flops_per_s", "FLOP/s", "the GEMM ceiling read before the case"},
+      {"gemm_ceiling_after_flops_per_s", "FLOP/s", "the GEMM ceiling read after the case"},
+      {"gemm_ceiling_before_age_s", "s", "age of the reading before the case (a young one is reused)"},
+      {"sgemm_flops_per_s", "FLOP/s", "BLAS SGEMM 2048^3 of the case's ranks together (a ceiling component)"},
+      {"blas_layer_gemm_flops_per_s", "FLOP/s", "BLAS SGEMM at the layer's largest GEMM shape (0 in a bf16 case)"},
+      {"tile_gemm_flops_per_s", "FLOP/s", "the attention tile kernel's products (a ceiling component)"},
+      {"bf16_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> 2048^3"},
+      {"bf16_layer_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> at the layer's largest GEMM shape"},
+      {"bf16_tile_gemm_flops_per_s", "FLOP/s", "bf16 case: the bf16 attention tiles' products"},
+      // CP
+      {"cp_efficiency", "1", "T(none) over T(scheme) x P: the reference on one rank, same threads per rank"},
+      {"cp_efficiency_measured", "flag", "1 when cp_efficiency could be measured (a none case of the pass and S)"},
+      {"cp_efficiency_core_scaled", "1", "T(none) on the same total cores over T(scheme)"},
+      {"imbalance", "1", "the slowest rank's compute time over the mean rank's"},
+      {"flop_imbalance", "1", "the most executed FLOPs of a rank over the mean"},
+      // communication
+      {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges"},
+      {"partial_bytes_per_value", "B/value", "bytes per value of partial results and LSEs"},
+      {"dkv_bytes_per_value", "B/value", "bytes per value of travelling dK/dV accumulators (run.dkv_accumulator)"},
+      {"grad_allreduce_bytes_per_value", "B/value", "bytes per value of the weight-gradient all-reduce"},
+      {"bytes_sent_per_rank", "B", "bytes that left a rank per step, mean over ranks (comm::bytes_leaving)"},
+      {"bytes_sent_max_rank", "B", "bytes that left the rank that sent most, per step"},
+      {"attn_bytes_sent_per_rank", "B", "the attention's bytes per step and rank"},
+      {"grad_allreduce_bytes_per_rank", "B", "the weight-gradient all-reduce's bytes per step and rank"},
+      {"overlap", "1", "1 - exposed / T_comm of the whole step (paired reps)"},
+      {"overlap_q1", "1", "first quartile of the whole step's overlap"},
+      {"overlap_q3", "1", "third quartile of the whole step's overlap"},
+      {"exposed_comm_s", "s", "full minus compute-only step time, median over paired reps"},
+      {"overlap_note", "text", "why the step's overlap is NaN where it could have been measured"},
+      {"overlap_measured", "flag", "1 when the step's overlap was resolved"},
+      {"attn_overlap", "1", "overlap of the attention's traffic (phases attn_compute + attn_comm)"},
+      {"attn_overlap_q1", "1", "first quartile of attn_overlap"},
+      {"attn_overlap_q3", "1", "third quartile of attn_overlap"},
+      {"attn_exposed_comm_s", "s", "the attention's exposed communication, median over paired reps"},
+      {"attn_comm_only_time_s", "s", "the attention's time in comm-only mode"},
+      {"attn_overlap_note", "text", "why attn_overlap is NaN where it could have been measured"},
+      {"attn_comm_wait_s", "s", "event-based: the attention's time blocked waiting, per step"},
+      {"grad_allreduce_overlap", "1", "overlap of the weight-gradient all-reduce"},
+      {"grad_allreduce_overlap_q1", "1", "first quartile of grad_allreduce_overlap"},
+      {"grad_allreduce_overlap_q3", "1", "third quartile of grad_allreduce_overlap"},
+      {"grad_allreduce_exposed_comm_s", "s", "the all-reduce's exposed time, median over paired reps"},
+      {"grad_allreduce_comm_only_time_s", "s", "the all-reduce's own time in comm-only mode"},
+      {"grad_allreduce_overlap_note", "text", "why grad_allreduce_overlap is NaN where it could have been measured"},
+      {"grad_allreduce_exposed_s", "s", "event-based: time blocked waiting for the all-reduce, per step"},
+      {"comm_wait_s", "s", "event-based: both exposed times together, per step"},
+      // checks
+      {"out_of_range", "text", "each figure outside its range, with the reason (empty: none)"},
+      {"figures_in_range", "flag", "1 when every figure with a range is inside it"},
+      {"clock_uncertainty_s", "s", "uncertainty of the events' aligned times"},
+      {"clock_drift", "1", "|d offset / d t| of the ranks' clocks"},
+      // model
+      {"predicted_time_s", "s", "the performance model's step time (NaN without a calibration table)"},
+      {"predicted_forward_time_s", "s", "the model's forward time"},
+      {"predicted_backward_time_s", "s", "the model's backward time"},
+      {"predicted_<phase>_s", "s", "the model's time in one phase of the layer"},
+      {"prediction_ratio", "1", "predicted over measured step time"},
+      {"prediction_rate_scale", "1", "the drift scale the prediction applied (the case's SGEMM over the table's)"},
+      {"prediction_note", "text", "what the model approximated, or why there is no prediction"},
+      {"units", "text", "the units of the summary in words"},
+  };
+  return all;
+}
+
+std::string figure_catalog_json(int indent) {
+  hn::Json all = hn::Json::array();
+  for (const FigureInfo& f : figure_catalog()) {
+    hn::Json range = nullptr;  // JSON has no infinity: an open end is null
+    for (const FigureRange& r : figure_ranges())
+      if (r.name == std::string(f.name)) range = {r.lo, std::isinf(r.hi) ? hn::Json(nullptr) : hn::Json(r.hi)};
+    all.push_back({{"name", f.name}, {"unit", f.unit}, {"range", range}, {"definition", f.definition}});
+  }
+  return all.dump(indent);
+}
+
+namespace {
+std::string number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+}  // namespace
+
+std::string figure_catalog_text() {
+  std::string out;
+  for (const FigureInfo& f : figure_catalog()) {
+    std::string range;
+    for (const FigureRange& r : figure_ranges())
+      if (r.name == std::string(f.name))
+        range = " in [" + number(r.lo) + ", " + (std::isinf(r.hi) ? std::string("inf") : number(r.hi)) + "]";
+    out += std::string(f.name) + " [" + f.unit + "]" + range + ": " + f.definition + "\n";
+  }
+  return out;
 }
 
 std::string check_ranges(output::Attrs& s) {

@@ -32,9 +32,24 @@ struct FigureRange {
   const char *below, *above;
 };
 const std::vector<FigureRange>& figure_ranges();
-// {"name": [lo, hi], ...}, hi null where unbounded: the results file's figure_ranges
-// attribute, which tests/check_results.py checks the figures against.
-std::string figure_ranges_json();
+
+// One figure of a case's summary (/cases/<id>/summary): its name (`<phase>` stands for each
+// phase of the timing table), its unit ("s", "FLOP/s", "tokens/s", "B", "B/value", "1": a
+// dimensionless number, "flag": 0 or 1, "text"), and what it is, in one line (in full:
+// docs/figures-of-merit.md). Every summary attribute a run writes matches one entry
+// (tests/check_results.py holds the files to it).
+struct FigureInfo {
+  const char* name;
+  const char* unit;
+  const char* definition;
+};
+const std::vector<FigureInfo>& figure_catalog();
+// The catalog as JSON, each entry with its range ([lo, hi], hi null where unbounded; null
+// without one): `minicp --list-figures --json` and the results file's figure_catalog
+// attribute, which tests/check_results.py and the analysis package read.
+std::string figure_catalog_json(int indent = -1);
+// The same as text, one figure a line: name [unit] in [lo, hi]: definition.
+std::string figure_catalog_text();
 
 // Checks every figure that has a range (NaN passes) and sets `out_of_range` ("" or
 // "name=value (allowed [lo, hi]: why); ...") and `figures_in_range` (1 or 0). Returns the text.

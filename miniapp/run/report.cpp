@@ -172,7 +172,7 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   r.text["progress"] = p.deck.progress;
   // What the code says of itself, so that a reader of the file needs no second copy.
   r.text["scheme_registry"] = cp::registry_json();
-  r.text["figure_ranges"] = figure_ranges_json();
+  r.text["figure_catalog"] = figure_catalog_json();
   r.integer["progress_poll_us"] = prog.poll_us;
   r.text["progress_cpus"] = prog.cpus;
   char lib[MPI_MAX_LIBRARY_VERSION_STRING];
