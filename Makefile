@@ -3,7 +3,7 @@
 #   make peer-deps  the peer study's PyTorch (python3-torch 1.13.1 from Debian; opt-in, not in deps)
 #   make        configure + build into build/, executables in build/bin/
 #   make test   build, then run ctest (output shown on failure)
-#   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file; about 5 minutes)
+#   make run    the main job: minicp on inputs/default.toml, 2 ranks (RANKS=n, DECK=file; about 6 minutes)
 #   make study  the full default study: inputs/study.toml, 2 ranks, into results/study.h5 (12-28 minutes with the host)
 #   make kernel-study  the kernel study (attention vs the same run's SGEMM)
 #   make bench  the full kernel benchmark suite, JSON into results/

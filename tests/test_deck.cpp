@@ -200,6 +200,32 @@ TEST(DeckKeys, DefaultsFillTheDeck) {
     EXPECT_EQ(d.settings.at(st.name), std::vector<int>{st.default_value}) << st.name;
 }
 
+// decode_tokens is a size of the decode problem: every decode case (the reference among them)
+// runs each value, named in its id, and the train pass runs once; a scheme's own setting
+// multiplies only that scheme's cases.
+TEST(Deck, DecodeTokensSweepEveryDecodeCaseAndSettingsOnlyTheirScheme) {
+  const std::vector<run::Case> cases =
+      run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"none\",\"tree\",\"allgather\"]",
+                            "run.pass=[\"train\",\"decode\"]", "sweep.decode_tokens=[2,4]", "sweep.chunks=[2,4]"}));
+  std::vector<std::string> ids;
+  for (const run::Case& c : cases) ids.push_back(c.id);
+  const std::vector<std::string> want = {"000_train_none_S64_P1",
+                                         "001_train_allgather_S64_P2_chunks2",
+                                         "002_train_allgather_S64_P2_chunks4",
+                                         "003_decode_none_S64_P1_decode_tokens2",
+                                         "004_decode_none_S64_P1_decode_tokens4",
+                                         "005_decode_tree_S64_P2_decode_tokens2",
+                                         "006_decode_tree_S64_P2_decode_tokens4"};
+  EXPECT_EQ(ids, want);
+  for (const run::Case& c : cases) {
+    EXPECT_EQ(c.attn.decode_tokens, c.id.find("decode_tokens4") != std::string::npos ? 4 : 2) << c.id;
+    EXPECT_EQ(c.attn.setting("chunks"), c.id.find("chunks4") != std::string::npos ? 4 : 2) << c.id;
+    EXPECT_EQ(c.attn.problem == minicp::cp::Problem::Decode, c.stack.pass == minicp::model::Pass::Decode) << c.id;
+  }
+  EXPECT_NE(run::none_key(cases[3]), run::none_key(cases[4]));  // each decode size its own reference
+  EXPECT_EQ(run::none_key(cases[3]), run::none_key(cases[5]));
+}
+
 // The ranks end a step within nanoseconds of each other, so two can read the same step time
 // while their attention takes different parts of it; the figures take the lowest such rank,
 // as tests/check_results.py does when it recomputes them from the file.

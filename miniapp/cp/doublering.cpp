@@ -4,7 +4,7 @@
 // in the background, so the slow cross-node hop is paid once per I inner steps, not per step.
 // Backward: both rings run the other way from the blocks the forward ended with and end
 // with the own block; each outer step's dK/dV partial goes straight back to its owner node.
-// Inner ring size I: cfg.setting("inner_ring") when > 0; else the fewest ranks sharing a node (MIN over
+// Inner ring size I: the inner_ring setting when > 0; else the fewest ranks sharing a node (MIN over
 // ranks) when that divides P and is < P; else 2 when P >= 4 and even; else P (one ring).
 #include <optional>
 #include <stdexcept>

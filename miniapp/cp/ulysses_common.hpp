@@ -50,7 +50,7 @@ inline std::string ulysses_head_check(const std::string& scheme, int H, int U, c
   return scheme + " needs heads (" + std::to_string(H) + ") divisible by " + unit + " (" + std::to_string(U) + ")";
 }
 
-// usp's Ulysses group size for cfg: cfg.setting("ulysses") when set; otherwise the largest divisor U
+// usp's Ulysses group size for cfg: the ulysses setting when set; otherwise the largest divisor U
 // of ranks with U <= ranks/2 (so the ring keeps >= 2 ranks) that divides the heads; 1 when
 // ranks == 1 or none does. The ring size is ranks / U.
 inline int usp_ulysses_size(const Config& cfg) {

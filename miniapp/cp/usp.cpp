@@ -3,7 +3,7 @@
 // gives every member its H/U heads for the whole zigzag shard of its ring index; ring
 // attention then runs across the R groups, and the all-to-all goes back. U = P gives plain
 // Ulysses (local attention), U = 1 a zigzag ring.
-// Group size U: cfg.setting("ulysses") when set (it must divide P); otherwise the largest divisor U of P
+// Group size U: the ulysses setting when set (it must divide P); otherwise the largest divisor U of P
 // with U <= P/2, so the ring keeps >= 2 ranks, that meets the head rules (heads % U == 0,
 // and kv_heads % U == 0 or U % kv_heads == 0); U = 1 when P == 1 or no divisor qualifies.
 #include <optional>

@@ -65,7 +65,7 @@ std::vector<StoredCase> stored_cases(const std::string& path) {
   for (const std::string& id : groups_with_attr(path, "/cases", "complete", "yes")) {
     const std::string g = "/cases/" + id;
     out.push_back({id, read_string_attr(path, g, "scheme"), read_string_attr(path, g, "pass"),
-                   int64_t(read_number_attr(path, g, "seq_len")),
+                   int64_t(read_number_attr(path, g, "seq_len")), int64_t(read_number_attr(path, g, "decode_tokens")),
                    read_number_attr(path, g + "/summary", "measured_time_s")});
   }
   return out;

@@ -102,7 +102,7 @@ std::string not_a_results_file(const std::string& path);
 // A complete case of an existing results file, as --resume needs it. Serial (one rank).
 struct StoredCase {
   std::string id, scheme, pass;
-  int64_t seq_len = 0;
+  int64_t seq_len = 0, decode_tokens = 0;
   double measured_time_s = 0;  // its summary's (NaN when absent: a refused case)
 };
 std::vector<StoredCase> stored_cases(const std::string& path);

@@ -459,7 +459,7 @@ std::vector<Case> make_cases(const Deck& d) {
         for (const std::string& name : d.schemes) {
           const cp::SchemeInfo& info = cp::find(name);
           if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
-          if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per pass and seq_len
+          if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per problem
           const int ranks = name == "none" ? 1 : P;
           // decode_tokens is a size of the decode problem: the other passes take its first value.
           const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;

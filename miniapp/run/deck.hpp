@@ -113,8 +113,9 @@ struct Case {
 // The cases of the sweep: for each pass, seq_len, ranks and scheme that solves the pass (and
 // for the decode pass each decode_tokens), each combination of the values of the settings the
 // scheme declares (other settings take their first value). `none` is the single-rank
-// reference: it runs at ranks 1 only, once per pass and seq_len. Throws UsageError for a named scheme that cannot run a
-// case (its check() sentence); with ["all"] such cases are kept with `refused` set.
+// reference: it runs at ranks 1 only, once per problem (pass, seq_len, decode_tokens).
+// Throws UsageError for a named scheme that cannot run a case (its check() sentence); with
+// ["all"] such cases are kept with `refused` set.
 std::vector<Case> make_cases(const Deck& d);
 
 // Every deck key (deck_keys()) with its allowed values, default and help (for --help).

@@ -36,7 +36,7 @@ struct Plan {
   harness::MpiSelection mpi;             // what MPI selected (checked against the fabric profile)
   // Rank 0: the locks of the outputs, held for the whole run (see claim_outputs).
   std::vector<std::shared_ptr<harness::OutputLock>> locks;
-  // Rank 0, --resume: measured_time_s of the file's complete `none` cases by "<pass>_<S>".
+  // Rank 0, --resume: measured_time_s of the file's complete `none` cases by none_key.
   std::map<std::string, double> resumed_none_time;
   PerfOptions perf;  // --calibrate, --predict, --advise and their settings
 };

@@ -138,7 +138,7 @@ void ceiling_figures(output::Attrs& s, const Measured& m, double t) {
 }
 
 void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int threads, double t) {
-  // Against `none` of the same pass and S in this sweep: on the same total cores only (else
+  // Against `none` of the same problem in this sweep (none_key): on the same total cores only (else
   // NaN); cp_efficiency_core_scaled assumes none would speed up linearly.
   double cpe = kNaN, scaled = kNaN;
   if (none.count(none_key(c))) {
@@ -154,8 +154,12 @@ void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int t
 
 }  // namespace
 
+std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens) {
+  return pass + "_" + std::to_string(seq_len) + (pass == "decode" ? "_T" + std::to_string(decode_tokens) : "");
+}
+
 std::string none_key(const Case& c) {
-  return std::string(model::to_string(c.stack.pass)) + "_" + std::to_string(c.attn.seq_len);
+  return none_key(model::to_string(c.stack.pass), c.attn.seq_len, c.attn.decode_tokens);
 }
 
 void message_sizes(output::Attrs& s, const Case& c, size_t elem) {
@@ -257,11 +261,11 @@ const std::vector<FigureInfo>& figure_catalog() {
       {"bf16_layer_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> at the layer's largest GEMM shape"},
       {"bf16_tile_gemm_flops_per_s", "FLOP/s", "bf16 case: the bf16 attention tiles' products"},
       // CP
-      {"cp_efficiency", "1", "T(none) over T(scheme) x P: the reference on one rank, same threads per rank"},
-      {"cp_efficiency_measured", "flag", "1 when cp_efficiency could be measured (a none case of the pass and S)"},
-      {"cp_efficiency_core_scaled", "1", "T(none) on the same total cores over T(scheme)"},
-      {"imbalance", "1", "the slowest rank's compute time over the mean rank's"},
-      {"flop_imbalance", "1", "the most executed FLOPs of a rank over the mean"},
+      {"cp_efficiency", "1", "T(none) / T(scheme) on the same total cores (NaN on others)"},
+      {"cp_efficiency_measured", "flag", "1 when cp_efficiency is a number (none of the same problem, same cores)"},
+      {"cp_efficiency_core_scaled", "1", "T(none) x its cores / (T(scheme) x the case's cores): none scaled linearly"},
+      {"imbalance", "1", "max / mean over ranks of the per-rank compute time"},
+      {"flop_imbalance", "1", "max / mean over ranks of the executed FLOPs"},
       // communication
       {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges"},
       {"partial_bytes_per_value", "B/value", "bytes per value of partial results and LSEs"},

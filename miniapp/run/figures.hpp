@@ -12,8 +12,11 @@
 
 namespace minicp::run {
 
-// measured_time_s of `none` per "<pass>_<seq_len>" in this sweep (the CP efficiency's base).
+// measured_time_s of `none` per none_key in this sweep (the CP efficiency's base).
 using NoneTimes = std::map<std::string, double>;
+// The problem a `none` case is the reference of: "<pass>_<seq_len>", and for decode
+// "_T<decode_tokens>" (a decode problem is its cache and its new tokens).
+std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens);
 std::string none_key(const Case& c);
 
 // Every figure (NaN where not measured; a *_note text says why an overlap that could have
