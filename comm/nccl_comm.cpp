@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/comm.hpp"
+#include "comm/mpi_group.hpp"
 
 namespace minicp::comm {
 namespace {
@@ -152,7 +153,7 @@ class NcclComm final : public Communicator {
     ncclCommUserRank(c, &rank);
     ncclCommCount(c, &size);
     MPI_Comm m;  // the same split over MPI, for Group::mpi
-    MPI_Comm_split(*static_cast<MPI_Comm*>(world_.mpi), color, world_.rank, &m);
+    MPI_Comm_split(mpi_of(world_), color, world_.rank, &m);
     return make_group(c, m, name, rank, size);
   }
   Group make_group(ncclComm_t c, MPI_Comm m, const std::string& name, int rank, int size) {

@@ -121,8 +121,9 @@ def registry_of(files, flag="INPUT"):
     """The Registry of one results file (a path or an open h5py.File) or of several: their
     scheme_registry attributes united, each scheme and setting in first-seen order, a scheme
     described by two files as the first describes it (files of two minicp versions can be
-    compared). Files without the attribute add nothing; none with it gives the empty
-    Registry (Registry.described false)."""
+    compared), and the units of their figure_catalog attributes, alike. Files without the
+    attributes add nothing; none with scheme_registry gives the empty Registry
+    (Registry.described false)."""
     if isinstance(files, (str, os.PathLike, h5py.File)):
         files = [files]
     lists, units = [], {}

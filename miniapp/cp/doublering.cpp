@@ -17,7 +17,7 @@ namespace {
 
 // The default rule above, from the communicator's node topology.
 int inner_ring_size(const Config& cfg, const comm::Topology& topo, int P) {
-  if (cfg.setting("inner_ring") > 0) return cfg.setting("inner_ring");
+  if (const int I = cfg.setting("inner_ring"); I > 0) return I;
   const int fewest = topo.min_local_size;
   if (fewest < P && P % fewest == 0) return fewest;
   if (P >= 4 && P % 2 == 0) return 2;
@@ -200,10 +200,8 @@ class DoubleRing final : public Scheme<T> {
 static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
   const int P = c.ranks, per_node = std::min(t.ranks_per_node, P);
   const int fewest = std::min(per_node, P - (t.nodes() - 1) * per_node);
-  const int I = c.setting("inner_ring") > 0       ? c.setting("inner_ring")
-                : (fewest < P && P % fewest == 0) ? fewest
-                : (P >= 4 && P % 2 == 0)          ? 2
-                                                  : P;
+  const int set = c.setting("inner_ring");
+  const int I = set > 0 ? set : (fewest < P && P % fewest == 0) ? fewest : (P >= 4 && P % 2 == 0) ? 2 : P;
   const int O = P / I, nd = r / I, ir = r % I;
   const perf::Spans own = layout::zigzag_spans(c.seq_len, P, r);
   const double block = 2.0 * double(layout::count(own)) * c.kv_heads * c.head_dim;
@@ -239,9 +237,9 @@ SchemeInfo doublering_scheme() {
   s.check = [](const Config& c) -> std::string {
     const std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "doublering");
     if (!why.empty()) return why;
-    if (c.setting("inner_ring") > 0 && c.ranks % c.setting("inner_ring") != 0)
-      return "doublering needs inner_ring (" + std::to_string(c.setting("inner_ring")) + ") dividing ranks (" +
-             std::to_string(c.ranks) + ")";
+    const int I = c.setting("inner_ring");
+    if (I > 0 && c.ranks % I != 0)
+      return "doublering needs inner_ring (" + std::to_string(I) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
     return "";
   };
   s.shard = [](const Config& c, int r) {
@@ -270,7 +268,7 @@ SchemeInfo doublering_scheme() {
                          (O > 1 ? block : 0) + inner.shared + inner.per_object};
       });
     };
-    if (c.setting("inner_ring") > 0) return of(c.setting("inner_ring"));
+    if (const int I = c.setting("inner_ring"); I > 0) return of(I);
     Workspace most;
     for (int I = 1; I <= c.ranks; ++I) {
       if (c.ranks % I != 0) continue;

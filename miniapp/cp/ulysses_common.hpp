@@ -54,7 +54,7 @@ inline std::string ulysses_head_check(const std::string& scheme, int H, int U, c
 // of ranks with U <= ranks/2 (so the ring keeps >= 2 ranks) that divides the heads; 1 when
 // ranks == 1 or none does. The ring size is ranks / U.
 inline int usp_ulysses_size(const Config& cfg) {
-  if (cfg.setting("ulysses") > 0) return cfg.setting("ulysses");
+  if (const int U = cfg.setting("ulysses"); U > 0) return U;
   for (int U = cfg.ranks / 2; U > 1; --U)
     if (cfg.ranks % U == 0 && cfg.heads % U == 0) return U;
   return 1;

@@ -61,9 +61,9 @@ SchemeInfo usp_scheme() {
   s.ring_family = true;
   s.refuses = "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks";
   s.check = [](const Config& c) -> std::string {
-    if (c.setting("ulysses") > 0 && c.ranks % c.setting("ulysses") != 0)
-      return "usp needs ulysses (" + std::to_string(c.setting("ulysses")) + ") dividing ranks (" +
-             std::to_string(c.ranks) + ")";
+    const int U = c.setting("ulysses");
+    if (U > 0 && c.ranks % U != 0)
+      return "usp needs ulysses (" + std::to_string(U) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
     std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
     if (why.empty()) why = ulysses_head_check("usp", c.heads, usp_ulysses_size(c), "ulysses");
     return why;

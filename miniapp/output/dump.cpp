@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "comm/mpi_group.hpp"
 #include "kernels/convert.hpp"
 #include "miniapp/output/h5.hpp"
 
@@ -41,7 +42,7 @@ std::string mask_name(const cp::Config& a) {
 
 std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind, "rope_convention"); }
 
-MPI_Comm mpi_world(const comm::Communicator& comm) { return *static_cast<MPI_Comm*>(comm.world().mpi); }
+MPI_Comm mpi_world(const comm::Communicator& comm) { return comm::mpi_of(comm.world()); }
 
 template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,

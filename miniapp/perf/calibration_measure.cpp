@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "comm/comm.hpp"
+#include "comm/mpi_group.hpp"
 #include "harness/input.hpp"
 #include "harness/stats.hpp"
 #include "harness/watchdog.hpp"
@@ -43,7 +44,7 @@ struct Ranks {
   MPI_Comm world;
   int rank = 0;
   // The ranks of g, over the MPI communicator every backend keeps beside its own (Group::mpi).
-  explicit Ranks(const comm::Group& g) : world(*static_cast<const MPI_Comm*>(g.mpi)), rank(g.rank) {}
+  explicit Ranks(const comm::Group& g) : world(comm::mpi_of(g)), rank(g.rank) {}
   void together() const { MPI_Barrier(world); }
   template <class T>
   void from_rank0(T* v, int n = 1) const {

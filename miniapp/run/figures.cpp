@@ -314,18 +314,13 @@ const std::vector<FigureInfo>& figure_catalog() {
   return all;
 }
 
-std::string figure_catalog_json(int indent) {
-  hn::Json all = hn::Json::array();
-  for (const FigureInfo& f : figure_catalog()) {
-    hn::Json range = nullptr;  // JSON has no infinity: an open end is null
-    for (const FigureRange& r : figure_ranges())
-      if (r.name == std::string(f.name)) range = {r.lo, std::isinf(r.hi) ? hn::Json(nullptr) : hn::Json(r.hi)};
-    all.push_back({{"name", f.name}, {"unit", f.unit}, {"range", range}, {"definition", f.definition}});
-  }
-  return all.dump(indent);
-}
-
 namespace {
+// The range of the figure named `name`; nullptr for one without.
+const FigureRange* range_of(const char* name) {
+  for (const FigureRange& r : figure_ranges())
+    if (r.name == std::string(name)) return &r;
+  return nullptr;
+}
 std::string number(double v) {
   char b[32];
   std::snprintf(b, sizeof b, "%g", v);
@@ -333,13 +328,23 @@ std::string number(double v) {
 }
 }  // namespace
 
+std::string figure_catalog_json(int indent) {
+  hn::Json all = hn::Json::array();
+  for (const FigureInfo& f : figure_catalog()) {
+    hn::Json range = nullptr;  // JSON has no infinity: an open end is null
+    if (const FigureRange* r = range_of(f.name))
+      range = {r->lo, std::isinf(r->hi) ? hn::Json(nullptr) : hn::Json(r->hi)};
+    all.push_back({{"name", f.name}, {"unit", f.unit}, {"range", range}, {"definition", f.definition}});
+  }
+  return all.dump(indent);
+}
+
 std::string figure_catalog_text() {
   std::string out;
   for (const FigureInfo& f : figure_catalog()) {
     std::string range;
-    for (const FigureRange& r : figure_ranges())
-      if (r.name == std::string(f.name))
-        range = " in [" + number(r.lo) + ", " + (std::isinf(r.hi) ? std::string("inf") : number(r.hi)) + "]";
+    if (const FigureRange* r = range_of(f.name))
+      range = " in [" + number(r->lo) + ", " + (std::isinf(r->hi) ? std::string("inf") : number(r->hi)) + "]";
     out += std::string(f.name) + " [" + f.unit + "]" + range + ": " + f.definition + "\n";
   }
   return out;

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <iterator>
 
+#include "comm/mpi_group.hpp"
 #include "harness/memtrack.hpp"
 #include "harness/stats.hpp"
 #include "harness/watchdog.hpp"
@@ -219,7 +220,7 @@ template <class T>
 void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                    CeilingCache& ceiling, CaseRun& out, int round) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
-  MPI_Comm g = *static_cast<MPI_Comm*>(comm.world().mpi);
+  MPI_Comm g = comm::mpi_of(comm.world());
   const int rank = comm.world().rank, P = c.attn.ranks;
   const bool last = round == p.deck.rounds - 1;
   Measured& m = out.m;
@@ -308,7 +309,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 // and not its GEMMs (or the reverse) skews that piece only.
 template <class T>
 perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
-  MPI_Comm g = *static_cast<MPI_Comm*>(world.world().mpi);
+  MPI_Comm g = comm::mpi_of(world.world());
   model::Stack<T> st(c.stack, cp::find(c.scheme), world);
   cp::Context ctx{world, c.attn};
   ctx.cfg.mode = cp::Mode::ComputeOnly;
