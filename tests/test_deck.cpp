@@ -218,9 +218,9 @@ TEST(Deck, DecodeTokensSweepEveryDecodeCaseAndSettingsOnlyTheirScheme) {
                                          "006_decode_tree_S64_P2_decode_tokens4"};
   EXPECT_EQ(ids, want);
   for (const run::Case& c : cases) {
-    EXPECT_EQ(c.attn.decode_tokens, c.id.find("decode_tokens4") != std::string::npos ? 4 : 2) << c.id;
-    EXPECT_EQ(c.attn.setting("chunks"), c.id.find("chunks4") != std::string::npos ? 4 : 2) << c.id;
-    EXPECT_EQ(c.attn.problem == minicp::cp::Problem::Decode, c.stack.pass == minicp::model::Pass::Decode) << c.id;
+    EXPECT_EQ(c.stack.attn.decode_tokens, c.id.find("decode_tokens4") != std::string::npos ? 4 : 2) << c.id;
+    EXPECT_EQ(c.stack.attn.setting("chunks"), c.id.find("chunks4") != std::string::npos ? 4 : 2) << c.id;
+    EXPECT_EQ(c.stack.attn.problem == minicp::cp::Problem::Decode, c.stack.pass == minicp::model::Pass::Decode) << c.id;
   }
   EXPECT_NE(run::none_key(cases[3]), run::none_key(cases[4]));  // each decode size its own reference
   EXPECT_EQ(run::none_key(cases[3]), run::none_key(cases[5]));

@@ -444,8 +444,8 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
   if (pass == model::Pass::Decode) c.id += "_decode_tokens" + std::to_string(decode_tokens);
   for (const auto& [name, v] : settings)
     if (declares(info, name)) c.id += "_" + name + std::to_string(v);
-  c.attn = model::attention_config(c.stack);
-  c.refused = cp::check(info, c.attn);
+  c.stack.attn = model::attention_config(c.stack);
+  c.refused = cp::check(info, c.stack.attn);
   return c;
 }
 

@@ -105,9 +105,10 @@ struct Case {
   // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_decode_tokens<T>][_<setting><value>...]"
   std::string id;
   std::string scheme;
-  model::StackConfig stack;  // shape, pass, seed, attention config (seq_len, ranks, mask, settings)
-  cp::Config attn;           // the attention config the case runs: model::attention_config(stack)
-  std::string refused;       // "" or the scheme's reason (only kept when sweep.schemes is "all")
+  // Shape, pass, seed, and the attention config the case runs, resolved by make_cases
+  // (stack.attn == model::attention_config(stack): heads, head_dim and problem filled in).
+  model::StackConfig stack;
+  std::string refused;  // "" or the scheme's reason (only kept when sweep.schemes is "all")
 };
 
 // The cases of the sweep: for each pass, seq_len, ranks and scheme that solves the pass (and

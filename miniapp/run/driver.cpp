@@ -60,7 +60,8 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
     const Case& c = p.cases[i];
     const bool fits = avail_per_rank < 0 || double(p.predicted_bytes[i]) <= avail_per_rank;
     std::printf("%-40s %-10s %7s %5d %-22s %16s  %s\n", c.id.c_str(), c.scheme.c_str(), model::to_string(c.stack.pass),
-                c.attn.ranks, mask_of(c.attn).c_str(), hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
+                c.stack.attn.ranks, mask_of(c.stack.attn).c_str(),
+                hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
                 !c.refused.empty() ? ("refused: " + c.refused).c_str()
                 : fits             ? "ok"
                                    : "does not fit");
@@ -500,7 +501,7 @@ struct RunState {
 // One round of one case, measured on its group (the other ranks wait); after its last round
 // the figures on rank 0 and one transaction. A refused case is written in the first round.
 void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
-  const int world_rank = rs.a.rank(), P = c.attn.ranks;
+  const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
   output::CaseData data;
   data.id = c.id;
   data.mode_names = mode_names(), data.phase_names = phase_names(), data.kind_names = kind_names();

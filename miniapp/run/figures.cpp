@@ -143,7 +143,7 @@ void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int t
   double cpe = kNaN, scaled = kNaN;
   if (none.count(none_key(c))) {
     const double tn = none.at(none_key(c));
-    const int cores_case = c.attn.ranks * threads, cores_none = threads;
+    const int cores_case = c.stack.attn.ranks * threads, cores_none = threads;
     if (cores_case == cores_none) cpe = tn / t;
     scaled = tn * cores_none / (t * cores_case);
   }
@@ -159,13 +159,13 @@ std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_to
 }
 
 std::string none_key(const Case& c) {
-  return none_key(model::to_string(c.stack.pass), c.attn.seq_len, c.attn.decode_tokens);
+  return none_key(model::to_string(c.stack.pass), c.stack.attn.seq_len, c.stack.attn.decode_tokens);
 }
 
 void message_sizes(output::Attrs& s, const Case& c, size_t elem) {
   s.integer["block_bytes_per_value"] = int64_t(elem);
   s.integer["partial_bytes_per_value"] = int64_t(kernels::acc_size(elem));
-  s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(c.attn, elem));
+  s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(c.stack.attn, elem));
   s.integer["grad_allreduce_bytes_per_value"] = int64_t(model::grad_allreduce_elem(c.stack, elem));
 }
 

@@ -58,7 +58,7 @@ std::string iso_time_utc() {
 }
 
 double step_useful_flops(const Case& c) {
-  const cp::Config a = c.attn;
+  const cp::Config& a = c.stack.attn;
   const bool decode = c.stack.pass == model::Pass::Decode, train = c.stack.pass == model::Pass::Train;
   const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
   return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
@@ -137,7 +137,7 @@ std::vector<output::StepRow> gather_steps(const std::vector<output::StepRow>& mi
 // The largest GEMM of a layer on the rows of the rank that holds most: the MLP's [N, C] x
 // [C, F], N = T new tokens (decode) or ceil(S / P).
 kernels::GemmShape largest_gemm(const Case& c) {
-  const cp::Config& a = c.attn;
+  const cp::Config& a = c.stack.attn;
   const int64_t rows = c.stack.pass == model::Pass::Decode ? a.decode_tokens : (a.seq_len + a.ranks - 1) / a.ranks;
   return {rows, c.stack.shape.ffn, c.stack.shape.hidden};
 }
@@ -221,7 +221,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
                    CeilingCache& ceiling, CaseRun& out, int round) {
   const cp::SchemeInfo& info = cp::find(c.scheme);
   MPI_Comm g = comm::mpi_of(comm.world());
-  const int rank = comm.world().rank, P = c.attn.ranks;
+  const int rank = comm.world().rank, P = c.stack.attn.ranks;
   const bool last = round == p.deck.rounds - 1;
   Measured& m = out.m;
   hn::MemTracker& mem = hn::MemTracker::instance();
@@ -242,7 +242,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   at(Stage::SettingUp);
   model::Stack<T> st(c.stack, info, comm);
   if (round == 0) m.start_utc = iso_time_utc();
-  cp::Context ctx{comm, c.attn};
+  cp::Context ctx{comm, c.stack.attn};
   const bool train = c.stack.pass == model::Pass::Train;
   comm::Trace& trace = comm.trace();
   trace.set_enabled(!p.o.no_events);
@@ -311,7 +311,7 @@ template <class T>
 perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
   MPI_Comm g = comm::mpi_of(world.world());
   model::Stack<T> st(c.stack, cp::find(c.scheme), world);
-  cp::Context ctx{world, c.attn};
+  cp::Context ctx{world, c.stack.attn};
   ctx.cfg.mode = cp::Mode::ComputeOnly;
   world.trace().set_enabled(false);
   const int L = c.stack.shape.layers;
@@ -370,8 +370,8 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
   std::map<std::pair<int64_t, int>, const Case*> by_rows;
   for (model::Pass pass : {model::Pass::Train, model::Pass::Decode})
     for (const Case& c : p.cases)
-      if (c.refused.empty() && c.stack.pass == pass && c.attn.ranks <= size)
-        by_rows.emplace(std::pair{rows_of(c), c.attn.ranks}, &c);
+      if (c.refused.empty() && c.stack.pass == pass && c.stack.attn.ranks <= size)
+        by_rows.emplace(std::pair{rows_of(c), c.stack.attn.ranks}, &c);
   for (const auto& [key, c] : by_rows) {
     const auto [rows, P] = key;
     auto group = P == size

@@ -117,7 +117,7 @@ void require_dtype(const Deck& d, const perf::Calibration& cal, int threads) {
 }  // namespace
 
 int64_t rows_of(const Case& c) {
-  const cp::Config& a = c.attn;
+  const cp::Config& a = c.stack.attn;
   return c.stack.pass == model::Pass::Decode ? a.decode_tokens : a.seq_len / a.ranks;
 }
 
@@ -138,8 +138,8 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
     if (!c.refused.empty()) continue;
     const cp::SchemeInfo& s = cp::find(c.scheme);
     if (!s.schedule) continue;
-    const perf::Topo topo{c.attn.ranks, std::max(1, rpn)};
-    const cp::Config cfg = c.attn;
+    const perf::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
+    const cp::Config& cfg = c.stack.attn;
     for (bool bwd : {false, true}) {
       if (bwd && c.stack.pass != model::Pass::Train) continue;
       for (const perf::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps) {
@@ -209,7 +209,7 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
 namespace {
 
 perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int rpn_flag) {
-  m.topo.ranks = c.attn.ranks;
+  m.topo.ranks = c.stack.attn.ranks;
   m.topo.ranks_per_node = m.topo.ranks_per_node > 0 ? m.topo.ranks_per_node : ranks_per_node(d, m.topo.ranks, rpn_flag);
   return perf::predict(c.stack, cp::find(c.scheme), m, elem_of(d));
 }
@@ -265,7 +265,7 @@ std::map<std::string, FileCase> measured_of(const std::string& file, const std::
     const std::string g = "/cases/" + c.id + "/summary";
     FileCase m;
     m.time_s = output::read_number_attr(file, g, "measured_time_s");
-    m.sgemm_per_rank = output::read_number_attr(file, g, "sgemm_flops_per_s") / c.attn.ranks;
+    m.sgemm_per_rank = output::read_number_attr(file, g, "sgemm_flops_per_s") / c.stack.attn.ranks;
     out[c.id] = m;
   }
   return out;
@@ -365,7 +365,7 @@ void run_predict(const Plan& p) {
     if (it != meas.end() && std::isfinite(it->second.sgemm_per_rank) && sg != m.cal.sgemm.end())
       m.rate_scale = it->second.sgemm_per_rank / sg->second;
     const perf::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
-    const double tokens = c.stack.pass == model::Pass::Decode ? c.attn.decode_tokens : c.attn.seq_len;
+    const double tokens = c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens : c.stack.attn.seq_len;
     std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
                 r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s, r.grad_allreduce_exposed_s,
                 tokens / r.step_s, hn::human_bytes(double(p.predicted_bytes[i])).c_str());
@@ -376,8 +376,8 @@ void run_predict(const Plan& p) {
       within += std::abs(ratio - 1) <= 0.15 ? 1 : 0;
       if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio, worst_id = c.id;
       if (c.scheme != "none")
-        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.attn.seq_len) +
-               " P=" + std::to_string(c.attn.ranks)]
+        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) +
+               " P=" + std::to_string(c.stack.attn.ranks)]
             .push_back({r.step_s, it->second.time_s, c.scheme});
     }
     std::printf("\n");
@@ -414,9 +414,10 @@ void run_advise(const Plan& p) {
   std::map<std::string, std::vector<const Case*>> groups;
   std::vector<std::string> order;
   for (const Case& c : p.cases) {
-    if (c.scheme == "none" && c.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
-    const std::string key = std::string(model::to_string(c.stack.pass)) + ", S = " + std::to_string(c.attn.seq_len) +
-                            ", " + std::to_string(c.attn.ranks) + " ranks";
+    if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
+    const std::string key = std::string(model::to_string(c.stack.pass)) +
+                            ", S = " + std::to_string(c.stack.attn.seq_len) + ", " +
+                            std::to_string(c.stack.attn.ranks) + " ranks";
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&c);
   }
@@ -451,7 +452,7 @@ void prediction_figures(output::Attrs& s, const Case& c, const perf::Machine& ba
   perf::Machine m = base;
   const auto sg = m.cal.sgemm.find(m.threads);
   if (std::isfinite(group_sgemm) && group_sgemm > 0 && sg != m.cal.sgemm.end())
-    m.rate_scale = group_sgemm / c.attn.ranks / sg->second;
+    m.rate_scale = group_sgemm / c.stack.attn.ranks / sg->second;
   s.real["prediction_rate_scale"] = m.rate_scale;
   std::string note;
   perf::Prediction r;

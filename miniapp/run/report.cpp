@@ -205,7 +205,7 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
 
 output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo) {
   output::Attrs a;
-  const cp::Config& cfg = c.attn;
+  const cp::Config& cfg = c.stack.attn;
   a.text["scheme"] = c.scheme;
   a.text["pass"] = model::to_string(c.stack.pass);
   a.text["mask"] = output::mask_name(cfg);
@@ -231,7 +231,7 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
               "fwd/layer[ms]", "bwd/layer[ms]", "step[s]", "tokens/s", "GFLOP/s", "ceiling[GF/s]", "/ceil", "overlap",
               "attn_ov", "grad_ov", "wait[ms]");
   std::printf("  %-10s %6s %9lld %5d %13.3f %13s %9.4f %11.1f %10.1f %12.1f %7.3f %8s %8s %8s %9.2f\n",
-              c.scheme.c_str(), model::to_string(c.stack.pass), (long long)c.attn.seq_len, c.attn.ranks,
+              c.scheme.c_str(), model::to_string(c.stack.pass), (long long)c.stack.attn.seq_len, c.stack.attn.ranks,
               1e3 * f.at("forward_time_s") / L, opt("backward_time_s", 1e3 / L).c_str(), f.at("measured_time_s"),
               f.at("tokens_per_s"), f.at("useful_flops_per_s") / 1e9, f.at("gemm_ceiling_flops_per_s") / 1e9,
               f.at("layer_efficiency"), opt("overlap").c_str(), opt("attn_overlap").c_str(),
@@ -258,8 +258,8 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
 }
 
 std::string summary_token(const Case& c, const output::Attrs& summary) {
-  return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.attn.seq_len) + "_P" +
-         std::to_string(c.attn.ranks) + "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
+  return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
+         "_P" + std::to_string(c.stack.attn.ranks) + "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
 }
 
 Eta::Eta(const Plan& p, const std::vector<const Case*>& todo) : p_(p) {
