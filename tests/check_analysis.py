@@ -2,7 +2,7 @@
 """Checks the results analysis (analysis/minicp_analysis) on a results file that minicp wrote,
 against the file itself read here with h5py:
   report  the table and its CSV: the columns and their units, one row per case with the
-          file's figures and statuses (refused cases too), the filters, the sort, --columns,
+          file's figures, statuses (refused cases too) and dtypes, the filters, the sort, --columns,
           the build/bin/minicp-report wrapper, bad input (exit 2, one message naming the flag)
   plots   the Figures before they are saved (axis labels with units, one line or series per
           scheme present, NaN overlaps drawn as missing with their note, the timeline's ranks
@@ -91,7 +91,7 @@ def check_report(a):
     if rc != 0:
         fail(f"report --csv -: exit {rc}: {err}")
     has_pred = any("predicted_time_s" in s for _, s, _ in want.values())
-    cols = ["file", "case", "scheme", "pass", "mask", "seq_len [tokens]", "ranks", "status", "measured_time_s [s]",
+    cols = ["file", "case", "scheme", "pass", "mask", "dtype", "seq_len [tokens]", "ranks", "status", "measured_time_s [s]",
             "tokens_per_s [tokens/s]", "cp_efficiency [-]", "cp_efficiency_core_scaled [-]", "overlap [-]",
             "attn_overlap [-]", "exposed_comm_s [s]", "imbalance [-]", "bytes_sent_per_rank [B]",
             "peak_kokkos_bytes [B]", "predicted_bytes [B]"] + \
@@ -102,8 +102,9 @@ def check_report(a):
         fail(f"report CSV: {len(rows)} rows ({[r.get('case') for r in rows]}), expected one per case ({len(want)})")
     for r in rows:
         at, s, mem = want.get(r.get("case"), ({}, {}, None))
-        if r.get("status") != at.get("status"):
-            fail(f"report {r.get('case')}: status {r.get('status')!r}, file says {at.get('status')!r}")
+        for col in ("status", "dtype"):
+            if r.get(col) != at.get(col):
+                fail(f"report {r.get('case')}: {col} {r.get(col)!r}, file says {at.get(col)!r}")
         if r.get("case") in ok:
             for col, v in (("measured_time_s [s]", s["measured_time_s"]), ("overlap [-]", s["overlap"]),
                            ("peak_kokkos_bytes [B]", float(mem["kokkos_peak_bytes"].max())),

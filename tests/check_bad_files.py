@@ -3,10 +3,13 @@
 with h5py: a text file, an empty one, a truncated one, a file without /cases, one with zero
 cases, files with a defect or with what a busy machine leaves):
   --mode analysis  report, plots and trace (python3 -m minicp_analysis, and the minicp-trace
-                   wrapper): an output that is one of the inputs, however spelt, is refused
-                   even with --overwrite; an existing file of another kind is refused without
-                   --overwrite and replaced with it; a file without cases is refused alone
-                   and a row (report) or a skipped line (plots) beside a file with cases.
+                   wrapper): an output that is one of the inputs, however spelt, or that is
+                   a character device or a FIFO (also through a symbolic link) is refused
+                   even with --overwrite, and left as it was; an existing file of another
+                   kind is refused without --overwrite and replaced with it; a file without
+                   cases is refused alone and a row (report) or a skipped line (plots) beside
+                   a file with cases; a summary attribute of the wrong type (text or an array
+                   for a number) is refused by every command.
   --mode results   tests/check_results.py: a file it cannot read is one message, exit 2; a
                    busy machine's file (phases short of a step, a wide clock bound) passes
                    with warnings; a phase counted twice, phases_s against the timing table,
@@ -19,6 +22,7 @@ import contextlib
 import io
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import traceback
@@ -180,8 +184,15 @@ def mode_analysis(a):
         p = run(tool + [cmd, "--help"], env)
         check("--overwrite" in p.stdout and "default: off" in p.stdout.split("--overwrite", 1)[-1],
               f"{cmd} --help: --overwrite not listed with its default")
-    # files without cases, and files no tool can read
-    bad = bad_copies(a.file, work)
+    special_outputs(tool, a, good, case, work, env)
+    wrong_summary_types(tool, good, case, work, env)
+    no_case_files(tool, a.file, good, case, work, env)
+
+
+def no_case_files(tool, src, good, case, work, env):
+    """Files without cases (copies of src) beside a file with cases (good) and alone, and
+    files no tool can read."""
+    bad = bad_copies(src, work)
     for k in ("nocases", "zerocases"):
         f = bad[k]
         expect(tool + ["report", f], 2, (f"FILE {f}: {NO_CASE}",), [f], env)
@@ -196,6 +207,61 @@ def mode_analysis(a):
         f = bad[k]
         for cmd in (["report", f], ["plots", f, "--out", os.path.join(work, "p_" + k)], ["trace", f, "--case", case]):
             expect(tool + cmd, 2, (f" {f}: not a minicp results file",), [f], env)
+
+
+def special_outputs(tool, a, good, case, work, env):
+    """Outputs that are not regular files (a character device, /dev/null's numbers; a FIFO;
+    a symbolic link to the device): report --csv, trace --out and a file in plots' --out
+    folder are refused, with and without --overwrite, and the node stays what it was. Never
+    read here (a FIFO would block)."""
+    nodes = os.path.join(work, "nodes")
+    os.makedirs(nodes)
+    made = []  # (path, what stat says it must still be)
+    for kind, test in (("chr", stat.S_ISCHR), ("fifo", stat.S_ISFIFO)):
+        folder = os.path.join(nodes, f"plots_{kind}")
+        os.makedirs(folder)
+        for path in (os.path.join(nodes, kind), os.path.join(folder, "memory.png")):
+            if kind == "chr":
+                os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+            else:
+                os.mkfifo(path)
+            made.append((path, test))
+    link = os.path.join(nodes, "link")
+    os.symlink(os.path.join(nodes, "chr"), link)
+    keep = [good]
+    for out in (os.path.join(nodes, "chr"), os.path.join(nodes, "fifo"), link):
+        for extra in ([], ["--overwrite"]):
+            expect(tool + ["report", good, "--csv", out] + extra, 2, (f"--csv {out}", "not a regular file"), keep, env)
+            expect(tool + ["trace", good, "--case", case, "--out", out] + extra, 2,
+                   (f"--out {out}", "not a regular file"), keep, env)
+    for kind in ("chr", "fifo"):
+        folder = os.path.join(nodes, f"plots_{kind}")
+        for extra in ([], ["--overwrite"]):
+            expect(tool + ["plots", good, "--out", folder, "--only", "memory"] + extra, 2,
+                   (f"--out {os.path.join(folder, 'memory.png')}", "not a regular file"), keep, env)
+    if a.bin:  # as the user runs it
+        out = os.path.join(nodes, "chr")
+        expect([os.path.join(a.bin, "minicp-report"), good, "--csv", out], 2, (f"--csv {out}", "not a regular file"),
+               keep)
+    for path, test in made:
+        check(test(os.lstat(path).st_mode), f"{path}: no longer the node it was made as")
+    check(os.path.islink(link), f"{link}: no longer a symbolic link")
+
+
+def wrong_summary_types(tool, good, case, work, env):
+    """Copies whose case has measured_time_s as text and as an array: report, plots and trace
+    each refuse them, naming the file, the case, the attribute and that a number is expected."""
+    for name, value in (("text", "fast"), ("array", np.array([1.0, 2.0]))):
+        path = os.path.join(work, f"summary_{name}.h5")
+        shutil.copy(good, path)
+        with h5py.File(path, "r+") as f:
+            f["cases"][case]["summary"].attrs["measured_time_s"] = value
+        needles = (path, f"case {case}", "measured_time_s", "expected a number")
+        out = os.path.join(work, f"out_summary_{name}")
+        expect(tool + ["report", path], 2, needles, [path], env)
+        expect(tool + ["report", path, "--csv", out + ".csv"], 2, needles, [path, out + ".csv"], env)
+        expect(tool + ["plots", path, "--out", out], 2, needles, [path, out], env)
+        expect(tool + ["trace", path, "--case", case, "--out", out + ".json"], 2, needles, [path, out + ".json"], env)
 
 
 # ------------------------------------------------------------------------------------- results

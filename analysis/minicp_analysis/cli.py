@@ -34,9 +34,9 @@ def _commands():
         (("--columns",), dict(action="append", metavar="LIST",
                               help="show these columns, in this order (a comma list, repeatable; any column of the "
                                    "case table, every summary attribute too; default: file, case, scheme, pass, "
-                                   "mask, seq_len, ranks, status, measured time, tokens/s, CP efficiency, overlaps, "
-                                   "exposed comm, imbalance, bytes sent, peak and predicted memory, predicted time "
-                                   "and ratio when present)")),
+                                   "mask, dtype, seq_len, ranks, status, measured time, tokens/s, CP efficiency, "
+                                   "overlaps, exposed comm, imbalance, bytes sent, peak and predicted memory, "
+                                   "predicted time and ratio when present)")),
         (("--csv",), dict(metavar="FILE", help="also write the table as CSV to FILE; '-' writes only the CSV, to "
                                                "stdout; an existing FILE must be a table this command wrote "
                                                "(default: none)")),

@@ -26,6 +26,11 @@ PROBLEM_COLUMNS = ("decode_tokens",)
 # Summary attributes the C++ may not write yet: NaN when absent.
 PHASES = ("norm", "qkv", "rope", "attn_compute", "attn_comm", "out_proj", "mlp", "grad_allreduce", "other")
 OPTIONAL_SUMMARY = ("predicted_time_s", "predicted_forward_time_s", "predicted_backward_time_s")
+# The summary's text attributes in files written before the figure catalog (whose unit
+# "text" names them since), and its per-phase arrays of files written before the one
+# attribute per phase; every other summary attribute is one number.
+TEXT_SUMMARY = ("out_of_range", "units", "predicted_phase_names")
+ARRAY_SUMMARY = ("predicted_phase_s", "measured_phase_s")
 
 
 def text(v):
@@ -181,6 +186,7 @@ class Inputs:
     indexes: list = field(default_factory=list)  # study index paths given
     first_stem: str = ""             # the stem of the first input path (the default plot folder)
     registry: Registry = field(default_factory=Registry)  # the readable results files' scheme_registry
+    flag: str = "INPUT"              # what the messages call the inputs (FILE, INPUT)
 
 
 def _csv_rows(path, flag):
@@ -314,7 +320,7 @@ def load_inputs(paths, flag="INPUT"):
             s.label = f"{s.label}_{n + 1}"
     return Inputs(sources=sources, given=list(paths), fabric=fabric, indexes=indexes,
                   first_stem=os.path.splitext(os.path.basename(paths[0]))[0],
-                  registry=registry_of([s.path for s in sources if s.missing is None], flag))
+                  registry=registry_of([s.path for s in sources if s.missing is None], flag), flag=flag)
 
 
 def refuse_without_cases(sources, flag):
@@ -347,18 +353,40 @@ def _file_info(f, source):
     return {"nodes": int(nodes), "world_ranks": ranks, "fabric": fabric, "layout": layout, "deck": _deck_name(f)}
 
 
-def _summary(g):
-    """A case's summary attributes: numbers as float, text as str, arrays kept."""
+def _summary_value(k, v, registry, where):
+    """One summary attribute as the tools use it: text as str, a number as float, an old
+    file's per-phase array as floats; refuses (exit 2) one of another type, which every
+    figure and plot would otherwise take as it is. `where`: the file and case, for the message."""
+    unit = registry.unit_of(k)
+    wants_text = unit == "text" or (unit is None and (k in TEXT_SUMMARY or k.endswith("_note")))
+    is_text = isinstance(v, (bytes, str))
+    a = None if is_text else np.asarray(v)
+    if wants_text and is_text:
+        return text(v)
+    if not wants_text and a is not None and a.dtype.kind in "biuf":
+        if k in ARRAY_SUMMARY:  # whatever unit the catalog's measured_<phase>_s gives the name
+            return a.astype(float).reshape(-1)
+        if a.size == 1:
+            return float(a.reshape(-1)[0])
+    if is_text:
+        got = f"text {text(v)!r}"
+    elif a.size != 1:
+        got = f"an array of {a.size} values"
+    elif a.dtype.kind in "biuf":
+        got = f"the number {a.reshape(-1)[0]}"
+    else:
+        got = f"of type {a.dtype}"
+    raise UsageError(f"{where}: summary attribute {k} is {got}; expected {'text' if wants_text else 'a number'}")
+
+
+def _summary(g, registry, where):
+    """A case's summary attributes (_summary_value), with the optional ones NaN and the
+    per-phase figures gathered."""
     out = {}
     if "summary" not in g:
         return out
     for k, v in g["summary"].attrs.items():
-        if isinstance(v, (bytes, str)):
-            out[k] = text(v)
-        elif isinstance(v, np.ndarray) and v.size != 1:
-            out[k] = np.asarray(v, dtype=float)
-        else:
-            out[k] = float(np.asarray(v).reshape(-1)[0])
+        out[k] = _summary_value(k, v, registry, where)
     for k in OPTIONAL_SUMMARY:
         out.setdefault(k, math.nan)
     # minicp writes one attribute per phase (predicted_<phase>_s, measured_<phase>_s, the
@@ -391,13 +419,14 @@ def case_table(inputs):
             for cid, g in f["cases"].items():
                 a = g.attrs
                 row = {**base, **info, "case": cid, "scheme": text(a.get("scheme", "")), "pass": text(a.get("pass", "")),
-                       "mask": text(a.get("mask", "")), "seq_len": int(a.get("seq_len", 0)),
-                       "ranks": int(a.get("ranks", 0)), "status": text(a.get("status", "")),
+                       "mask": text(a.get("mask", "")), "dtype": text(a.get("dtype", "")),
+                       "seq_len": int(a.get("seq_len", 0)), "ranks": int(a.get("ranks", 0)),
+                       "status": text(a.get("status", "")),
                        "reps": int(a.get("reps", 0)) * int(a.get("rounds", 1)), "complete": text(a.get("complete", ""))}
                 for k in counts:
                     if k in a:
                         row[k] = int(a[k])
-                row.update(_summary(g))
+                row.update(_summary(g, inputs.registry, f"{inputs.flag} {s.shown}: case {cid}"))
                 if "memory" in g and len(g["memory"]):
                     m = g["memory"][()]
                     row["peak_kokkos_bytes"] = float(m["kokkos_peak_bytes"].max())
@@ -442,6 +471,11 @@ def open_case(path, case, flag="--case"):
         status = text(g.attrs.get("status", ""))
         f.close()
         raise UsageError(f"{flag} {case}: the case did not run ({status}); choose a case with status ok")
+    try:  # the case's figures as the report reads them: a file it refuses is refused here too
+        _summary(g, registry_of(f, "FILE"), f"FILE {path}: case {case}")
+    except UsageError:
+        f.close()
+        raise
     return f, g
 
 

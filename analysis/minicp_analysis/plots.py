@@ -19,7 +19,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 from . import UsageError  # noqa: E402
 from .data import (case_table, default_timeline_case, load_inputs, median_rep, registry_of,  # noqa: E402
                    table_registry, TRACKS, lanes, listing, mode_code, names, ok_cases, open_case, read_events, text)
-from .outputs import OVERWRITE, check_not_input, input_files, write_whole  # noqa: E402
+from .outputs import OVERWRITE, check_not_input, check_regular, input_files, write_whole  # noqa: E402
 from .report import split_values  # noqa: E402
 
 PLOTS = ("scaling", "timeline", "overlap", "memory", "fabric", "model")
@@ -668,11 +668,13 @@ def _own_entry(folder, name):
 
 def check_out_folder(out, names, inputs, overwrite):
     """Refuses a plots folder that is a file, that holds (without --overwrite) anything this
-    command does not write, or where a file it would write is one of the inputs."""
+    command does not write, or where a file it would write is one of the inputs or (even with
+    --overwrite) not a regular file."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out}: exists and is not a directory (give a folder for the PNGs)")
     for name in names:
         check_not_input("--out", os.path.join(out, name), inputs)
+        check_regular("--out", os.path.join(out, name))
     if overwrite or not os.path.isdir(out):
         return
     foreign = sorted(n for n in os.listdir(out) if not _own_entry(out, n))

@@ -12,12 +12,12 @@ from .data import PASSES, Registry, case_table, load_inputs
 from .outputs import check_output, input_files, write_whole
 
 # The columns shown by default, in order; predicted_* only when some case has them.
-DEFAULT_COLUMNS = ["file", "case", "scheme", "pass", "mask", "seq_len", "ranks", "status", "measured_time_s",
+DEFAULT_COLUMNS = ["file", "case", "scheme", "pass", "mask", "dtype", "seq_len", "ranks", "status", "measured_time_s",
                    "tokens_per_s", "cp_efficiency", "cp_efficiency_core_scaled", "overlap", "attn_overlap",
                    "exposed_comm_s", "imbalance", "bytes_sent_per_rank", "peak_kokkos_bytes", "predicted_bytes",
                    "predicted_time_s", "predicted_ratio"]
-TEXT_COLUMNS = {"file", "source", "case", "scheme", "pass", "mask", "status", "fabric", "layout", "scaling", "task",
-                "modes", "complete", "units", "out_of_range"}
+TEXT_COLUMNS = {"file", "source", "case", "scheme", "pass", "mask", "dtype", "status", "fabric", "layout", "scaling",
+                "task", "modes", "complete", "units", "out_of_range"}
 # Integer columns that are no scheme's setting; the schemes' settings are counts too, read from
 # the inputs' scheme_registry (count_columns).
 COUNT_COLUMNS = {"ranks", "nodes", "world_ranks", "src", "reps", "decode_tokens", "figures_in_range",
