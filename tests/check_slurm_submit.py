@@ -16,13 +16,18 @@
   --mode collect    a study with one complete file, one missing task and one failed task
                     (partial file, Slurm output cancelled at the time limit, scontrol's
                     FAILED state; sacct without accounting): collect exits 1, names each
-                    status and reason, and writes index.csv.
+                    status and reason, and writes index.csv. Links planted in the study (under
+                    the names of temporaries, or as the next tasks file) are not written
+                    through; an output that is a directory or a link is refused (exit 2).
   --mode manifest   a hand-damaged manifest.json (not JSON, not UTF-8, a list, tasks of the
-                    wrong type or missing fields): collect and submit exit 2 with one message
-                    naming the file and what is wrong; the study is left as it was.
+                    wrong type or missing fields, paths out of the study or to a FIFO): collect
+                    and submit exit 2 with one message naming the file and what is wrong; the
+                    study is left as it was. A control character in a study name, deck name or
+                    option value: exit 2, the value shown quoted, nothing made or submitted.
   --mode sbatch     minicp.sbatch outside Slurm refused; the header (ranks, threads, launcher,
                     command) under a Slurm-like environment; the per-rank GPU wrapper sets
-                    CUDA_VISIBLE_DEVICES from the local rank.
+                    CUDA_VISIBLE_DEVICES from the local rank; an array task's arguments from
+                    the tasks file (NUL-separated) reach minicp as they are.
 Usage: check_slurm_submit.py --mode M --dir SCRATCH --deck tiny.toml --bin MINICP [-- MPIRUN...]"""
 import argparse
 import csv
@@ -65,6 +70,33 @@ def tasks_of(out):
         if m:
             res[m.group(2)] = (m.group(3), shlex.split(m.group(4)), int(m.group(1)))
     return res
+
+
+def read_tasks(path):
+    """The tasks of a tasks file: each argument ends with a NUL, each task with one more."""
+    tasks, cur = [], []
+    data = open(path, "rb").read().decode()
+    for rec in data.split("\0")[:-1]:  # the text after the last NUL: none
+        if rec:
+            cur.append(rec)
+        else:
+            tasks.append(cur)
+            cur = []
+    check(data.endswith("\0") and not cur, f"{path}: the last task is not ended: {data[-60:]!r}")
+    return tasks
+
+
+def refused(cmd, want, env=None, cwd=None, timeout=60):
+    """Runs cmd; whether it exited 2 with one stderr line that holds every string of want,
+    no traceback (a command still running after timeout s counts as not refused)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **(env or {})), cwd=cwd,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return check(False, f"{cmd!r}: still running after {timeout} s")
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    ok = p.returncode == 2 and len(lines) == 1 and all(w in lines[0] for w in want) and "Traceback" not in p.stderr
+    return check(ok, f"{cmd!r}: exit {p.returncode}, expected 2 and one line with {want}: stderr {p.stderr[-500:]!r}")
 
 
 def fake_slurm(d):
@@ -223,10 +255,9 @@ def mode_resubmit(a):
     args = open(os.path.join(fake, "sbatch.1002.args")).read().split("\n")
     check("--array=0-1" in args and "--nodes=2" in args and "sweep.ranks=[4]" in args, f"sbatch args {args}")
     tf = os.path.join(study, "tasks", "N2-1.tasks")
-    lines = open(tf).read().splitlines()
-    check([shlex.split(x) for x in lines] == [["--out", os.path.join(study, "N2_none.h5"), "--overwrite"],
-                                              ["--fabric", "ib-ndr", "--out", os.path.join(study, "N2_ib-ndr.h5")]],
-          f"tasks file {lines}")
+    got = read_tasks(tf)
+    check(got == [["--out", os.path.join(study, "N2_none.h5"), "--overwrite"],
+                  ["--fabric", "ib-ndr", "--out", os.path.join(study, "N2_ib-ndr.h5")]], f"tasks file {got}")
     envs = dict(ln.split("=", 1) for ln in open(os.path.join(fake, "sbatch.1002.env")).read().splitlines())
     check(envs.get("MINICP_TASKS") == tf and envs.get("MINICP_BIN") == a.bin, f"sbatch environment {envs}")
     # minicp.sbatch of array task 1 of that job: its arguments from the tasks file.
@@ -299,6 +330,48 @@ def mode_collect(a):
     check(p.returncode == 0 and "3 tasks: 3 finished" in p.stdout, f"collect of a finished study: exit {p.returncode}")
     p = run([SUBMIT, "collect", "--study", a.dir], env=env)
     check(p.returncode == 2 and "no manifest.json" in p.stdout, "collect of a directory without a manifest")
+    collect_outputs(a, study, env, fake, src)
+
+
+def collect_outputs(a, study, env, fake, src):
+    """collect and submit write through no link planted in the study: not under a temporary's
+    name (each write makes a new uniquely named one), not under an output's own name (exit 2,
+    nothing submitted, every file as it was)."""
+    sub = [SUBMIT, a.deck, "--nodes", "1", "--fabrics", "none,ib-ndr,ob1-tcp", "--ranks-per-node", "2", "--study",
+           study, "--bin", a.bin, "--no-check"] + ONE_CASE
+    victims = []
+    for name in ("index.csv.tmp", "manifest.json.tmp"):
+        victims.append(os.path.join(a.dir, "victim_" + name))
+        with open(victims[-1], "w") as f:
+            f.write("victim\n")
+        os.symlink(victims[-1], os.path.join(study, name))
+    p = run([SUBMIT, "collect", "--study", study], env=env)
+    check(p.returncode == 0, f"collect with planted links: exit {p.returncode}")
+    p = run(sub, env=env)  # every task complete: nothing submitted, the manifest saved
+    check(p.returncode == 0 and "0 array job(s) submitted" in p.stdout, f"submission of a finished study: {p.returncode}")
+    check(all(open(v).read() == "victim\n" for v in victims), "a file was written through a planted link")
+    check(not os.path.islink(os.path.join(study, "index.csv")), "index.csv is a link")
+    tmps = [f for f in os.listdir(study) if f.endswith(".tmp") and f not in ("index.csv.tmp", "manifest.json.tmp")]
+    check(not tmps, f"temporaries left in the study: {tmps}")
+
+    index = os.path.join(study, "index.csv")
+    os.remove(index)
+    os.mkdir(index)
+    refused([SUBMIT, "collect", "--study", study], [f"--study {study}: {index} exists and is a directory"], env=env)
+    check(os.path.isdir(index), "index.csv (a directory) was touched")
+    # A task to run again, its tasks file (submission 2) a link planted in the study:
+    # refused before sbatch.
+    os.remove(os.path.join(study, "N1_ib-ndr.h5"))
+    tasks_file = os.path.join(study, "tasks", "N1-2.tasks")
+    os.symlink(victims[0], tasks_file)
+    manifest = open(os.path.join(study, "manifest.json")).read()
+    jobs = open(os.path.join(fake, "next")).read()
+    refused(sub, [f"--study {study}: {tasks_file} exists and is a symbolic link"], env=env)
+    check(open(os.path.join(fake, "next")).read() == jobs and open(victims[0]).read() == "victim\n"
+          and open(os.path.join(study, "manifest.json")).read() == manifest,
+          "a study with a planted tasks file link: something was submitted or written")
+    os.remove(tasks_file)
+    shutil.copy(src, os.path.join(study, "N1_ib-ndr.h5"))
 
 
 def mode_manifest(a):
@@ -331,6 +404,61 @@ def mode_manifest(a):
                   f"{shlex.join(cmd)} with manifest {body[:60]!r}: exit {p.returncode}, stderr {p.stderr[-400:]!r}")
             check(open(path, "rb").read() == body and sorted(os.listdir(study)) == ["manifest.json"],
                   f"{shlex.join(cmd)} with manifest {body[:60]!r}: the study changed: {os.listdir(study)}")
+    manifest_paths(a)
+    control_characters(a)
+
+
+def manifest_paths(a):
+    """A manifest whose paths lead out of the study, or to a FIFO: collect and submit exit 2
+    naming the manifest, the key and the value; nothing outside is read, nothing hangs."""
+    study = os.path.join(a.dir, "paths")
+    shutil.rmtree(study, ignore_errors=True)
+    os.makedirs(os.path.join(study, "logs"))
+    secret = os.path.join(a.dir, "secret.txt")
+    with open(secret, "w") as f:
+        f.write("minicp: error: SECRET-LINE\n")
+    os.mkfifo(os.path.join(study, "logs", "fifo.out"))
+    path = os.path.join(study, "manifest.json")
+    env = fake_slurm(os.path.join(a.dir, "fakebin_paths"))
+    task = {"nodes": 1, "fabric": "none", "ranks": 2, "file": "N1_none.h5", "job_id": "7", "array_task_id": 0,
+            "slurm_log": "logs/N1-7_0.out"}
+    for key, value, why in (("slurm_log", "../secret.txt", "leads outside the study directory"),
+                            ("file", "../../../../etc/passwd", "leads outside the study directory"),
+                            ("slurm_log", secret, "leads outside the study directory"),
+                            ("slurm_log", "logs/fifo.out", "is not a regular file")):
+        body = json.dumps({"sweep": {}, "tasks": {"N1_none": dict(task, **{key: value})}, "submissions": []})
+        with open(path, "w") as f:
+            f.write(body)
+        for cmd in ([SUBMIT, "collect", "--study", study],
+                    [SUBMIT, a.deck, "--study", study, "--bin", a.bin, "--no-check", "--dry-run"]):
+            refused(cmd, [f"{path}: task N1_none: {key} {value!r} {why}"], env=env, timeout=20)
+            check(open(path).read() == body and sorted(os.listdir(study)) == ["logs", "manifest.json"],
+                  f"{cmd[1]} with {key} {value!r}: the study changed: {os.listdir(study)}")
+
+
+def control_characters(a):
+    """A study name, a deck name or another option with a control character: exit 2 with one
+    message that names the option and shows the value quoted; nothing run, made or submitted."""
+    scratch = os.path.join(a.dir, "controls")
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    fake = os.path.join(a.dir, "fakebin_controls")
+    shutil.rmtree(fake, ignore_errors=True)
+    env = fake_slurm(fake)
+    study = os.path.join(scratch, "s\n$(touch PWN)")
+    deck = os.path.join(scratch, "d\n$(touch PWN).toml")
+    shutil.copy(a.deck, deck)
+    base = ["--bin", a.bin, "--no-check"] + ONE_CASE
+    for cmd, option, value in (
+            ([SUBMIT, a.deck, "--study", study] + base, "--study", study),
+            ([SUBMIT, deck] + base, "DECK", deck),  # the study would be results/<deck name>_strong
+            ([SUBMIT, a.deck, "--study", scratch + "/ok", "--set", "run.name=a\tb"] + base, "--set", "run.name=a\tb"),
+            ([SUBMIT, a.deck, "--study", scratch + "/ok", "--sbatch-opt=--qos=x\x1b[2J"] + base, "--sbatch-opt",
+             "--qos=x\x1b[2J"),
+            ([SUBMIT, "collect", "--study", study], "--study", study)):
+        refused(cmd, [f"{option} {value!r}: control characters"], env=env, cwd=scratch)
+        check(sorted(os.listdir(scratch)) == [os.path.basename(deck)] and not os.path.exists(os.path.join(fake, "next")),
+              f"{option} {value!r}: something was made or submitted: {os.listdir(scratch)}")
 
 
 def mode_sbatch(a):
@@ -375,6 +503,37 @@ def mode_sbatch(a):
         got = re.findall(r"^CUDA_VISIBLE_DEVICES=(.*)$", r.stdout, re.M)
         check(got == [want], f"wrapper with {extra}: CUDA_VISIBLE_DEVICES={got}, expected {want}")
         check("OMP_NUM_THREADS=3" in r.stdout.split("command")[-1], "the rank lacks OMP_NUM_THREADS=3")
+    sbatch_tasks(a, env)
+
+
+def sbatch_tasks(a, env):
+    """An array task's arguments from MINICP_TASKS reach minicp as they are (quotes, $( ),
+    newlines and spaces included, nothing run); a task the file lacks is refused."""
+    work = os.path.join(a.dir, "sbatch_tasks")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    stub, got_file, tf = (os.path.join(work, x) for x in ("stub", "args", "N1-1.tasks"))
+    with open(stub, "w") as f:
+        f.write("#!/bin/sh\nprintf '%s\\0' \"$@\" > \"$STUB_OUT\"\n")
+    os.chmod(stub, 0o755)
+    tasks = [["--out", "/plain.h5"], ["--fabric", "ib", "--resume", "it's \"q\" $HOME `touch PWN` a  b"],
+             ["--out", os.path.join(work, "x\n$(touch PWN)/a.h5"), "--overwrite"]]
+    with open(tf, "w") as f:
+        f.write("".join("".join(x + "\0" for x in t) + "\0" for t in tasks))
+    e = dict(env, MINICP_TASKS=tf, SLURM_ARRAY_JOB_ID="76", MINICP_ECHO="0", MINICP_LAUNCHER="none", MINICP_BIN=stub,
+             STUB_OUT=got_file)
+    for i, t in enumerate(tasks):
+        if os.path.exists(got_file):
+            os.remove(got_file)
+        r = subprocess.run(["bash", SBATCH, "--deck", "d.toml"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=dict(e, SLURM_ARRAY_TASK_ID=str(i)), cwd=work)
+        got = open(got_file, "rb").read().decode().split("\0")[:-1] if os.path.exists(got_file) else None
+        check(r.returncode == 0 and got == ["--deck", "d.toml"] + t,
+              f"array task {i}: exit {r.returncode}, minicp got {got!r}, expected {t!r}: {r.stdout[-300:]!r}")
+    check(not os.path.exists(os.path.join(work, "PWN")), "a task's argument was run as a command")
+    r = subprocess.run(["bash", SBATCH], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=dict(e, SLURM_ARRAY_TASK_ID="3"), cwd=work)
+    check(r.returncode == 2 and "has no arguments for array task 3" in r.stdout, f"array task 3 of 3: {r.stdout!r}")
 
 
 def main():

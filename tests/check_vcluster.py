@@ -14,7 +14,9 @@ private Slurm under a prefix of its own (vt<pid>):
     is complete and records the Slurm job (job id, array job and task ids, 2 nodes), both host
     names and the fabric MPI selected; the study index lists every task as finished;
   - `vcluster down` (also when a step fails), after which no namespace, link, qdisc, daemon or
-    process of the prefix is left and its directory is gone.
+    process of the prefix is left and its directory is gone;
+  - first, a 1-node cluster (prefix vt<pid>c) up with a --dir of its own: `down` without --dir
+    removes that directory too, and a --dir other than up's is refused (exit 2).
 Skipped (exit 77, "skipped: <reason>") only where namespaces or Slurm cannot start: not root,
 no `ip netns`, no slurmctld/slurmd/munged. Prints the time of each step.
 Usage: check_vcluster.py --vcluster slurm/vcluster --work DIR [--bench minicp-comm-bench]
@@ -199,6 +201,26 @@ def check_file(path, nodes, fabric, array, fails):
               f"(pml {at.get('mpi_pml')}, btls {at.get('mpi_btls')})", flush=True)
 
 
+def custom_dir_down(vc, work, prefix, fails):
+    """`up --dir D` records D on its bridge: `down` without --dir finds and removes it (and says
+    so), and a --dir other than D is refused with the cluster left as it is."""
+    vdir = os.path.join(work, "custom-dir")
+    try:
+        run([vc, "up", "1", "--name", prefix, "--dir", vdir], 60)
+        out, _ = run([vc, "down", "--name", prefix, "--dir", vdir + "-other"], 30, check=False)
+        if run.returncode != 2 or f"was brought up with --dir {vdir}" not in out or not os.path.isdir(vdir):
+            fails.append(f"down --dir <another>: exit {run.returncode}, expected 2 and {vdir} kept: {out!r}")
+        out, _ = run([vc, "down", "--name", prefix], 60)
+        if f"{vdir} removed" not in out:
+            fails.append(f"down without --dir: does not say that {vdir} was removed: {out!r}")
+    except AssertionError as e:
+        fails.append(f"up/down with a custom --dir: {e}")
+    left = leftovers(prefix, vdir, {})
+    if left:
+        fails.append(f"left after down without --dir (up had --dir {vdir}): " + "; ".join(left))
+        subprocess.run([vc, "down", "--name", prefix, "--dir", vdir])
+
+
 def minicp_jobs(vc, minicp, work, env, fails, times):
     """The project's sbatch script on 2 nodes, and submit's job arrays over 1 and 2 nodes."""
     repo = os.path.dirname(os.path.dirname(vc))
@@ -269,6 +291,7 @@ def main():
     env = dict(os.environ)
     try:
         run([vc, "down", "--name", prefix], 60)  # a leftover of an earlier run with this pid
+        custom_dir_down(vc, work, prefix + "c", fails)
         _, times["up"] = run([vc, "up", "2", "--rate", "1gbit", "--slurm", "--name", prefix], 120)
         recorded = sorted(f[:-4] for f in os.listdir(os.path.join(vdir, "pids")) if f.endswith(".pid"))
         if recorded != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
