@@ -43,26 +43,36 @@ MPIRUN ?= mpirun
 # oversubscription rule does not refuse more ranks than cores.
 MPIRUN_FLAGS ?= --oversubscribe --bind-to none -x OMP_NUM_THREADS=1 -x OMP_PROC_BIND=false
 
+# A variable that holds one value (a file, a directory, a program, a number) reaches the
+# shell through $(call q,...), single-quoted, so a value like 'a;touch X' stays one argument
+# and runs nothing; RUN (one or more files) through $(call qs,...), each word quoted. Those
+# that deliberately hold several flags (CMAKE_FLAGS, MPIRUN_FLAGS, RUN_ARGS and the other
+# *_ARGS) are left unquoted so that they split into their flags. $(call dq,...) escapes a
+# value for inside double quotes (make help prints them).
+q = '$(subst ','\'',$(1))'
+qs = $(foreach f,$(1),$(call q,$(f)))
+dq = $(subst `,\`,$(subst $$,\$$,$(subst ",\",$(subst \,\\,$(1)))))
+
 .PHONY: all help deps configure build test test-long run study calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
 
 all: build
 
 # The comment block at the top of this file, then each variable a command line may set.
 help:
-	@sed -n '2,/^[^#]/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '2,/^[^#]/s/^# \{0,1\}//p' $(call q,$(firstword $(MAKEFILE_LIST)))
 	@echo
 	@echo "Variables (make VAR=value; current value in brackets):"
 	@printf '  %-24s %s\n' \
-	  "BUILD" "the build directory [$(BUILD)]" \
-	  "SANITIZE_BUILD" "make sanitize's build directory [$(SANITIZE_BUILD)]" \
-	  "CMAKE_FLAGS" "extra flags of the first configure, e.g. -DMINICP_ENABLE_CUDA=ON [$(CMAKE_FLAGS)]" \
-	  "JOBS" "parallel build jobs; make test runs 2 x JOBS quick tests at a time [$(JOBS)]" \
-	  "PY" "the Python with h5py, numpy, pandas, matplotlib [$(PY)]" \
-	  "CLANG_FORMAT" "make format's clang-format [$(CLANG_FORMAT)]" \
-	  "RANKS" "ranks of make run and make calibrate [$(RANKS)]" \
-	  "DECK" "the deck of make run and make calibrate [$(DECK)]" \
-	  "MPIRUN" "the MPI launcher [$(MPIRUN)]" \
-	  "MPIRUN_FLAGS" "its flags [$(MPIRUN_FLAGS)]" \
+	  "BUILD" "the build directory [$(call dq,$(BUILD))]" \
+	  "SANITIZE_BUILD" "make sanitize's build directory [$(call dq,$(SANITIZE_BUILD))]" \
+	  "CMAKE_FLAGS" "extra flags of the first configure, e.g. -DMINICP_ENABLE_CUDA=ON [$(call dq,$(CMAKE_FLAGS))]" \
+	  "JOBS" "parallel build jobs; make test runs 2 x JOBS quick tests at a time [$(call dq,$(JOBS))]" \
+	  "PY" "the Python with h5py, numpy, pandas, matplotlib [$(call dq,$(PY))]" \
+	  "CLANG_FORMAT" "make format's clang-format [$(call dq,$(CLANG_FORMAT))]" \
+	  "RANKS" "ranks of make run and make calibrate [$(call dq,$(RANKS))]" \
+	  "DECK" "the deck of make run and make calibrate [$(call dq,$(DECK))]" \
+	  "MPIRUN" "the MPI launcher [$(call dq,$(MPIRUN))]" \
+	  "MPIRUN_FLAGS" "its flags [$(call dq,$(MPIRUN_FLAGS))]" \
 	  "RUN" "make report / make plots: the results file(s) or study index (required)" \
 	  "OUT" "make plots: the output directory [results/plots/<stem of RUN>/]" \
 	  "RUN_ARGS" "make run, make study: more flags of minicp (e.g. --out results/mine.h5)" \
@@ -73,12 +83,12 @@ help:
 	  "SCALING_ARGS" "make scaling-study: more flags of slurm/scaling-study" \
 	  "MODEL_ARGS" "make model-check: more flags of model_check.py" \
 	  "REPORT_ARGS, PLOTS_ARGS" "more flags of the analysis' report and plots commands" \
-	  "PEER_S" "make peer-study: tokens [$(PEER_S)]" \
-	  "PEER_ROUNDS" "make peer-study: alternated rounds [$(PEER_ROUNDS)]" \
-	  "PEER_THREADS" "make peer-study: threads [$(PEER_THREADS)]" \
+	  "PEER_S" "make peer-study: tokens [$(call dq,$(PEER_S))]" \
+	  "PEER_ROUNDS" "make peer-study: alternated rounds [$(call dq,$(PEER_ROUNDS))]" \
+	  "PEER_THREADS" "make peer-study: threads [$(call dq,$(PEER_THREADS))]" \
 	  "PEER_ARGS" "make peer-study: more flags of peer_study.py" \
-	  "SAN_ASAN_OPTIONS" "make sanitize's ASAN_OPTIONS [$(SAN_ASAN_OPTIONS)]" \
-	  "SAN_UBSAN_OPTIONS" "make sanitize's UBSAN_OPTIONS [$(SAN_UBSAN_OPTIONS)]"
+	  "SAN_ASAN_OPTIONS" "make sanitize's ASAN_OPTIONS [$(call dq,$(SAN_ASAN_OPTIONS))]" \
+	  "SAN_UBSAN_OPTIONS" "make sanitize's UBSAN_OPTIONS [$(call dq,$(SAN_UBSAN_OPTIONS))]"
 
 deps:
 	@./tools/deps.sh
@@ -87,12 +97,12 @@ peer-deps:
 	@./tools/deps.sh --peer
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(call q,$(BUILD)) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 configure: $(BUILD)/CMakeCache.txt
 
 build: deps configure
-	cmake --build $(BUILD) -j $(JOBS)
+	cmake --build $(call q,$(BUILD)) -j $(call q,$(JOBS))
 
 # Tests labelled badinput only parse and refuse (an MPI start-up each, mostly waiting) and
 # those labelled quick time nothing (dry runs, the analysis checks): they run 2 x $(JOBS) at
@@ -103,79 +113,79 @@ build: deps configure
 # it, and one fails ("mkdir ... File exists", orte_init failed). A job that sleeps through
 # the parallel stage keeps the directory in place.
 test: build
-	cd $(BUILD) && rc=0; \
-	  $(MPIRUN) -np 1 sleep 900 & keeper=$$!; \
+	cd $(call q,$(BUILD)) && rc=0; \
+	  $(call q,$(MPIRUN)) -np 1 sleep 900 & keeper=$$!; \
 	  for i in $$(seq 50); do ls -d /tmp/ompi.*.$$(id -u)/pid.* >/dev/null 2>&1 && break; sleep 0.1; done; \
-	  ctest --output-on-failure --timeout 600 -L 'badinput|quick' -j $$(( 2 * $(JOBS) )) || rc=1; \
+	  ctest --output-on-failure --timeout 600 -L 'badinput|quick' -j $$(expr 2 \* $(call q,$(JOBS))) || rc=1; \
 	  kill $$keeper 2>/dev/null; wait $$keeper 2>/dev/null; \
 	  ctest --output-on-failure --timeout 600 -LE 'long|badinput|quick' || rc=1; \
 	  exit $$rc
 
 test-long: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 1800 -L long
+	cd $(call q,$(BUILD)) && ctest --output-on-failure --timeout 1800 -L long
 
 run: build
 	mkdir -p results
-	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) $(RUN_ARGS)
+	$(call q,$(MPIRUN)) -np $(call q,$(RANKS)) $(MPIRUN_FLAGS) $(call q,$(BUILD))/bin/minicp --deck $(call q,$(DECK)) $(RUN_ARGS)
 
 study: build
 	mkdir -p results
-	$(MPIRUN) -np 2 $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck inputs/study.toml $(RUN_ARGS)
+	$(call q,$(MPIRUN)) -np 2 $(MPIRUN_FLAGS) $(call q,$(BUILD))/bin/minicp --deck inputs/study.toml $(RUN_ARGS)
 
 kernel-study: build
-	$(PY) kernels/bench/kernel_study.py --bench $(BUILD)/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
+	$(call q,$(PY)) kernels/bench/kernel_study.py --bench $(call q,$(BUILD))/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
 
 bench: build
 	mkdir -p results
-	OMP_PROC_BIND=false $(BUILD)/bin/minicp-kernels-bench --benchmark_out=results/kernels_bench.json \
+	OMP_PROC_BIND=false $(call q,$(BUILD))/bin/minicp-kernels-bench --benchmark_out=results/kernels_bench.json \
 	  --benchmark_out_format=json
 
 cp-study: build
-	$(PY) miniapp/bench/cp_study.py --bench $(BUILD)/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
+	$(call q,$(PY)) miniapp/bench/cp_study.py --bench $(call q,$(BUILD))/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
 
 fidelity-study: build
-	$(PY) miniapp/bench/fidelity_study.py --fidelity $(BUILD)/bin/minicp-fidelity --mpiexec $(MPIRUN) \
+	$(call q,$(PY)) miniapp/bench/fidelity_study.py --fidelity $(call q,$(BUILD))/bin/minicp-fidelity --mpiexec $(call q,$(MPIRUN)) \
 	  --out results/fidelity.json $(FIDELITY_ARGS)
 
 PEER_S ?= 4096
 PEER_ROUNDS ?= 3
 PEER_THREADS ?= 2
 peer-study: build
-	$(PY) miniapp/bench/peer_study.py --minicp $(BUILD)/bin/minicp --seq-len $(PEER_S) --rounds $(PEER_ROUNDS) \
-	  --threads $(PEER_THREADS) --out results/peer.json $(PEER_ARGS)
+	$(call q,$(PY)) miniapp/bench/peer_study.py --minicp $(call q,$(BUILD))/bin/minicp --seq-len $(call q,$(PEER_S)) \
+	  --rounds $(call q,$(PEER_ROUNDS)) --threads $(call q,$(PEER_THREADS)) --out results/peer.json $(PEER_ARGS)
 
 scaling-study: build
-	$(PY) slurm/scaling-study $(SCALING_ARGS)
+	$(call q,$(PY)) slurm/scaling-study $(SCALING_ARGS)
 
 calibrate: build
 	mkdir -p results
-	$(MPIRUN) -np $(RANKS) $(MPIRUN_FLAGS) $(BUILD)/bin/minicp --deck $(DECK) --calibrate --calibration results/calibration.txt
+	$(call q,$(MPIRUN)) -np $(call q,$(RANKS)) $(MPIRUN_FLAGS) $(call q,$(BUILD))/bin/minicp --deck $(call q,$(DECK)) --calibrate --calibration results/calibration.txt
 
 # Those of the two studies that are there.
 MODEL_FILES = $(wildcard results/default.h5 results/study.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
 model-check: build
-	@test -n "$(strip $(MODEL_FILES))" || { echo "make model-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
-	$(PY) miniapp/bench/model_check.py --minicp $(BUILD)/bin/minicp $(MODEL_FILES) $(MODEL_ARGS)
+	@test -n $(call q,$(strip $(MODEL_FILES))) || { echo "make model-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
+	$(call q,$(PY)) miniapp/bench/model_check.py --minicp $(call q,$(BUILD))/bin/minicp $(call qs,$(MODEL_FILES)) $(MODEL_ARGS)
 
 fabric-study: build
-	$(PY) miniapp/bench/fabric_study.py --build $(BUILD) $(FABRIC_ARGS)
+	$(call q,$(PY)) miniapp/bench/fabric_study.py --build $(call q,$(BUILD)) $(FABRIC_ARGS)
 
 # The results analysis (analysis/README.md): Python only, nothing to build.
-ANALYSIS = PYTHONPATH=analysis $(PY) -m minicp_analysis
+ANALYSIS = PYTHONPATH=analysis $(call q,$(PY)) -m minicp_analysis
 report:
-	@test -n "$(RUN)" || { echo "make report: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
-	$(ANALYSIS) report $(RUN) $(REPORT_ARGS)
+	@test -n $(call q,$(strip $(RUN))) || { echo "make report: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
+	$(ANALYSIS) report $(call qs,$(RUN)) $(REPORT_ARGS)
 
 plots:
-	@test -n "$(RUN)" || { echo "make plots: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
-	$(ANALYSIS) plots $(RUN) $(if $(OUT),--out $(OUT)) $(PLOTS_ARGS)
+	@test -n $(call q,$(strip $(RUN))) || { echo "make plots: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
+	$(ANALYSIS) plots $(call qs,$(RUN)) $(if $(OUT),--out $(call q,$(OUT))) $(PLOTS_ARGS)
 
 # Formats the tracked C++ sources in place (the ctest format.check fails on any it would
 # change). miniapp/cp/registry.cpp keeps its table one entry a line between clang-format
 # off/on: tests/CMakeLists.txt reads it line by line ("  <name>_scheme(),").
 format:
-	@command -v $(CLANG_FORMAT) > /dev/null || { echo "format: $(CLANG_FORMAT) not found (make deps installs it)"; exit 1; }
-	git ls-files '*.cpp' '*.hpp' | xargs -r $(CLANG_FORMAT) -i
+	@command -v $(call q,$(CLANG_FORMAT)) > /dev/null || { echo "format: $(call dq,$(CLANG_FORMAT)) not found (make deps installs it)"; exit 1; }
+	git ls-files '*.cpp' '*.hpp' | xargs -r $(call q,$(CLANG_FORMAT)) -i
 
 # Sanitizer run. Any ASan or UBSan report ends the rank with a non-zero exit, so the test
 # fails (mpiexec hands its environment to the ranks it starts on this node). Tests that
@@ -187,13 +197,13 @@ format:
 SAN_ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=0:abort_on_error=0
 SAN_UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 sanitize: deps
-	cmake -S . -B $(SANITIZE_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINICP_SANITIZE=ON $(CMAKE_FLAGS)
-	cmake --build $(SANITIZE_BUILD) -j $(JOBS)
-	cd $(SANITIZE_BUILD) && ASAN_OPTIONS=$(SAN_ASAN_OPTIONS) UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) \
+	cmake -S . -B $(call q,$(SANITIZE_BUILD)) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMINICP_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(call q,$(SANITIZE_BUILD)) -j $(call q,$(JOBS))
+	cd $(call q,$(SANITIZE_BUILD)) && ASAN_OPTIONS=$(call q,$(SAN_ASAN_OPTIONS)) UBSAN_OPTIONS=$(call q,$(SAN_UBSAN_OPTIONS)) \
 	  ctest --output-on-failure --timeout 600
-	@if grep -n -E 'runtime error:|ERROR: (Address|Leak)Sanitizer' $(SANITIZE_BUILD)/Testing/Temporary/LastTest.log; then \
+	@if grep -n -E 'runtime error:|ERROR: (Address|Leak)Sanitizer' $(call q,$(SANITIZE_BUILD))/Testing/Temporary/LastTest.log; then \
 	  echo "sanitize: a sanitizer report in a test ctest counted as passed (see above)"; exit 1; fi
 	@echo "sanitize: all tests passed, no sanitizer report"
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD)
+	rm -rf -- $(call q,$(BUILD)) $(call q,$(SANITIZE_BUILD))

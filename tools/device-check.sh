@@ -5,7 +5,8 @@
 # and runs the kernel tests, the attention-vs-GEMM benchmark, layer steps at P = 1, 2, 4 and
 # the NCCL test, each with its own timeout, into one directory with a summary.json.
 # Exit status: 0 all passed, 1 a step failed (or bundle too large), 2 bad arguments,
-# 77 no GPU (the GPU steps skipped, the rest passed).
+# 3 no usable GPU driver (a program needs libcuda.so.1 and this node has none; the GPU steps
+# skipped), 77 no GPU (the GPU steps skipped, the rest passed).
 set -euo pipefail
 
 PROG=device-check.sh
@@ -20,10 +21,14 @@ CUDA_LIBS='^lib(cuda|cudart|cublas|cublasLt|nccl)\.so'
 # InfiniBand verbs, PSM, netlink) and OpenSHMEM: left out with their libraries.
 SKIP_PLUGIN_DEPS='^lib(ucp|ucs|uct|ucm|fabric|ibverbs|rdmacm|efa|psm2|psm_infinipath|infinipath|nl-3|nl-route-3|mca_common_ucx|mca_common_ofi|mca_common_verbs|oshmem)\.so'
 TOP=minicp-device
+# The first line of every bundle's MANIFEST.txt: how a bundle this script wrote is told apart.
+MARKER='# minicp device bundle'
+NO_DRIVER='no usable GPU driver on this node: libcuda.so.1 not found'
 
 usage() {
   cat <<'EOF'
 Usage: tools/device-check.sh bundle --build DIR --out FILE.tar.gz [--compress auto|gzip|xz]
+                                    [--overwrite]
        tools/device-check.sh run --out DIR (--bundle FILE | --build DIR) [--timeout-s N]
                                  [--python EXE] [--seq-len N]
 
@@ -35,6 +40,10 @@ bundle (on the build machine): packs from DIR/bin the programs minicp and minicp
   --build DIR        build tree whose bin/ holds the programs (required; no default)
   --out FILE         bundle to write, .tar.gz or .tar.xz (required; no default)
   --compress MODE    auto | gzip | xz (default: auto: gzip, xz when gzip exceeds 64 MiB)
+  --overwrite        replace an existing --out, only a bundle this script wrote (default: off,
+                     an existing --out is refused; never a directory, device, FIFO, link or
+                     other file, nor one under inputs/, which the bundle packs)
+  The bundle is written to a temporary file beside --out, then renamed into place.
   A bundle over 64 MiB is refused (exit 1).
 
 run (on the GPU machine): unpacks the bundle into DIR/bundle, finds the CUDA libraries
@@ -46,14 +55,19 @@ run (on the GPU machine): unpacks the bundle into DIR/bundle, finds the CUDA lib
   layer_none_p1, layer_zigzag_p2, layer_zigzag_p4, layer_ulysses_p2, layer_ulysses_p4
   (inputs/tiny.toml, bf16, train, one HDF5 file each in DIR) and nccl_p1 (minicp-test-nccl).
   --out DIR          results directory, created (required; no default)
-  --bundle FILE      bundle written by `bundle` (one of --bundle, --build is required)
+  --bundle FILE      bundle written by `bundle` (one of --bundle, --build is required);
+                     checked to be one (readable, its MANIFEST.txt and bin/minicp) first
   --build DIR        a build tree instead of a bundle (its bin/; the system's mpirun)
   --timeout-s N      seconds for all steps together, 60 to 3600 (default: 600)
   --python EXE       Python whose site-packages hold nvidia/*/lib (default: python3)
   --seq-len N        tokens of the layer steps, 64 to 65536 (default: 2048)
+  Before any program runs, the driver step checks that libcuda.so.1 (the GPU driver's
+  library, which a CUDA build needs to start at all) is found; where it is not, it prints
+  "no usable GPU driver on this node: libcuda.so.1 not found" and the GPU steps are skipped.
   Writes DIR/summary.json and prints
   MINICP_DEVICE_CHECK gpu=... steps=N passed=N failed=N skipped=N.
-  Exit status: 0 all passed, 1 a step failed, 2 bad arguments, 77 no GPU (GPU steps skipped).
+  Exit status: 0 all passed, 1 a step failed, 2 bad arguments, 3 no usable GPU driver
+  (libcuda.so.1 not found), 77 no GPU (GPU steps skipped).
 EOF
 }
 
@@ -78,15 +92,53 @@ needed_libs() {
   done | sort -u
 }
 
+# Whether FILE is a bundle this script wrote: a tar (gzip or xz) whose MANIFEST.txt starts
+# with the marker line (MANIFEST.txt comes first, so this reads no further).
+is_bundle() {
+  local first
+  first=$(tar -xOf "$1" --occurrence=1 "$TOP/MANIFEST.txt" 2>/dev/null | sed -n 1p) || return 1
+  [[ $first == "$MARKER" ]]
+}
+
+# --out of bundle: a new file in an existing, writable directory outside inputs/ (which the
+# bundle packs), or with --overwrite a regular file that is a bundle this script wrote.
+check_bundle_out() {  # out, overwrite (0/1), repository
+  local out=$1 overwrite=$2 repo=$3 dir
+  if [[ $out == */ ]]; then
+    if [[ -d $out ]]; then bad "--out '$out': is a directory (a file name is allowed, e.g. minicp-device.tar.gz)"; fi
+    bad "--out '$out': directory ${out%/} does not exist (a file in an existing directory is allowed)"
+  fi
+  dir=$(dirname -- "$out")
+  [[ -d $dir ]] || bad "--out '$out': directory $dir does not exist (a file in an existing directory is allowed)"
+  [[ -w $dir ]] || bad "--out '$out': directory $dir is not writable (a writable directory is allowed)"
+  [[ ! -d $out ]] || bad "--out '$out': is a directory (a file name is allowed, e.g. minicp-device.tar.gz)"
+  local real_dir inputs
+  real_dir=$(cd -- "$dir" && pwd -P)
+  inputs=$(cd -- "$repo/inputs" && pwd -P)
+  [[ $real_dir/ != "$inputs"/* ]] || bad "--out '$out': inside $inputs, which the bundle packs (a file outside it is allowed)"
+  if [[ -e $out || -L $out ]]; then
+    [[ $overwrite == 1 ]] || bad "--out '$out': exists (a new file is allowed; --overwrite replaces a bundle this script wrote)"
+    [[ -f $out && ! -L $out ]] || bad "--out '$out': not a regular file (--overwrite replaces only a bundle this script wrote)"
+    is_bundle "$out" || bad "--out '$out': not a bundle this script wrote (--overwrite replaces only such a file)"
+  fi
+}
+
+# The staging directory as a tar stream on stdout, MANIFEST.txt first (see is_bundle).
+pack_stage() {  # stage
+  (cd -- "$1" && { printf '%s\0' "$TOP/MANIFEST.txt"; find "$TOP" ! -path "$TOP/MANIFEST.txt" -print0; } |
+    tar --no-recursion --null -cf - -T -)
+}
+
 cmd_bundle() {
-  local build="" out="" compress=auto
+  local build="" out="" compress=auto overwrite=0
   while [[ $# -gt 0 ]]; do
     case $1 in
       --build) need_value "$1" $#; build=$2; shift 2 ;;
       --out) need_value "$1" $#; out=$2; shift 2 ;;
       --compress) need_value "$1" $#; compress=$2; shift 2 ;;
+      --overwrite) overwrite=1; shift ;;
       -h|--help) usage; exit 0 ;;
-      *) bad "bundle: unknown argument '$1' (allowed: --build, --out, --compress; see --help)" ;;
+      *) bad "bundle: unknown argument '$1' (allowed: --build, --out, --compress, --overwrite; see --help)" ;;
     esac
   done
   [[ -n $build ]] || bad "--build: missing (a build tree whose bin/ holds minicp)"
@@ -96,24 +148,32 @@ cmd_bundle() {
   for p in "${PROGRAMS_REQUIRED[@]}"; do
     [[ -x $build/bin/$p ]] || bad "--build '$build': no program $build/bin/$p (required: ${PROGRAMS_REQUIRED[*]})"
   done
-  [[ -d $(dirname -- "$out") ]] || bad "--out '$out': directory $(dirname -- "$out") does not exist"
-  [[ ! -d $out ]] || bad "--out '$out': is a directory (a file name is allowed, e.g. minicp-device.tar.gz)"
-
   local repo; repo=$(cd "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+  check_bundle_out "$out" "$overwrite" "$repo"
+  # An existing --out (a bundle, as checked) must not also be a file the bundle packs.
+  local out_real=""
+  if [[ -e $out ]]; then out_real=$(readlink -f -- "$out"); fi
+
   STAGE=$(mktemp -d)
-  trap 'rm -rf "$STAGE"' EXIT
+  TMP_OUT=""
+  trap 'rm -rf -- "$STAGE"; if [[ -n $TMP_OUT ]]; then rm -f -- "$TMP_OUT"; fi' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   local stage=$STAGE
   local root=$stage/$TOP
   mkdir -p "$root/bin" "$root/lib" "$root/tools" "$root/etc"
   local manifest=$root/MANIFEST.txt
   {
-    echo "# minicp device bundle"
+    echo "$MARKER"
     echo "commit $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' (modified)')"
     echo "created $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
     echo "glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}') (the GPU machine's must be this or newer)"
     echo "# kind bundle-path source"
   } >"$manifest"
   add() {  # kind, source, bundle-relative destination
+    if [[ -n $out_real && $(readlink -f -- "$2") == "$out_real" ]]; then
+      bad "--out '$out': is the $1 file $2, which the bundle packs (a file it does not pack is allowed)"
+    fi
     mkdir -p "$(dirname -- "$root/$3")"
     cp -L "$2" "$root/$3"
     echo "$1 $3 $2" >>"$manifest"
@@ -213,16 +273,20 @@ unset _b
 EOF
   echo "env env.sh (OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_MCA_*, LD_LIBRARY_PATH, PATH)" >>"$manifest"
 
-  local tmp_out="$out.partial.$$"
+  # A temporary beside --out (same file system), renamed into place once complete; the
+  # EXIT trap removes it on any failure.
+  TMP_OUT=$(mktemp -- "$(dirname -- "$out")/.$(basename -- "$out").XXXXXX") ||
+    { echo "$PROG: --out '$out': cannot create a temporary file in $(dirname -- "$out")" >&2; exit 1; }
+  chmod "$(printf '%o' $((0666 & ~8#$(umask))))" "$TMP_OUT"
   local mode=$compress size
   if [[ $mode == auto ]]; then mode=gzip; fi
   while :; do
     if [[ $mode == gzip ]]; then
-      tar -C "$stage" -cf - "$TOP" | gzip -6 >"$tmp_out"
+      pack_stage "$stage" | gzip -6 >"$TMP_OUT"
     else
-      tar -C "$stage" -cf - "$TOP" | xz -T2 -6 >"$tmp_out"
+      pack_stage "$stage" | xz -T2 -6 >"$TMP_OUT"
     fi
-    size=$(stat -c %s "$tmp_out")
+    size=$(stat -c %s "$TMP_OUT")
     if [[ $size -gt $((LIMIT_MIB * 1048576)) && $compress == auto && $mode == gzip ]]; then
       mode=xz
       continue
@@ -230,11 +294,12 @@ EOF
     break
   done
   if [[ $size -gt $((LIMIT_MIB * 1048576)) ]]; then
-    rm -f "$tmp_out"
     echo "$PROG: bundle is $size bytes ($((size / 1048576)) MiB, $mode), over the $LIMIT_MIB MiB limit; nothing written" >&2
     exit 1
   fi
-  mv "$tmp_out" "$out"
+  # -T: never into a directory that took --out's name since it was checked.
+  mv -f -T -- "$TMP_OUT" "$out"
+  TMP_OUT=""
   echo "MINICP_DEVICE_BUNDLE file=$out bytes=$size compress=$mode programs=${#progs[@]} libs=$(grep -c '^lib ' "$manifest")"
 }
 
@@ -270,8 +335,60 @@ run_step() {
     record "$name" passed "$secs" ""
   elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
     record "$name" failed "$secs" "timed out after ${limit} s (see $name.log)"
+  elif grep -q 'libcuda\.so\.1: cannot open shared object file' "$OUTDIR/$name.log"; then
+    record "$name" failed "$secs" "$NO_DRIVER (exit status $rc, see $name.log)"
   else
     record "$name" failed "$secs" "exit status $rc (see $name.log: $(tail -n 1 "$OUTDIR/$name.log" | tr -d '"\\' | cut -c1-160))"
+  fi
+}
+
+# ldd of every program into $OUTDIR/ldd: nothing may be missing but, without a GPU, the
+# CUDA libraries; libcuda.so.1 is left to record_driver.
+record_ldd() {  # root, no_gpu (empty where there is a GPU)
+  local root=$1 no_gpu=$2 p name missing="" missing_cuda="" lib versions=""
+  mkdir -p "$OUTDIR/ldd"
+  ldd --version 2>&1 | head -1 >"$OUTDIR/glibc.txt" || true
+  for p in "$root"/bin/minicp*; do
+    name=$(basename -- "$p")
+    ldd "$p" >"$OUTDIR/ldd/$name.txt" 2>&1 || true
+    while read -r lib; do
+      if [[ $lib == libcuda.so.1 ]]; then continue; fi
+      if [[ $lib =~ $CUDA_LIBS ]]; then missing_cuda+=" $name:$lib"; else missing+=" $name:$lib"; fi
+    done < <(awk '$2 == "=>" && /not found/ {print $1}' "$OUTDIR/ldd/$name.txt")
+    # "version `GLIBC_2.34' not found": this machine's glibc (or libstdc++) is older than the build's.
+    versions+=$(grep -o "version \`[^']*' not found" "$OUTDIR/ldd/$name.txt" | sort -u | sed "s/^/ $name: /" | tr '\n' ' ' || true)
+  done
+  if [[ -n $versions ]]; then
+    record ldd failed 0 "symbol versions missing (this machine's $(cat "$OUTDIR/glibc.txt"); the bundle's: see MANIFEST.txt):$versions$missing"
+  elif [[ -n $missing || (-n $missing_cuda && -z $no_gpu) ]]; then
+    record ldd failed 0 "not found:$missing$missing_cuda"
+  elif [[ -n $missing_cuda ]]; then
+    record ldd passed 0 "every library found but the CUDA ones, which a GPU machine brings:$missing_cuda"
+  else
+    record ldd passed 0 ""
+  fi
+}
+
+# The GPU driver's libcuda.so.1, from the ldd records: a CUDA build cannot start without it
+# (the loader ends it with exit 127 before main, where nothing in the program can catch
+# it), so its absence is said once, here, before any program runs. Returns 1 where a
+# program needs it and it is not found.
+record_driver() {
+  local f users="" where=""
+  for f in "$OUTDIR"/ldd/*.txt; do
+    [[ -f $f ]] || continue
+    if grep -q '^[[:space:]]*libcuda\.so\.1 => not found' "$f"; then users+=" $(basename -- "$f" .txt)"; fi
+    where=${where:-$(awk '$1 == "libcuda.so.1" && $3 ~ /^\// {print $3; exit}' "$f")}
+  done
+  if [[ -n $users ]]; then
+    record driver failed 0 "$NO_DRIVER (needed by$users)"
+    echo "$PROG: $NO_DRIVER" >&2
+    return 1
+  fi
+  if [[ -n $where ]]; then
+    record driver passed 0 "libcuda.so.1 => $where"
+  else
+    record driver skipped 0 "no program needs libcuda.so.1 (a build without CUDA)"
   fi
 }
 
@@ -300,6 +417,10 @@ cmd_run() {
     bad "--timeout-s '$timeout_s': allowed an integer 60 to 3600"
   is_int "$seq_len" && ((seq_len >= 64 && seq_len <= 65536)) || bad "--seq-len '$seq_len': allowed an integer 64 to 65536"
   command -v "$python" >/dev/null || bad "--python '$python': not found (a Python 3 executable is allowed)"
+  # Read through before --out is made: a file that is not a bundle is bad input, not a failed step.
+  if [[ -n $bundle ]] && ! { is_bundle "$bundle" && tar -tf "$bundle" "$TOP/bin/minicp" >/dev/null 2>&1; }; then
+    bad "--bundle '$bundle': not a bundle written by 'device-check.sh bundle' (allowed: a readable .tar.gz or .tar.xz holding $TOP/MANIFEST.txt and $TOP/bin/minicp)"
+  fi
 
   mkdir -p "$out"
   OUTDIR=$(cd "$out" && pwd)
@@ -366,30 +487,17 @@ EOF
     no_gpu="no GPU (no nvidia-smi)"
   fi
 
-  # ldd of every program: nothing may be missing but, without a GPU, the CUDA libraries.
-  mkdir -p "$OUTDIR/ldd"
-  local p missing="" missing_cuda="" lib versions=""
-  ldd --version 2>&1 | head -1 >"$OUTDIR/glibc.txt" || true
-  for p in "$root"/bin/minicp*; do
-    ldd "$p" >"$OUTDIR/ldd/$(basename -- "$p").txt" 2>&1 || true
-    while read -r lib; do
-      if [[ $lib =~ $CUDA_LIBS ]]; then missing_cuda+=" $(basename -- "$p"):$lib"; else missing+=" $(basename -- "$p"):$lib"; fi
-    done < <(awk '$2 == "=>" && /not found/ {print $1}' "$OUTDIR/ldd/$(basename -- "$p").txt")
-    # "version `GLIBC_2.34' not found": this machine's glibc (or libstdc++) is older than the build's.
-    versions+=$(grep -o "version \`[^']*' not found" "$OUTDIR/ldd/$(basename -- "$p").txt" | sort -u | sed "s/^/ $(basename -- "$p"): /" | tr '\n' ' ' || true)
-  done
-  if [[ -n $versions ]]; then
-    record ldd failed 0 "symbol versions missing (this machine's $(cat "$OUTDIR/glibc.txt"); the bundle's: see MANIFEST.txt):$versions$missing"
-  elif [[ -n $missing || (-n $missing_cuda && -z $no_gpu) ]]; then
-    record ldd failed 0 "not found:$missing$missing_cuda"
-  elif [[ -n $missing_cuda ]]; then
-    record ldd passed 0 "every library found but the CUDA ones, which a GPU machine brings:$missing_cuda"
-  else
-    record ldd passed 0 ""
-  fi
+  record_ldd "$root" "$no_gpu"
+  local driver_ok=1
+  record_driver || driver_ok=0
 
   local gpu_steps=(kernels kernels_bench attention_ratio layer_none_p1 layer_zigzag_p2 layer_zigzag_p4
     layer_ulysses_p2 layer_ulysses_p4 nccl_p1)
+  local p
+  if [[ $driver_ok == 0 ]]; then
+    for p in "${gpu_steps[@]}"; do record "$p" skipped 0 "$NO_DRIVER"; done
+    finish "$gpu_name" "$gpus" 3
+  fi
   if [[ -n $no_gpu ]]; then
     for p in "${gpu_steps[@]}"; do record "$p" skipped 0 "$no_gpu"; done
     finish none 0
@@ -453,7 +561,7 @@ EOF
 
 json_str() { local s=$1; s=${s//\\/\\\\}; s=${s//\"/\\\"}; printf '"%s"' "$s"; }
 
-finish() {  # gpu-name gpu-count; writes summary.json, prints the line, exits
+finish() {  # gpu-name gpu-count [exit-status]; writes summary.json, prints the line, exits
   local gpu=$1 count=$2 passed=0 failed=0 skipped=0 s first=1
   {
     printf '{\n  "gpu": %s,\n  "gpus": %s,\n  "steps": [\n' "$(json_str "$gpu")" "$count"
@@ -469,6 +577,7 @@ finish() {  # gpu-name gpu-count; writes summary.json, prints the line, exits
     case ${ST_STATUS[$s]} in passed) passed=$((passed + 1)) ;; failed) failed=$((failed + 1)) ;; *) skipped=$((skipped + 1)) ;; esac
   done
   echo "MINICP_DEVICE_CHECK gpu=$gpu steps=${#STEPS[@]} passed=$passed failed=$failed skipped=$skipped out=$OUTDIR"
+  if [[ -n ${3:-} ]]; then exit "$3"; fi
   if [[ $failed -gt 0 ]]; then exit 1; fi
   if [[ $count -eq 0 ]]; then exit 77; fi
   exit 0
