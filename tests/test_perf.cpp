@@ -1,12 +1,17 @@
 // The performance model against the code it describes: the layer's kernel list against the
-// FLOP definition, the tile counts against what the attention kernel computes, every scheme's
-// schedule against the bytes the scheme really sends (run on this job's ranks), the table's
-// text form, and the overlap rule on made-up links.
+// FLOP definition, the tile counts against what the attention kernel computes and against a
+// tile-by-tile count, every scheme's schedule against the bytes the scheme really sends (run
+// on this job's ranks), the table's text form, and the overlap rule on made-up links.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
@@ -68,6 +73,176 @@ TEST(PerfModel, TileCountsMatchTheKernel) {
     EXPECT_EQ(double(f.blocks_computed), (tf.full + tf.partial) * H) << c.name << " forward";
     EXPECT_EQ(double(b.blocks_computed), (tb.full + tb.partial) * H) << c.name << " backward";
   }
+}
+
+// The tile count as it was first written, tile by tile (every tile's bounds listed, each pair
+// classified): the reference the closed-form count_tiles must equal.
+namespace tile_by_tile {
+struct Bounds {
+  int64_t pmin, pmax, dmin, dmax, rows;
+};
+std::vector<Bounds> tile_bounds(const perf::Spans& rows, int b, int64_t doc_len) {
+  std::vector<Bounds> out;
+  Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0};
+  int64_t in_tile = 0;
+  auto doc = [&](int64_t p) { return doc_len > 0 ? p / doc_len : 0; };
+  for (const perf::Span& sp : rows) {
+    int64_t i = 0;
+    while (i < sp.count) {
+      const int64_t take = std::min<int64_t>(b - in_tile, sp.count - i);
+      const int64_t a = sp.at(i), z = sp.at(i + take - 1);  // monotonic within a span
+      cur.pmin = std::min({cur.pmin, a, z}), cur.pmax = std::max({cur.pmax, a, z});
+      cur.dmin = std::min({cur.dmin, doc(a), doc(z)}), cur.dmax = std::max({cur.dmax, doc(a), doc(z)});
+      in_tile += take, cur.rows += take, i += take;
+      if (in_tile == b) out.push_back(cur), cur = {INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0}, in_tile = 0;
+    }
+  }
+  if (in_tile > 0) out.push_back(cur);
+  return out;
+}
+perf::TileCount count(const cp::Config& c, const perf::Spans& q, const perf::Spans& kv, kernels::AttnTiles tiles) {
+  const bool causal = c.causal || c.window > 0;
+  const int64_t W = c.window;
+  const double whole = double(tiles.q) * tiles.k;
+  perf::TileCount n;
+  for (const Bounds& a : tile_bounds(q, tiles.q, c.doc_len))
+    for (const Bounds& k : tile_bounds(kv, tiles.k, c.doc_len)) {
+      if (causal && k.pmin > a.pmax) continue;
+      if (W > 0 && k.pmax <= a.pmin - W) continue;
+      if (k.dmax < a.dmin || k.dmin > a.dmax) continue;
+      const bool full = (!causal || k.pmax <= a.pmin) && (W == 0 || k.pmin > a.pmax - W) &&
+                        (a.dmin == a.dmax && k.dmin == k.dmax && a.dmin == k.dmin);
+      (full ? n.full : n.partial) += 1;
+      (full ? n.full_area : n.partial_area) += double(a.rows) * double(k.rows) / whole;
+    }
+  return n;
+}
+}  // namespace tile_by_tile
+
+bool same_count(const perf::TileCount& a, const perf::TileCount& b) {
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-12 * std::max(1.0, std::abs(y)); };
+  return near(a.full, b.full) && near(a.partial, b.partial) && near(a.full_area, b.full_area) &&
+         near(a.partial_area, b.partial_area);
+}
+std::string describe(const perf::TileCount& t) {
+  return std::to_string(t.full) + " full, " + std::to_string(t.partial) + " partial, areas " +
+         std::to_string(t.full_area) + " / " + std::to_string(t.partial_area);
+}
+std::string describe(const perf::Spans& s) {
+  std::string out;
+  for (const perf::Span& sp : s)
+    out += "{" + std::to_string(sp.start) + "," + std::to_string(sp.count) + "," + std::to_string(sp.stride) + "}";
+  return out;
+}
+
+// The rows of a call: a rank's rows in one of the layouts, an all-gather chunk of every
+// rank's, a decode step's, or a few spans of random start, stride (negative and 0 too) and count.
+perf::Spans random_rows(std::mt19937_64& g) {
+  auto U = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(g); };
+  const int64_t S = U(1, 600);
+  const int P = int(U(1, 5)), r = int(U(0, P - 1));
+  switch (U(0, 7)) {
+    case 0: return layout::zigzag_spans(2 * P * S, P, r);
+    case 1: return layout::striped_spans(S, P, r);
+    case 2: return layout::contiguous_spans(P * S, P, r);
+    case 3: {
+      const int R = int(U(1, 3)), Uu = int(U(1, 3));
+      return layout::usp_spans(2 * R * Uu * S, R, Uu, int(U(0, R * Uu - 1)));
+    }
+    case 4: {  // all-gather's chunk k of every rank's two zigzag chunks
+      const int64_t half = S / 2 + 1, size = U(1, half), begin = U(0, half - size);
+      perf::Spans kv;
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < P; ++i) kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + begin, size, 1});
+      return kv;
+    }
+    case 5: return {{S, U(1, 9), 1}};
+    default: break;
+  }
+  perf::Spans s;
+  for (int64_t i = 0, n = U(0, 4); i < n; ++i) {
+    const int64_t stride = U(0, 9) == 0 ? 0 : U(-3, 9), count = U(0, 150);
+    s.push_back({U(0, 1500) + (stride < 0 ? -stride * count : 0), count, stride});
+  }
+  return s;
+}
+
+// The closed-form count against the tile-by-tile one on random calls, each way of cutting the
+// runs forced in turn, and once more with every position moved by about 2^61 (a multiple of
+// doc_len: the same mask), which must not change the count either.
+TEST(PerfModel, TileCountsEqualTheTileByTileCount) {
+  std::mt19937_64 g(20240613);
+  auto U = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(g); };
+  const perf::TileCut cuts[] = {perf::TileCut::Cheapest, perf::TileCut::QueryResidues, perf::TileCut::KeyResidues,
+                                perf::TileCut::QueryDocuments, perf::TileCut::KeyDocuments};
+  int failures = 0;
+  for (int it = 0; it < 3000 && failures < 5; ++it) {
+    const perf::Spans q = random_rows(g), kv = random_rows(g);
+    cp::Config c;
+    c.causal = U(0, 2) > 0;
+    const int64_t w = U(0, 4), d = U(0, 4);
+    c.window = w == 1 ? U(1, 50) : w == 2 ? U(1, 3000) : w == 3 ? INT64_MAX : 0;
+    c.doc_len = d == 1 ? U(1, 20) : d == 2 ? U(1, 3000) : d == 3 ? (U(0, 4) == 0 ? INT64_MAX : U(100, 400)) : 0;
+    const kernels::AttnTiles t = U(0, 3) == 0 ? kernels::AttnTiles{int(U(1, 4)), int(U(1, 4))}
+                                              : kernels::AttnTiles{int(U(1, 70)), int(U(1, 70))};
+    const perf::TileCount want = tile_by_tile::count(c, q, kv, t);
+    const int64_t far = (int64_t(1) << 61) + U(0, 1 << 20), shift = c.doc_len > 0 ? far / c.doc_len * c.doc_len : far;
+    perf::Spans q2 = q, kv2 = kv;
+    for (perf::Span& s : q2) s.start += shift;
+    for (perf::Span& s : kv2) s.start += shift;
+    for (const perf::TileCut cut : cuts)
+      for (const bool moved : {false, true}) {
+        const perf::TileCount got = moved ? perf::count_tiles(c, q2, kv2, t, cut) : perf::count_tiles(c, q, kv, t, cut);
+        if (same_count(got, want)) continue;
+        ++failures;
+        ADD_FAILURE() << "q " << describe(q) << " kv " << describe(kv) << " tiles " << t.q << "x" << t.k << " causal "
+                      << c.causal << " window " << c.window << " doc_len " << c.doc_len << " cut " << int(cut)
+                      << (moved ? " moved" : "") << ": " << describe(got) << ", tile by tile " << describe(want);
+      }
+  }
+}
+
+// A 2^40-token sequence in zigzag over 8 ranks, each rank's queries against every rank's keys
+// (together: the whole sequence). Tiles of 64 never straddle a chunk, so the query tile of
+// global index m sees m whole key tiles and the diagonal one, and the visible (query, key)
+// pairs, whole tiles' 64^2 and diagonal tiles' 64*65/2, are sum (q + 1) over the rank's
+// queries. Documents of 4096 tokens: the tile sees m mod 64 whole tiles. A count that grew
+// with the sequence would not end.
+TEST(PerfModel, TileCountsOfA2To40Sequence) {
+  const int64_t S = int64_t(1) << 40, b = 64;
+  const int P = 8;
+  const int64_t C = S / (2 * P) / b;  // tiles per chunk
+  using i128 = __int128;
+  const auto start = std::chrono::steady_clock::now();
+  for (const int64_t doc_len : {int64_t(0), int64_t(4096)}) {
+    cp::Config c;
+    c.causal = true, c.doc_len = doc_len;
+    for (int r = 0; r < P; ++r) {
+      perf::TileCount got;
+      for (int s = 0; s < P; ++s) {
+        const perf::TileCount t =
+            perf::count_tiles(c, layout::zigzag_spans(S, P, r), layout::zigzag_spans(S, P, s), {int(b), int(b)});
+        got.full += t.full, got.partial += t.partial, got.full_area += t.full_area, got.partial_area += t.partial_area;
+      }
+      i128 full = 0, visible = 0;
+      for (const int64_t chunk : {int64_t(r), int64_t(2 * P - 1 - r)}) {
+        const i128 m0 = i128(chunk) * C, m1 = m0 + C;  // the chunk's tiles [m0, m1)
+        full += doc_len == 0 ? (m0 + m1 - 1) * C / 2 : C / 64 * (63 * 64 / 2);
+        const i128 q0 = m0 * b, q1 = m1 * b;  // sum of q + 1 over [q0, q1)
+        visible += (q0 + 1 + q1) * (q1 - q0) / 2;
+      }
+      const perf::TileCount want{double(full), double(2 * C), double(full), double(2 * C)};
+      EXPECT_TRUE(same_count(got, want)) << "rank " << r << " doc_len " << doc_len << ": " << describe(got)
+                                         << ", expected " << describe(want);
+      if (doc_len == 0) {
+        EXPECT_NEAR(got.full_area * b * b + got.partial_area * b * (b + 1) / 2, double(visible),
+                    1e-12 * double(visible))
+            << "rank " << r;
+      }
+    }
+  }
+  std::printf("count_tiles: 2 x 64 calls at S = 2^40 in %.3f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
 }
 
 // Bytes of every call a schedule lists, by the one definition.

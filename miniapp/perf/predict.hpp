@@ -51,7 +51,12 @@ std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward);
 struct TileCount {
   double full = 0, partial = 0, full_area = 0, partial_area = 0;
 };
-TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, kernels::AttnTiles tiles);
+// Counted in closed form over the spans (tile_count.cpp): the cost does not grow with seq_len.
+// `cut`: how a pair of tile runs whose documents are not regular is cut up (the cheapest by
+// default; the tests force each, which must all agree).
+enum class TileCut { Cheapest, QueryResidues, KeyResidues, QueryDocuments, KeyDocuments };
+TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, kernels::AttnTiles tiles,
+                      TileCut cut = TileCut::Cheapest);
 
 // The links of a job: within a node and across nodes.
 struct Link {
