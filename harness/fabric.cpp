@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +67,65 @@ std::vector<std::pair<std::string, std::string>> string_table(const toml::table&
   return out;
 }
 
+// A profile is data that users share: it may only tune the fabric. An MCA parameter must belong
+// to a transport framework (selection and tuning); a variable must be a transport library's.
+// Neither may name a path, file, directory, plug-in, module or program: those load or run code
+// (mca_base_component_path, LD_PRELOAD, NCCL_NET_PLUGIN, FI_PROVIDER_PATH, UCX_MODULE_DIR) or
+// write files outside the run.
+const std::vector<std::string> kMcaFrameworks = {"pml", "btl", "mtl", "osc", "coll", "bml", "topo", "io"};
+const std::vector<std::string> kEnvPrefixes = {"UCX_", "NCCL_", "FI_", "PSM2_", "PSM3_", "HCOLL_", "UCC_", "MXM_"};
+// Words (between underscores) of a name that points at code or files.
+const std::vector<std::string> kCodeWords = {
+    "path",    "paths",   "file", "files", "filename", "dir",    "dirs",   "directory", "plugin",  "plugins",
+    "module",  "modules", "lib",  "libs",  "library",  "agent",  "exec",   "prog",      "program", "cmd",
+    "command", "preload", "hook", "hooks", "prefix",   "script", "binary", "tmpdir"};
+
+bool safe_name_chars(const std::string& k, bool upper) {
+  if (k.empty()) return false;
+  for (char c : k)
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '_' ||
+          (upper ? (c >= 'A' && c <= 'Z') : (c >= 'a' && c <= 'z'))))
+      return false;
+  return !std::isdigit(static_cast<unsigned char>(k[0])) && k[0] != '_';
+}
+
+bool names_code(const std::string& k) {
+  std::string low = k;
+  for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const std::string& w : split(low, '_'))
+    if (std::find(kCodeWords.begin(), kCodeWords.end(), w) != kCodeWords.end()) return true;
+  return false;
+}
+
+bool has_control_char(const std::string& v) {
+  return std::any_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+// "" when the [mca] or [env] entry may be applied, else why not (the caller names the key).
+std::string entry_problem(bool mca, const std::string& k, const std::string& v) {
+  if (!safe_name_chars(k, !mca))
+    return mca ? "not an MCA parameter name (lower-case letters, digits and _)"
+               : "not a variable name (upper-case letters, digits and _)";
+  if (mca) {
+    const std::string fw = k.substr(0, k.find('_'));
+    if (std::find(kMcaFrameworks.begin(), kMcaFrameworks.end(), fw) == kMcaFrameworks.end())
+      return "not a parameter of a transport framework (allowed: " + join(kMcaFrameworks) + " and their _ tuning)";
+  } else if (std::none_of(kEnvPrefixes.begin(), kEnvPrefixes.end(),
+                          [&](const std::string& pre) { return k.rfind(pre, 0) == 0 && k.size() > pre.size(); })) {
+    return "not a transport library's variable (allowed: " + join(kEnvPrefixes, "*, ") + "*)";
+  }
+  if (names_code(k)) return "names a path, file, plug-in or program, which a profile may not set";
+  if (has_control_char(v)) return "its value holds a control character";
+  return "";
+}
+
+void check_entries(const std::vector<std::pair<std::string, std::string>>& entries, bool mca, const std::string& f) {
+  for (const auto& [k, v] : entries) {
+    const std::string why = entry_problem(mca, k, v);
+    if (!why.empty()) throw UsageError(f + (mca ? "mca." : "env.") + "\"" + printable(k) + "\": " + why);
+  }
+}
+
 const std::vector<std::string> kRequirementKinds = {
     "openmpi", "ompi:<framework>/<component>", "ucx:<transport>", "ib", "gpu", "nccl", "nodes:<n>"};
 
@@ -93,11 +153,13 @@ void read_profile(FabricProfile& p, const toml::table& t) {
           throw UsageError(f + "requires: each entry is one of " + join(kRequirementKinds));
         p.requirements.push_back(*e.value<std::string>());
       }
-    } else if (key == "mca" && v.is_table())
+    } else if (key == "mca" && v.is_table()) {
       p.mca = string_table(*v.as_table(), f + "mca");
-    else if (key == "env" && v.is_table())
+      check_entries(p.mca, true, f);
+    } else if (key == "env" && v.is_table()) {
       p.env = string_table(*v.as_table(), f + "env");
-    else if (key == "link" && v.is_table()) {
+      check_entries(p.env, false, f);
+    } else if (key == "link" && v.is_table()) {
       const toml::table& l = *v.as_table();
       p.bandwidth_gbit_s = l["bandwidth_gbit_s"].value_or(0.0);
       p.latency_us = l["latency_us"].value_or(0.0);
@@ -327,38 +389,50 @@ std::string deck_fabric(const std::string& path) {
   }
 }
 
+namespace {
+
+// The first variable the profile sets that the environment already holds with another value
+// (from mpirun --mca, -x or the shell), as a message; "" when none.
+std::string env_conflict(const FabricProfile& p) {
+  std::vector<std::pair<std::string, std::string>> vars;
+  for (const auto& [k, v] : p.mca) vars.emplace_back("OMPI_MCA_" + k, v);
+  vars.insert(vars.end(), p.env.begin(), p.env.end());
+  for (const auto& [k, v] : vars) {
+    const char* had = std::getenv(k.c_str());
+    if (had && v != had)
+      return "fabric " + p.name + " sets " + k + "=" + v + " but the environment has " + k + "=" + had +
+             " (from mpirun --mca, -x or the shell): remove one";
+  }
+  return "";
+}
+
+}  // namespace
+
 int apply_fabric(const char* prog, const FabricRequest& req) {
   if (req.name.empty()) return -1;
   std::string msg;
   try {
     FabricProfile p = load_fabric(req.name, req.flag);
     msg = unmet_requirement(p);
-    for (const auto& [k, v] : p.mca) {
-      if (!msg.empty()) break;
-      const std::string var = "OMPI_MCA_" + k;
-      const char* had = std::getenv(var.c_str());
-      if (had && v != had)
-        msg = "fabric " + p.name + " sets " + var + "=" + v + " but the environment has " + var + "=" + had +
-              " (from mpirun --mca, -x or the shell): remove one";
-      else
-        setenv(var.c_str(), v.c_str(), 1);
+    // A conflict with the environment mpirun gave every rank: the environment may not even
+    // start MPI (its own settings), so it ends here, said by rank 0 as the launcher numbers it.
+    if (const std::string conflict = msg.empty() ? env_conflict(p) : ""; !conflict.empty()) {
+      if (launcher_rank() <= 0) std::fprintf(stderr, "%s: %s\n", prog, printable(conflict).c_str());
+      return 2;
     }
-    for (const auto& [k, v] : p.env) {
-      if (!msg.empty()) break;
-      const char* had = std::getenv(k.c_str());
-      if (had && v != had)
-        msg =
-            "fabric " + p.name + " sets " + k + "=" + v + " but the environment has " + k + "=" + had + ": remove one";
-      else
-        setenv(k.c_str(), v.c_str(), 1);
-    }
+    // All of it or none: a refused profile leaves the environment as it was.
+    for (const auto& [k, v] : p.mca)
+      if (msg.empty() && setenv(("OMPI_MCA_" + k).c_str(), v.c_str(), 1) != 0)
+        msg = "fabric " + p.name + ": cannot set OMPI_MCA_" + k;
+    for (const auto& [k, v] : p.env)
+      if (msg.empty() && setenv(k.c_str(), v.c_str(), 1) != 0) msg = "fabric " + p.name + ": cannot set " + k;
     if (msg.empty()) applied() = std::make_unique<FabricProfile>(std::move(p));
   } catch (const UsageError& e) {
     msg = e.what();
   }
-  if (msg.empty()) return -1;
-  if (launcher_rank() <= 0) std::fprintf(stderr, "%s: %s\n", prog, msg.c_str());
-  return 2;
+  // Reported in the parse step, once, whichever ranks it failed on (set_startup_error).
+  if (!msg.empty()) set_startup_error(msg);
+  return -1;
 }
 
 const FabricProfile* applied_fabric() { return applied().get(); }

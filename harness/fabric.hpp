@@ -84,8 +84,10 @@ std::string deck_fabric(const std::string& path);
 
 // Before MPI_Init: loads the requested profile, checks its requirements and puts its settings
 // into the environment. A variable already set to another value (mpirun --mca, -x, the user's
-// shell) is a conflict, refused rather than silently overridden. Returns -1 to go on, or 2
-// after printing one message (from the job's rank 0 as the launcher names it).
+// shell) is a conflict, refused rather than silently overridden: returns 2 after rank 0 (as
+// the launcher names it) printed it, before MPI starts. Any other refusal sets nothing, and
+// its message becomes the parse step's bad input (set_startup_error), which every rank agrees
+// on and one prints, exit code 2 (a profile may fail on one node only). Else returns -1.
 int apply_fabric(const char* prog, const FabricRequest& req);
 
 // The profile apply_fabric applied (nullptr: none).

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -65,7 +66,54 @@ std::string read_all(int fd) {
   }
 }
 
+// The lock files this process holds, where a signal handler can read them: fixed storage,
+// no allocation (a handler may only call async-signal-safe functions).
+constexpr int kMaxHeld = 8;
+char g_held[kMaxHeld][4096];
+volatile sig_atomic_t g_held_set[kMaxHeld];
+char g_stop_message[2048];  // what a stop says, "" for nothing (a rank that owns no output)
+
+void note_held(const std::string& file, bool held) {
+  for (int i = 0; i < kMaxHeld; ++i) {
+    if (held && !g_held_set[i] && file.size() < sizeof g_held[i]) {
+      std::memcpy(g_held[i], file.c_str(), file.size() + 1);
+      g_held_set[i] = 1;
+      return;
+    }
+    if (!held && g_held_set[i] && file == g_held[i]) g_held_set[i] = 0;
+  }
+}
+
+void write_str(const char* s) {
+  if (::write(STDERR_FILENO, s, std::strlen(s)) < 0) return;  // nothing to do about it here
+}
+
+extern "C" void on_stop(int sig) {
+  const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+  for (int i = 0; i < kMaxHeld; ++i)
+    if (g_held_set[i]) ::unlink(g_held[i]);
+  if (g_stop_message[0]) {
+    write_str(g_stop_message);
+    write_str(name);
+    write_str(g_stop_message + std::strlen(g_stop_message) + 1);  // the part after the name
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 }  // namespace
+
+void on_stop_signal(const std::string& before, const std::string& after) {
+  const std::string both = before + '\0' + after + "\n";
+  if (both.size() < sizeof g_stop_message) {
+    std::memcpy(g_stop_message, both.data(), both.size());
+    g_stop_message[both.size()] = '\0';
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
 
 std::string lock_file_of(const std::string& path) { return path + ".lock"; }
 
@@ -97,6 +145,7 @@ std::string OutputLock::take(const std::string& prog, const std::string& flag, c
     }
     fd_ = fd;
     file_ = file;
+    note_held(file_, true);
     const std::string record =
         "pid=" + std::to_string(::getpid()) + " host=" + host_name() + " since=" + utc_now() + "\n";
     // A directory that cannot take these few bytes cannot take the output either: say so now.
@@ -127,6 +176,7 @@ std::string OutputLock::busy_message(const std::string& prog, const std::string&
 
 void OutputLock::release() {
   if (fd_ < 0) return;
+  note_held(file_, false);
   ::unlink(file_.c_str());  // first: while we hold the lock, no one else can be using the file
   ::close(fd_);
   fd_ = -1;

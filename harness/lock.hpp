@@ -38,6 +38,12 @@ class OutputLock {
   std::string file_;
 };
 
+// From now on SIGTERM, SIGINT and SIGHUP remove the lock files this process holds, print
+// "<before><signal name><after>" (when before is not empty) and end the process as the
+// signal would. For a run stopped by its batch system or a ^C: no lock is left behind, and
+// the message says what the user can do (resume).
+void on_stop_signal(const std::string& before, const std::string& after);
+
 // The lock file of an output path.
 std::string lock_file_of(const std::string& path);
 

@@ -3,10 +3,12 @@
 // included) runs before Kokkos starts and before any work, and one function maps what it
 // throws to a message and an exit code.
 //
-//   UsageError (bad input)    -> "<prog>: <message>" on stderr from rank 0 only; every rank
-//                                returns 2 (after MPI_Finalize). Must be thrown on every rank:
-//                                parsing is deterministic, and facts only one rank sees go
-//                                through check_on_root().
+//   UsageError (bad input)    -> "<prog>: <message>" on stderr from the lowest rank that threw
+//                                it; every rank returns 2 (after MPI_Finalize). Parse's
+//                                verdicts are agreed by every rank, so a check that fails on
+//                                one rank alone (a file or variable only it sees) ends the job
+//                                too; facts only one rank should look at go through
+//                                check_on_root().
 //   --help                    -> parse() prints the help on rank 0; exit code 0; Kokkos is
 //                                never initialised, so the help lists the program's options.
 //   AgreedError               -> a failure every rank agreed on at one point (agree()):
@@ -49,6 +51,24 @@ struct AgreedError : JobError {
   using JobError::JobError;
 };
 
+// s with every control character escaped ("\\n", "\\x1b"): a path or name from the user or
+// a file is printed through it, so that it can neither move the terminal nor forge a line.
+std::string printable(const std::string& s);
+
+// The most threads per rank a run may ask for (OMP_NUM_THREADS, --kokkos-threads,
+// --kokkos-num-threads): Kokkos 3.4's OpenMP backend crashes when its thread pool is torn down
+// at 1024.
+constexpr int kMaxThreads = 512;
+
+// Checks the thread count the environment and Kokkos' flags ask for, and spells the thread
+// flag as this Kokkos knows it (3.x: --kokkos-threads, 4.x: --kokkos-num-threads); throws
+// UsageError naming the variable or flag, its value and the range.
+void check_thread_request(std::vector<std::string>& kokkos_args);
+
+// "" where this build can start (a CUDA build: a usable GPU), else why not. Checked at the
+// start of the parse step, agreed by every rank like bad input (exit code 2).
+std::string gpu_problem();
+
 // Thrown by parse() once the help has been printed: the program ends with exit code 0.
 struct HelpShown {};
 
@@ -60,6 +80,9 @@ class Args {
   // The program's own arguments, argv[0] first; Kokkos' --kokkos-* arguments are taken out
   // (they go to Kokkos::initialize).
   const std::vector<std::string>& args() const { return args_; }
+  // The --kokkos-* words as given (for the record of the command line).
+  const std::vector<std::string>& kokkos_args() const { return kokkos_; }
+  void set_kokkos_args(std::vector<std::string> k) { kokkos_ = std::move(k); }
   int argc() const { return int(ptrs_.size()); }
   const char* const* argv() const { return ptrs_.data(); }
   int rank() const { return rank_; }  // in MPI_COMM_WORLD; 0 under main_serial
@@ -70,6 +93,7 @@ class Args {
   std::string prog_;
   std::vector<std::string> args_;
   std::vector<const char*> ptrs_;
+  std::vector<std::string> kokkos_;
   int rank_, size_;
   bool mpi_;
 };
@@ -87,6 +111,10 @@ int main(int argc, char** argv, const char* prog, const ParseFn& parse, const Ru
 // Single-process programs that do not use MPI: the same steps and the same error mapping
 // without MPI (an unexpected exception prints "<prog>: <what>" and returns 1).
 int main_serial(int argc, char** argv, const char* prog, const ParseFn& parse, const RunFn& run);
+
+// A failure found before MPI started (the fabric profile), raised as bad input at the start
+// of the parse step, so that every rank agrees on it and it is printed once.
+void set_startup_error(const std::string& why);
 
 // Runs check on rank 0 only and makes its answer every rank's: a non-empty message throws
 // UsageError(message) on every rank. For what only rank 0 sees (the file system where it

@@ -86,11 +86,40 @@ std::string output_path_problem(const std::string& flag, const std::string& path
   return "";
 }
 
-void check_outputs(const Args& a, const std::vector<OutputFile>& outs) {
+std::function<bool(const Json&)> json_file_kind(const std::string& kind) {
+  return [kind](const Json& j) { return j.is_object() && j.contains("file_kind") && j["file_kind"] == kind; };
+}
+
+namespace {
+// "" when the existing file at o.path (or none, or an empty one) is the output's own kind.
+std::string kind_problem(const OutputFile& o) {
+  struct stat st {};
+  if (!o.own || ::stat(o.path.c_str(), &st) != 0 || st.st_size == 0) return "";
+  bool own = false;
+  try {
+    std::FILE* f = std::fopen(o.path.c_str(), "rb");
+    if (f) {
+      std::string text(size_t(st.st_size), '\0');
+      const size_t n = std::fread(text.data(), 1, text.size(), f);
+      std::fclose(f);
+      text.resize(n);
+      own = o.own(Json::parse(text));
+    }
+  } catch (const std::exception&) {
+    own = false;  // not JSON: another kind
+  }
+  return own ? ""
+             : o.flag + " " + o.path + ": exists and is not " + o.what + "; give " + o.flag +
+                   " another name, or --overwrite to replace it";
+}
+}  // namespace
+
+void check_outputs(const Args& a, const std::vector<OutputFile>& outs, bool overwrite) {
   check_on_root(a, [&] {
     for (const OutputFile& o : outs) {
       if (o.path.empty()) continue;
-      const std::string why = output_path_problem(o.flag, o.path);
+      std::string why = output_path_problem(o.flag, o.path);
+      if (why.empty() && !overwrite) why = kind_problem(o);
       if (!why.empty()) return why;
     }
     return std::string();

@@ -11,8 +11,10 @@
 // temporary file in the same directory and renames it into place, removing the temporary
 // on any failure.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/main.hpp"
@@ -23,9 +25,19 @@ namespace minicp::harness {
 using Json = nlohmann::ordered_json;
 
 struct OutputFile {
+  OutputFile(std::string flag, std::string path, std::string what = "", std::function<bool(const Json&)> own = {})
+      : flag(std::move(flag)), path(std::move(path)), what(std::move(what)), own(std::move(own)) {}
   std::string flag;  // as the user typed it: "--json"
   std::string path;  // empty: the flag was not given (skipped)
+  // The JSON this program writes there: an existing file that is not such a JSON object is
+  // replaced only with --overwrite. `what` names it in the refusal ("a minicp-cp-bench
+  // result"); an empty `own` takes any regular file.
+  std::string what;
+  std::function<bool(const Json&)> own;
 };
+
+// The `own` of a JSON output that records "file_kind": kind.
+std::function<bool(const Json&)> json_file_kind(const std::string& kind);
 
 // "" when path can be written as an output file, else "<flag> <path>: <why>". Writability is
 // tested by creating and removing a uniquely named file in the target directory.
@@ -37,9 +49,10 @@ std::string output_path_problem(const std::string& flag, const std::string& path
 // file have one lock. A directory part is the kernel's to follow: its links lead to one file.
 std::string output_target(const std::string& path);
 
-// Rank 0 checks every given output (output_path_problem); a problem throws UsageError on
-// every rank. Call from the parse step.
-void check_outputs(const Args& a, const std::vector<OutputFile>& outs);
+// Rank 0 checks every given output (output_path_problem, and without overwrite an existing
+// file that is not the output's own kind); a problem throws UsageError on every rank. Call
+// from the parse step.
+void check_outputs(const Args& a, const std::vector<OutputFile>& outs, bool overwrite = false);
 
 // Rank 0 deletes the files at the given outputs' paths (see the policy above).
 void remove_old_outputs(const Args& a, const std::vector<OutputFile>& outs);

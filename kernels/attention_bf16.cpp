@@ -36,9 +36,14 @@ std::string attention_isa() {
   constexpr const char* kVar = "MINICP_ATTENTION_ISA";
   const char* env = std::getenv(kVar);
   if (env == nullptr || *env == '\0') return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
-  if (std::string(env) == "plain") return "plain";
-  throw std::invalid_argument(std::string(kVar) + "=\"" + env +
-                              "\": not one of plain (unset: the path is chosen from the CPU flags)");
+  const std::string v = env;
+  if (v == "plain") return "plain";
+  // The value a results file records: accepted where the CPU can run it.
+  if (v == "avx512_bf16" && cpu_has_avx512_bf16()) return v;
+  if (v == "avx512_bf16")
+    throw std::invalid_argument(std::string(kVar) + "=\"" + v + "\": this CPU has no avx512_bf16 (use plain)");
+  throw std::invalid_argument(std::string(kVar) + "=\"" + v +
+                              "\": not one of plain, avx512_bf16 (unset: the path is chosen from the CPU flags)");
 }
 
 std::string attention_isa_error() {

@@ -30,6 +30,10 @@ namespace mc = minicp::comm;
 namespace hn = minicp::harness;
 using hn::UsageError;
 
+// The file_kind of the JSON this program writes: an existing --json without it is another
+// program's file, replaced only with --overwrite.
+const char* const kFileKind = "minicp-comm-bench";
+
 enum class Op { PingPong, SendRecv, AllToAll, AllGather, ReduceScatter, AllReduce };
 struct OpInfo {
   Op op;
@@ -106,8 +110,9 @@ struct Options {
   std::vector<int> progress_cpus;
   mc::Staging staging = mc::Staging::Direct;
   std::string json, progress_cpus_text, staging_name = "direct";
-  std::string fabric;    // --fabric (applied before MPI_Init by main)
-  hn::MpiSelection mpi;  // what MPI selected, checked against the profile
+  bool overwrite = false;  // --overwrite: an existing --json of another kind may be replaced
+  std::string fabric;      // --fabric (applied before MPI_Init by main)
+  hn::MpiSelection mpi;    // what MPI selected, checked against the profile
 };
 
 // What the command line gives as text, checked after parsing.
@@ -153,6 +158,8 @@ void declare_flags(CLI::App& app, Options& o, RawFlags& raw) {
                  "Write all results to FILE (by rank 0, whole, then renamed into place; checked before the run, "
                  "and an old FILE is removed when the run starts)")
       ->type_name("FILE");
+  app.add_flag("--overwrite", o.overwrite,
+               "Replace an existing --json that is not a minicp-comm-bench result; default: off");
   app.footer(
       "What `size` means (nccl-tests convention): the bytes of each rank's buffer.\n"
       "  pingpong        ranks 0 and 1 bounce `size` bytes; time = half the round trip (latency)\n"
@@ -235,7 +242,9 @@ void parse_args(const hn::Args& a, Options& o) {
   o.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   check_flags(o, raw);
   o.ops = parse_ops(raw.ops);
-  if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
+  if (app.count("--json"))
+    hn::check_outputs(a, {{"--json", o.json, "a minicp-comm-bench result", hn::json_file_kind(kFileKind)}},
+                      o.overwrite);
   // The two buffers of -e/--maxbytes each (host staging adds pooled copies of what is in flight).
   hn::check_memory(a, "-e/--maxbytes " + raw.maxb, 2.0 * double(o.maxbytes),
                    mc::Communicator::node_topology().local_size);
@@ -391,6 +400,7 @@ class Bench {
 hn::Json results_json(const std::string& backend, const std::string& library, int ranks, int hosts, const Options& o,
                       const std::vector<Row>& rows, const std::vector<std::string>& skipped) {
   hn::Json js;
+  js["file_kind"] = kFileKind;
   js["backend"] = backend;
   js["mpi_library"] = library;
   js["ranks"] = ranks;

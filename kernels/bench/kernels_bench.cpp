@@ -209,6 +209,11 @@ void TileArgs(benchmark::internal::Benchmark* b) {
 // Google Benchmark's own arguments (--benchmark_*), handed to benchmark::Initialize.
 std::vector<std::string> g_bench_args;
 
+// What Google Benchmark writes with --benchmark_out (JSON format): its context and results.
+bool google_benchmark_json(const minicp::harness::Json& j) {
+  return j.is_object() && j.contains("context") && j.contains("benchmarks");
+}
+
 // Options -> the globals above, every check, before Kokkos starts: Google Benchmark's flags
 // are checked here too, and the attention buffers of the largest case must fit in memory.
 void parse(const minicp::harness::Args& a) {
@@ -220,9 +225,13 @@ void parse(const minicp::harness::Args& a) {
   hn::add_int_list(app, "--head-dim", g_dim, 2, hn::kNoMax, "attention head dims D, even (comma list)");
   hn::add_int_list(app, "--causal", g_causal, 0, 1, "0 full, 1 causal (comma list)");
   hn::add_int(app, "--heads", kHeads, 1, hn::kNoMax, "query heads = kv heads");
+  bool overwrite = false;
+  app.add_flag("--overwrite", overwrite,
+               "replace an existing --benchmark_out that is not a Google Benchmark JSON file (default: off)");
   app.footer(
       "Counters: FLOPS = useful FLOP/s (formulas of docs/figures-of-merit.md), exec_FLOPS = executed FLOP/s.\n"
-      "Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.\n"
+      "Kokkos flags (--kokkos-threads=N or --kokkos-num-threads=N, 1 to 512) go to Kokkos. Exit status: 0 ok, 2 bad "
+      "command line.\n"
       "Google Benchmark's own flags:");
   hn::parse(app, a, [] { benchmark::PrintDefaultHelp(); });
   for (int64_t D : g_dim)
@@ -231,10 +240,11 @@ void parse(const minicp::harness::Args& a) {
 
   g_bench_args.assign(1, a.args()[0]);
   for (const std::string& x : app.remaining()) {
-    if (x.rfind("--benchmark_out=", 0) == 0) {
-      const std::string why = hn::output_path_problem("--benchmark_out", x.substr(16));
-      if (!why.empty()) throw hn::UsageError(why);
-    }
+    // Google Benchmark truncates its --benchmark_out before it runs anything: checked here as
+    // every output is (a file of its own kind, a Google Benchmark JSON, or --overwrite).
+    if (x.rfind("--benchmark_out=", 0) == 0)
+      hn::check_outputs(a, {{"--benchmark_out", x.substr(16), "a Google Benchmark JSON file", google_benchmark_json}},
+                        overwrite);
     g_bench_args.push_back(x);
   }
   std::vector<char*> argv;

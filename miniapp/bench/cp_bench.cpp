@@ -8,6 +8,7 @@
 // communicator, scheme), measure (interleaved reps -> samples) and report (table, the
 // MINICP_CP line, JSON).
 #include <mpi.h>
+#include <unistd.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -35,6 +36,10 @@ using namespace minicp;
 namespace hn = minicp::harness;
 using hn::UsageError;
 
+// The file_kind of the JSON this program writes: an existing --json without it is another
+// program's file, replaced only with --overwrite.
+const char* const kFileKind = "minicp-cp-bench";
+
 struct Options {
   std::string scheme = "zigzag";
   int64_t seq = 8192;
@@ -44,6 +49,7 @@ struct Options {
   int tile = 0;
   std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus,
               staging = "auto", json, dtype = "f32";
+  bool overwrite = false;  // --overwrite: an existing --json of another kind may be replaced
   int reps = 3, warmup = 1, poll_us = 50;
 };
 
@@ -90,6 +96,23 @@ std::string with_flags(const std::string& why) {
   return prefix.empty() ? why : prefix + ": " + why;
 }
 
+// --modes: a comma list, each mode once.
+std::vector<cp::Mode> parse_modes(const std::string& list) {
+  std::vector<cp::Mode> modes;
+  for (const auto& m : split(list)) {
+    try {
+      modes.push_back(cp::parse_mode(m));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--modes '" + list + "': " + e.what());
+    }
+    if (std::count(modes.begin(), modes.end(), modes.back()) > 1)
+      throw UsageError("--modes '" + list + "': " + m + " is named twice; name each mode once");
+  }
+  if (modes.empty())
+    throw UsageError("--modes '" + list + "': must name at least one of full, compute-only, comm-only");
+  return modes;
+}
+
 // Options -> Plan with every check, on every rank alike; throws UsageError.
 Plan parse(const hn::Args& a) {
   Plan p;
@@ -132,7 +155,11 @@ Plan parse(const hn::Args& a) {
   app.add_option("--json", o.json,
                  "write the results to this JSON file (rank 0; checked before the run, an old file is removed when "
                  "the run starts, the new one renamed into place at the end)");
-  app.footer("Kokkos flags (--kokkos-num-threads=N) go to Kokkos. Exit status: 0 ok, 2 bad command line.");
+  app.add_flag("--overwrite", o.overwrite,
+               "replace an existing --json that is not a minicp-cp-bench result (default: off)");
+  app.footer(
+      "Kokkos flags (--kokkos-threads=N or --kokkos-num-threads=N, 1 to 512) go to Kokkos. Exit status: 0 ok, 2 bad "
+      "command line.");
   hn::parse(app, a);
   if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
 
@@ -146,15 +173,7 @@ Plan parse(const hn::Args& a) {
   } catch (const std::invalid_argument& e) {
     throw UsageError("--scheme: " + std::string(e.what()));
   }
-  for (const auto& m : split(o.modes)) {
-    try {
-      p.modes.push_back(cp::parse_mode(m));
-    } catch (const std::invalid_argument& e) {
-      throw UsageError("--modes '" + o.modes + "': " + e.what());
-    }
-  }
-  if (p.modes.empty())
-    throw UsageError("--modes '" + o.modes + "': must name at least one of full, compute-only, comm-only");
+  p.modes = parse_modes(o.modes);
   try {
     p.progress = comm::parse_progress(o.progress);
   } catch (const std::invalid_argument& e) {
@@ -191,13 +210,14 @@ Plan parse(const hn::Args& a) {
                      " solves only the decode problem, which has no backward pass: "
                      "use --pass fwd");
 
-  if (app.count("--json")) hn::check_outputs(a, {{"--json", o.json}});
   // Memory, named by --seq and the other size flags given.
   std::string what = "--seq " + std::to_string(o.seq);
   for (const char* f : {"--heads", "--kv-heads", "--head-dim"})
     if (app.count(f)) what += std::string(" ") + f + " " + app.get_option(f)->as<std::string>();
   hn::check_memory(a, what, double(cp::predicted_bytes(*p.info, cfg, run::elem_size(o.dtype))),
                    comm::Communicator::node_topology().local_size);
+  if (app.count("--json"))
+    hn::check_outputs(a, {{"--json", o.json, "a minicp-cp-bench result", hn::json_file_kind(kFileKind)}}, o.overwrite);
   return p;
 }
 
@@ -255,11 +275,12 @@ Setup<T> build(const Plan& p, int rank) {
   s.threads = int(kernels::Exec().concurrency());
   if (rank == 0)
     std::printf(
-        "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s %s pass=%s progress=%s%s "
-        "comm=%s\n",
+        "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s %s window=%lld "
+        "doc_len=%lld pass=%s progress=%s%s comm=%s\n",
         p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D, p.o.dtype.c_str(),
-        cfg.causal ? "causal" : "full", p.o.pass.c_str(), p.o.progress.c_str(),
-        p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(), s.comm->backend().c_str());
+        cfg.causal ? "causal" : "full", (long long)cfg.window, (long long)cfg.doc_len, p.o.pass.c_str(),
+        p.o.progress.c_str(), p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(),
+        s.comm->backend().c_str());
   return s;
 }
 
@@ -276,6 +297,7 @@ std::map<cp::Mode, Samples> measure(const Plan& p, Setup<T>& s, int rank) {
   const Options& o = p.o;
   cp::Config cfg = p.cfg;
   std::map<cp::Mode, Samples> samples;
+  const bool tty = ::isatty(STDERR_FILENO) == 1;
   for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
     for (cp::Mode mode : p.modes) {
       cfg.mode = mode;
@@ -299,10 +321,12 @@ std::map<cp::Mode, Samples> measure(const Plan& p, Setup<T>& s, int rank) {
       sm.busy.push_back(s.comm->progress_busy_s() - busy0);
       sm.bytes = ctx.bytes_sent();
     }
+    // On a terminal one line rewritten; in a log (a batch job's) one line per rep.
     if (rank == 0 && o.reps + o.warmup > 3)
-      std::fprintf(stderr, "\rminicp-cp-bench: rep %d/%d", rep + 1, o.warmup + o.reps);
+      std::fprintf(stderr, tty ? "\rminicp-cp-bench: rep %d/%d" : "minicp-cp-bench: rep %d/%d\n", rep + 1,
+                   o.warmup + o.reps);
   }
-  if (rank == 0 && o.reps + o.warmup > 3) std::fprintf(stderr, "\n");
+  if (rank == 0 && tty && o.reps + o.warmup > 3) std::fprintf(stderr, "\n");
   return samples;
 }
 
@@ -387,6 +411,7 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   if (o.json.empty()) return;
 
   hn::Json js;
+  js["file_kind"] = kFileKind;
   js["scheme"] = o.scheme;
   js["ranks"] = P;
   js["threads"] = threads;

@@ -27,8 +27,13 @@ using namespace minicp;
 namespace hn = minicp::harness;
 using hn::UsageError;
 
+// The file_kind of the JSON this program writes: an existing --out without it is another
+// program's file, replaced only with --overwrite.
+const char* const kFileKind = "minicp fidelity";
+
 struct Plan {
   std::string schemes = "all", masks = "causal,full,window,documents", levels = "attention,layer", out;
+  bool overwrite = false;  // --overwrite: an existing --out of another kind may be replaced
   int64_t seq_len = 384;
   int heads = 24, head_dim = 64, hidden = 768, ffn = 2048, layers = 2;
   std::vector<int64_t> kv_heads = {24, 6};
@@ -56,6 +61,27 @@ void check_each(const std::string& flag, const std::vector<std::string>& list,
 
 Plan g_plan;
 
+// A table with no row is refused before any work, as minicp refuses a case that cannot run:
+// the first refusal says why.
+void check_some_case_runs(const Plan& p, int ranks) {
+  std::string first;
+  for (const std::string& scheme : p.scheme_list)
+    for (const fidelity::Mask& mask : fidelity::masks_for(p.seq_len)) {
+      if (std::find(p.mask_list.begin(), p.mask_list.end(), mask.name) == p.mask_list.end()) continue;
+      for (int64_t kv : p.kv_heads)
+        for (const std::string& level : p.level_list) {
+          if (level == "layer" && !cp::find(scheme).solves(cp::Problem::Train)) continue;
+          const int head_dim = level == "layer" ? p.hidden / p.heads : p.head_dim;
+          const model::Shape shape{p.hidden, p.heads, int(kv), head_dim, p.ffn, p.layers, 10000, 1e-5};
+          const std::string why = fidelity::refusal(scheme, mask, level, p.seq_len, shape, ranks);
+          if (why.empty()) return;
+          if (first.empty()) first = level + " " + scheme + " " + mask.name + ": " + why;
+        }
+    }
+  throw UsageError("--seq-len " + std::to_string(p.seq_len) + " at " + std::to_string(ranks) +
+                   " ranks: no case of the table can run (" + (first.empty() ? "no case selected" : first) + ")");
+}
+
 void parse(const hn::Args& a) {
   Plan& p = g_plan;
   CLI::App app{"minicp-fidelity: fp32 and bf16 error of every CP scheme against fp64, at this job's ranks", a.prog()};
@@ -74,6 +100,8 @@ void parse(const hn::Args& a) {
   hn::add_int(app, "--ffn", p.ffn, 1, 1 << 20, "layer level: MLP width F");
   hn::add_int(app, "--layers", p.layers, 1, 64, "layer level: decoder layers L");
   app.add_option("--out", p.out, "the JSON file (rank 0; required)")->required();
+  app.add_flag("--overwrite", p.overwrite,
+               "replace an existing --out that is not a minicp fidelity table (default: off)");
   app.footer("Exit status: 0 ok, 2 bad command line.");
   hn::parse(app, a);
   if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
@@ -90,7 +118,8 @@ void parse(const hn::Args& a) {
     throw UsageError("--hidden " + std::to_string(p.hidden) + ": must be --heads (" + std::to_string(p.heads) +
                      ") times an even head_dim");
   if (p.seq_len < 4) throw UsageError("--seq-len " + std::to_string(p.seq_len) + ": must be >= 4");
-  hn::check_outputs(a, {{"--out", p.out}});
+  check_some_case_runs(p, a.size());
+  hn::check_outputs(a, {{"--out", p.out, "a minicp fidelity table", hn::json_file_kind(kFileKind)}}, p.overwrite);
 }
 
 hn::Json to_json(const fidelity::Row& r) {
@@ -149,7 +178,7 @@ int run(const hn::Args& a) {
         }
     }
   if (a.rank() == 0) {
-    hn::Json doc{{"file_kind", "minicp fidelity"},
+    hn::Json doc{{"file_kind", kFileKind},
                  {"ranks", P},
                  {"gemm_bf16_engine", kernels::gemm_bf16_engine()},
                  {"attention_isa", kernels::attention_isa()},

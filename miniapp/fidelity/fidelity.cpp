@@ -168,16 +168,46 @@ Outputs run_variant(const cp::SchemeInfo& info, Problem p, bool wire, comm::Comm
 
 }  // namespace
 
-std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads, int kv_heads,
-                                int head_dim, comm::Communicator& comm) {
-  const cp::SchemeInfo& info = cp::find(scheme);
-  Problem p;
-  cp::Config& c = p.cfg;
+namespace {
+// The attention level's config of a case at `ranks`.
+cp::Config attention_case(const cp::SchemeInfo& info, const Mask& mask, int64_t seq_len, int heads, int kv_heads,
+                          int head_dim, int ranks) {
+  cp::Config c;
   c.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
   c.seq_len = seq_len, c.heads = heads, c.kv_heads = kv_heads, c.head_dim = head_dim;
   c.causal = mask.causal, c.window = mask.window, c.doc_len = mask.doc_len;
   c.decode_tokens = 4;
-  c.ranks = comm.world().size;
+  c.ranks = ranks;
+  return c;
+}
+
+// The layer level's stack of a case at `ranks`.
+model::StackConfig layer_case(const Mask& mask, int64_t seq_len, const model::Shape& shape, int ranks) {
+  model::StackConfig cfg;
+  cfg.shape = shape;
+  cfg.pass = model::Pass::Train;
+  cfg.attn.seq_len = seq_len;
+  cfg.attn.causal = mask.causal, cfg.attn.window = mask.window, cfg.attn.doc_len = mask.doc_len;
+  cfg.attn.ranks = ranks;
+  cfg.seed = 29;
+  return cfg;
+}
+}  // namespace
+
+std::string refusal(const std::string& scheme, const Mask& mask, const std::string& level, int64_t seq_len,
+                    const model::Shape& shape, int ranks) {
+  const cp::SchemeInfo& info = cp::find(scheme);
+  if (level == "attention")
+    return cp::check(info, attention_case(info, mask, seq_len, shape.heads, shape.kv_heads, shape.head_dim, ranks));
+  return cp::check(info, model::attention_config(layer_case(mask, seq_len, shape, ranks)));
+}
+
+std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads, int kv_heads,
+                                int head_dim, comm::Communicator& comm) {
+  const cp::SchemeInfo& info = cp::find(scheme);
+  Problem p;
+  p.cfg = attention_case(info, mask, seq_len, heads, kv_heads, head_dim, comm.world().size);
+  const cp::Config& c = p.cfg;
   const std::string why = cp::check(info, c);
   if (!why.empty()) throw std::invalid_argument(why);
   p.Sq = cp::global_q_tokens(c), p.q0 = cp::first_q_position(c);
@@ -278,13 +308,7 @@ LayerOut run_stack(const model::StackConfig& cfg, const cp::SchemeInfo& info, co
 std::vector<Row> layer_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, const model::Shape& shape,
                             comm::Communicator& comm) {
   const cp::SchemeInfo& info = cp::find(scheme);
-  model::StackConfig cfg;
-  cfg.shape = shape;
-  cfg.pass = model::Pass::Train;
-  cfg.attn.seq_len = seq_len;
-  cfg.attn.causal = mask.causal, cfg.attn.window = mask.window, cfg.attn.doc_len = mask.doc_len;
-  cfg.attn.ranks = comm.world().size;
-  cfg.seed = 29;
+  const model::StackConfig cfg = layer_case(mask, seq_len, shape, comm.world().size);
   const std::string why = cp::check(info, model::attention_config(cfg));
   if (!why.empty()) throw std::invalid_argument(why);
   model::StackConfig one = cfg;

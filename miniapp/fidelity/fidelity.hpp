@@ -43,6 +43,12 @@ struct Row {
   double none_rel_fro = 0, none_max_rel = 0;  // `none`'s, same precision, same inputs
 };
 
+// Why a case cannot run at `ranks` ("" when it can): the scheme's check on the config that
+// attention_rows (level "attention": heads, kv_heads and head_dim of shape) or layer_rows
+// ("layer") would build. No work, no communication.
+std::string refusal(const std::string& scheme, const Mask& mask, const std::string& level, int64_t seq_len,
+                    const model::Shape& shape, int ranks);
+
 // Attention level: q (S, H, D), k, v (S, Hkv, D), dout (S, H, D) for the training schemes
 // (decode schemes: T = 4 queries after an S-token cache, O and LSE only). Collective over comm.
 std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int64_t seq_len, int heads, int kv_heads,

@@ -158,6 +158,16 @@ class Reader {
   std::map<std::string, std::string> too_big_;
 };
 
+// The deck's text as TOML; `origin` names it in a message ("--deck d.toml").
+TomlNode parse_deck(const std::string& text, const std::string& origin) {
+  try {
+    return harness::parse_toml(text, origin);
+  } catch (const TomlError& e) {
+    throw UsageError(origin + ":" + std::to_string(e.line) + ":" + std::to_string(e.column) +
+                     ": malformed TOML: " + e.what());
+  }
+}
+
 TomlNode read_file(const std::string& path) {
   std::string text;
   try {
@@ -165,12 +175,7 @@ TomlNode read_file(const std::string& path) {
   } catch (const std::runtime_error& e) {
     throw UsageError(std::string("--deck ") + e.what());
   }
-  try {
-    return harness::parse_toml(text, path);
-  } catch (const TomlError& e) {
-    throw UsageError("--deck " + path + ":" + std::to_string(e.line) + ":" + std::to_string(e.column) +
-                     ": malformed TOML: " + e.what());
-  }
+  return parse_deck(text, "--deck " + path);
 }
 
 // Whether a --set value that TOML refused is integers only (one, or an array of them): then an
@@ -254,14 +259,15 @@ void check_sets_once(const std::vector<std::string>& sets) {
   }
 }
 
-void check_keys(const TomlNode& t, const std::string& path) {
+// origin names the deck in a message ("--deck d.toml").
+void check_keys(const TomlNode& t, const std::string& origin) {
   for (const auto& [s, sec] : t.table) {
     const std::string bad = unknown_key(s, "");
-    if (bad.rfind("unknown section", 0) == 0) throw UsageError("--deck " + path + ": " + bad);
-    if (!sec.is_table()) throw UsageError("--deck " + path + ": " + s + " must be a table ([" + s + "])");
+    if (bad.rfind("unknown section", 0) == 0) throw UsageError(origin + ": " + bad);
+    if (!sec.is_table()) throw UsageError(origin + ": " + s + " must be a table ([" + s + "])");
     for (const auto& kv : sec.table) {
       const std::string why = unknown_key(s, kv.first);
-      if (!why.empty()) throw UsageError("--deck " + path + ": " + why);
+      if (!why.empty()) throw UsageError(origin + ": " + why);
     }
   }
 }
@@ -293,11 +299,20 @@ void check_mask(const Deck& d) {
 // run.dkv_accumulator and run.grad_allreduce choose among bf16 run's types: set to bf16 on
 // another dtype they would change nothing, so they are refused.
 void check_bf16_keys(const Deck& d) {
-  if (d.dtype == "bf16") return;
-  for (const auto& [key, v] : {std::pair{"dkv_accumulator", &d.dkv_accumulator}, {"grad_allreduce", &d.grad_allreduce}})
-    if (*v == "bf16")
+  // Both are of the backward pass: a sweep without train has no dK/dV accumulator and no
+  // gradient all-reduce for them to change.
+  const bool trains = std::find(d.passes.begin(), d.passes.end(), model::Pass::Train) != d.passes.end();
+  for (const auto& [key, v] :
+       {std::pair{"dkv_accumulator", &d.dkv_accumulator}, {"grad_allreduce", &d.grad_allreduce}}) {
+    if (*v != "bf16") continue;
+    if (d.dtype != "bf16")
       throw UsageError(std::string("run.") + key + " = \"bf16\": only with run.dtype = \"bf16\" (run.dtype is \"" +
                        d.dtype + "\")");
+    if (!trains)
+      throw UsageError(std::string("run.") + key +
+                       " = \"bf16\": only with run.pass including \"train\" (the backward pass it changes); this "
+                       "deck runs no train pass");
+  }
 }
 
 // sweep.schemes: "all" stands alone and becomes every scheme that solves a pass; a named
@@ -371,9 +386,11 @@ std::string allowed(const DeckKey& k) {
 
 }  // namespace
 
-Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
-  TomlNode t = path.empty() ? TomlNode{} : read_file(path);
-  check_keys(t, path);
+namespace {
+
+Deck load_deck_node(TomlNode t, const std::string& path, const std::string& origin,
+                    const std::vector<std::string>& sets, int world, bool any_ranks) {
+  check_keys(t, origin);
   std::map<std::string, std::string> too_big;
   check_sets_once(sets);
   for (const std::string& s : sets) apply_set(t, s, too_big);
@@ -391,6 +408,17 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& sets, in
   check_sizes(d, world, any_ranks);
   d.resolved = resolved_toml(d);
   return d;
+}
+
+}  // namespace
+
+Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks) {
+  return load_deck_node(path.empty() ? TomlNode{} : read_file(path), path, "--deck " + path, sets, world, any_ranks);
+}
+
+Deck load_deck_text(const std::string& text, const std::string& path, const std::string& origin,
+                    const std::vector<std::string>& sets, int world, bool any_ranks) {
+  return load_deck_node(parse_deck(text, origin), path, origin, sets, world, any_ranks);
 }
 
 namespace {
@@ -471,6 +499,13 @@ std::vector<Case> make_cases(const Deck& d) {
               cases.push_back(c);
             }
         }
+  // Ids sort as the sweep runs: the index is padded to the width of the largest (3 at least).
+  const int width = std::max<int>(3, int(std::to_string(cases.empty() ? 0 : cases.size() - 1).size()));
+  for (Case& c : cases) {
+    const std::string index = std::to_string(c.index);
+    c.id = std::string(size_t(width) - std::min<size_t>(size_t(width), index.size()), '0') + index +
+           c.id.substr(c.id.find('_'));
+  }
   return cases;
 }
 

@@ -98,6 +98,10 @@ SetOverride parse_set(const std::string& set);
 // job (sweep.ranks' default, and its limit unless any_ranks: a dry run plans for any job
 // size). Throws harness::UsageError.
 Deck load_deck(const std::string& path, const std::vector<std::string>& sets, int world, bool any_ranks = false);
+// The same from a deck's text held in memory (a results file's resolved deck): path is what
+// the Deck records as its path, origin names the text in messages ("--against r.h5 (its deck)").
+Deck load_deck_text(const std::string& text, const std::string& path, const std::string& origin,
+                    const std::vector<std::string>& sets, int world, bool any_ranks = false);
 
 // One point of the sweep.
 struct Case {

@@ -6,10 +6,11 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include "comm/comm.hpp"
@@ -17,6 +18,7 @@
 #include "harness/cli.hpp"
 #include "harness/clock.hpp"
 #include "harness/input.hpp"
+#include "harness/lock.hpp"
 #include "harness/memory.hpp"
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
@@ -54,6 +56,7 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
   else
     std::printf("minicp --dry-run: %zu cases; memory available per rank: %s (%d ranks on this node)\n", p.cases.size(),
                 avail_per_rank >= 0 ? hn::human_bytes(avail_per_rank).c_str() : "unknown", p.topo.local_size);
+  if (p.o.quiet) return;  // the line above alone
   std::printf("%-40s %-10s %7s %5s %-22s %16s  %s\n", "case", "scheme", "pass", "ranks", "mask", "memory/rank",
               "status");
   for (size_t i = 0; i < p.cases.size(); ++i) {
@@ -98,15 +101,20 @@ hn::FabricRequest requested_fabric(int argc, char** argv) {
   return {f, "run.fabric"};
 }
 
+// A size with a unit ("80GiB", "1.5 TiB", "512MB"): decimal digits with an optional fraction,
+// no sign, exponent or hex; -1 when it is not one.
 double parse_size(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || !std::isfinite(v) || v < 0) return -1;
-  std::string unit(end);
+  size_t i = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  if (i < s.size() && s[i] == '.')
+    for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]));) ++i;
+  if (i == 0 || s.find_first_of("0123456789") >= i) return -1;
+  const double v = std::strtod(s.substr(0, i).c_str(), nullptr);
+  std::string unit = s.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  const std::pair<const char*, double> units[] = {{"B", 1},        {"KiB", 0x1p10}, {"MiB", 0x1p20},
-                                                  {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"KB", 1e3},
-                                                  {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12}};
+  const std::pair<const char*, double> units[] = {
+      {"B", 1},    {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}, {"PiB", 0x1p50}, {"EiB", 0x1p60},
+      {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},     {"TB", 1e12},    {"PB", 1e15},    {"EB", 1e18}};
   for (const auto& [u, f] : units)
     if (unit == u) return v * f;
   return -1;
@@ -159,13 +167,12 @@ void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
   }
 }
 
-// The resolved deck of a results file, as a file (for --against without --deck).
+// The resolved deck of a results file (for --against without --deck), read into memory: no
+// file is written for it.
 std::string deck_of_results(const std::string& file) {
   const std::string text = output::read_string_attr(file, "/", "deck");
   if (text.empty()) throw UsageError("--against " + file + ": holds no deck (root attribute 'deck')");
-  const std::string path = "/tmp/minicp_against_deck." + std::to_string(::getpid()) + ".toml";
-  std::ofstream(path) << text;
-  return path;
+  return text;
 }
 
 }  // namespace
@@ -220,7 +227,8 @@ void declare_flags(CLI::App& app, Options& o, PerfOptions& pf, RawFlags& raw) {
   app.add_flag("--dry-run", o.dry_run,
                "print the resolved cases with the predicted memory per rank and run nothing; exit 2 when a case "
                "would not fit (default: off)");
-  app.add_flag("--quiet", o.quiet, "print only the one-line summary (default: off)");
+  app.add_flag("--quiet", o.quiet,
+               "print only the summary lines: no per-case rows of a run, --dry-run or --predict (default: off)");
   app.add_flag("--no-events", o.no_events,
                "record no trace events (the events tables stay empty; for measuring the tracing overhead) "
                "(default: off)");
@@ -287,17 +295,22 @@ void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions
   }
   if (!raw.rank_memory.empty()) {
     o.rank_memory = parse_size(raw.rank_memory);
-    if (o.rank_memory == 0) throw UsageError("--rank-memory " + raw.rank_memory + ": must be more than 0");
-    if (!(o.rank_memory > 0))
+    if (o.rank_memory < 0)
       throw UsageError("--rank-memory " + raw.rank_memory +
-                       ": expected a size with a unit (e.g. 80GiB, 512MiB, 1.5TiB)");
+                       ": expected a size with a unit, digits and an optional fraction (e.g. 80GiB, 512MiB, 1.5TiB; "
+                       "units B, KiB .. EiB, KB .. EB)");
+    if (o.rank_memory == 0) throw UsageError("--rank-memory " + raw.rank_memory + ": must be more than 0");
+    if (o.rank_memory < 1) throw UsageError("--rank-memory " + raw.rank_memory + ": must be at least 1 B");
     if (!o.dry_run)
       throw UsageError("--rank-memory " + raw.rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
+  if (std::any_of(o.fabric.begin(), o.fabric.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+    throw UsageError("--fabric " + o.fabric + ": a profile name or file cannot hold a control character");
   check_perf_flags(app, pf, o);
   if (pf.calibrate && pf.calibration.empty()) pf.calibration = "results/calibration.txt";
-  if (!pf.against.empty() && o.deck.empty()) o.deck = deck_of_results(pf.against);
-  if (o.deck.empty()) throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
+  if (!pf.against.empty() && o.deck.empty()) o.deck_text = deck_of_results(pf.against);
+  if (o.deck.empty() && o.deck_text.empty())
+    throw UsageError("--deck: required (an input deck, e.g. --deck inputs/tiny.toml)");
 }
 
 // The deck with --set and --fabric applied (--fabric is the deck's run.fabric, so the resolved
@@ -312,12 +325,22 @@ void load_plan_deck(Plan& p, const hn::Args& a, bool predicting) {
         throw UsageError("--fabric " + o.fabric + " with --set " + s + ": give the fabric once");
     sets.push_back("run.fabric=\"" + o.fabric + "\"");
   }
-  p.deck = load_deck(o.deck, sets, a.size(), o.dry_run || predicting);
-  if (o.deck.rfind("/tmp/minicp_against_deck.", 0) == 0) std::remove(o.deck.c_str()), o.deck = pf.against;
+  const bool any_ranks = o.dry_run || predicting;
+  if (o.deck_text.empty()) {
+    p.deck = load_deck(o.deck, sets, a.size(), any_ranks);
+  } else {  // --against's deck: named by its file from here on
+    p.deck =
+        load_deck_text(o.deck_text, pf.against, "--against " + pf.against + " (its deck)", sets, a.size(), any_ranks);
+    o.deck = pf.against;
+  }
   if (const FileArg table = calibration_input(p); !table.path.empty()) {
     try {
       machine_for(p.deck, perf::read_calibration(table.path), 0, 1);
-    } catch (const UsageError&) {
+    } catch (const UsageError& e) {
+      // machine_for names the table --calibration; here it may be the deck's run.calibration
+      const std::string what = e.what(), own = "--calibration ";
+      if (table.flag != "--calibration" && what.rfind(own, 0) == 0)
+        throw UsageError(table.flag + " " + what.substr(own.size()));
       throw;
     } catch (const std::exception& e) {
       throw UsageError(table.flag + " " + e.what());
@@ -373,8 +396,10 @@ Plan parse(const hn::Args& a) {
   const bool predicting = pf.predict || pf.advise;
   if (!predicting) p.mpi = hn::verify_fabric(MPI_COMM_WORLD);
   load_plan_deck(p, a, predicting);  // a dry run plans for any job size (a cluster deck on a laptop)
-  if (o.out.empty()) o.out = o.resume.empty() ? p.deck.output_file : o.resume;
-  if (predicting) p.deck.all_schemes = true;  // a prediction lists what a scheme refuses instead of stopping
+  if (o.out.empty()) {
+    o.out = o.resume.empty() ? p.deck.output_file : o.resume;
+    o.out_flag = o.resume.empty() ? "output.file" : "--resume";
+  }
   const auto [most, most_id] = plan_cases(p);
   p.topo = comm::Communicator::node_topology();
   if (pf.calibrate) claim_outputs(a, p);  // its table, before the measurement
@@ -422,7 +447,11 @@ hn::Watchdog::Where stall_where(const Plan& p, const std::atomic<output::Results
     const std::string keeps = file ? "the results file keeps the " + std::to_string(kept) + " complete cases"
                               : results && !p.o.out.empty() ? "the results file not yet opened"
                                                             : "no results file";
-    return spot_words(p, spot) + "; ending the job (" + keeps + ")";
+    // The stalled rank's last report may name an earlier case than the one the job is in.
+    const bool elsewhere = stage_of_case(spot.phase) && spot.case_index >= 0 && root_case >= 0 &&
+                           root_case != spot.case_index && root_case < int64_t(p.cases.size());
+    const std::string now_at = elsewhere ? " (rank 0 is in case " + p.cases[size_t(root_case)].id + ")" : "";
+    return spot_words(p, spot) + now_at + "; ending the job (" + keeps + ")";
   };
 }
 
@@ -449,13 +478,14 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
                                                          ", attention: " + kernels::attention_isa() + ")"
                                                    : p.deck.dtype;
   std::printf("minicp: %s, %zu cases, %d ranks x %d threads, %s, BLAS %s, SGEMM %.1f GFLOP/s per rank%s\n",
-              p.o.deck.c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()), dtype.c_str(),
-              blas.summary().c_str(), sgemm / 1e9,
+              hn::printable(p.o.deck).c_str(), p.cases.size(), a.size(), int(kernels::Exec().concurrency()),
+              dtype.c_str(), blas.summary().c_str(), sgemm / 1e9,
               done ? (", resuming: " + std::to_string(done) + " cases done").c_str() : "");
   // The fabric line: what was asked for and what MPI selected (nodes, PML, BTLs).
   const hn::FabricProfile* f = hn::applied_fabric();
-  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n", f ? f->name.c_str() : "(none: MPI's defaults)",
-              p.topo.nodes, p.topo.nodes == 1 ? "" : "s", p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
+  std::printf("minicp: fabric %s, %d node%s, MPI pml %s%s\n",
+              f ? hn::printable(f->name).c_str() : "(none: MPI's defaults)", p.topo.nodes, p.topo.nodes == 1 ? "" : "s",
+              p.mpi.pml.empty() ? p.mpi.how.c_str() : p.mpi.pml.c_str(),
               p.mpi.pml == "ob1" ? (", btls " + p.mpi.btl_list()).c_str() : "");
   std::fflush(stdout);
 }
@@ -605,7 +635,18 @@ void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round
 
 }  // namespace
 
+// What a stop by a signal says (rank 0, which holds the outputs' locks): how to finish.
+void say_on_stop(const hn::Args& a, const Plan& p) {
+  if (a.rank() != 0) return;
+  std::string after = " (the output locks are removed)";
+  if (!p.o.out.empty() && !p.perf.any())
+    after = "; the output lock is removed and the complete cases are kept in " + hn::printable(p.o.out) +
+            ": run the same command with --resume " + hn::printable(p.o.out) + " to finish";
+  hn::on_stop_signal(a.prog() + ": stopped by ", after);
+}
+
 int execute(const hn::Args& a, const Plan& p) {
+  say_on_stop(a, p);
   if (p.perf.any()) {
     if (a.rank() == 0 && p.perf.predict) run_predict(p);
     if (a.rank() == 0 && p.perf.advise) run_advise(p);
@@ -693,11 +734,11 @@ int execute(const hn::Args& a, const Plan& p) {
   hn::MemTracker::instance().stop();
   if (a.rank() == 0) {
     std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f blas_core=%s layer_efficiency:%s\n",
-                p.o.deck.c_str(), p.cases.size(), run_s, sgemm / 1e9, blas.core.empty() ? "unknown" : blas.core.c_str(),
-                rs.summary.c_str());
+                hn::printable(p.o.deck).c_str(), p.cases.size(), run_s, sgemm / 1e9,
+                blas.core.empty() ? "unknown" : blas.core.c_str(), rs.summary.c_str());
     if (say && results)
-      std::printf("minicp: results in %s (writing took %.3f s, %.2f%% of the run)\n", p.o.out.c_str(), rs.write_s,
-                  100.0 * rs.write_s / run_s);
+      std::printf("minicp: results in %s (writing took %.3f s, %.2f%% of the run)\n", hn::printable(p.o.out).c_str(),
+                  rs.write_s, 100.0 * rs.write_s / run_s);
     else if (say)
       std::printf("minicp: no results file written (the deck has no [output] file; --out FILE.h5 writes one)\n");
   }

@@ -18,8 +18,10 @@ namespace minicp::run {
 
 struct Options {
   std::string deck;
+  std::string deck_text;  // --against without --deck: the results file's deck, held in memory
   std::vector<std::string> sets;
   std::string out, dump, resume;
+  std::string out_flag = "--out";  // what named out: --out, or the deck's output.file
   bool dry_run = false, quiet = false, list_schemes = false, no_events = false;
   bool list_deck_keys = false, list_figures = false;
   bool overwrite = false;   // an existing --out / --dump of another kind may be replaced

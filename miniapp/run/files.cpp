@@ -5,13 +5,16 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "harness/fabric.hpp"
 #include "harness/input.hpp"
 #include "harness/output.hpp"
 #include "miniapp/output/dump.hpp"
@@ -31,13 +34,19 @@ namespace hn = minicp::harness;
 std::vector<FileArg> outputs_of(const Plan& p) {
   if (p.perf.calibrate) return {{"--calibration", p.perf.calibration}};
   if (p.perf.any()) return {};
-  return {{"--out", p.o.out}, {"--dump", p.o.dump}};
+  return {{p.o.out_flag, p.o.out}, {"--dump", p.o.dump}};
 }
 
 // The files this run reads. --calibrate reads the table it writes (to keep its other rows): it
-// is the output there, checked as a table (table_problem).
+// is the output there, checked as a table (table_problem). A fabric profile is read before MPI
+// starts (harness::applied_fabric), from --fabric or the deck's run.fabric.
 std::vector<FileArg> inputs_of(const Plan& p) {
-  return {{"--deck", p.o.deck}, calibration_input(p), {"--resume", p.o.resume}, {"--against", p.perf.against}};
+  const hn::FabricProfile* fabric = hn::applied_fabric();
+  return {{"--deck", p.o.deck},
+          calibration_input(p),
+          {"--resume", p.o.resume},
+          {"--against", p.perf.against},
+          {p.o.fabric.empty() ? "run.fabric" : "--fabric", fabric ? fabric->path : ""}};
 }
 
 // An output must not be an input, nor another output, under another spelling ("r.h5" and
@@ -48,7 +57,7 @@ std::string same_file_problem(const Plan& p) {
   for (size_t i = 0; i < outs.size(); ++i) {
     const FileArg& o = outs[i];
     for (const FileArg& in : ins)
-      if (!(o.flag == "--out" && in.flag == "--resume") && hn::same_file(o.path, in.path))
+      if (!(o.flag != "--dump" && in.flag == "--resume") && hn::same_file(o.path, in.path))
         return o.flag + " " + o.path + ": the same file as " + in.flag + " " + in.path +
                " (an input is never overwritten, not even with --overwrite); give " + o.flag + " another name";
     for (size_t j = 0; j < i; ++j)
@@ -94,15 +103,54 @@ std::string kind_problem(const Options& o) {
   if (o.overwrite) return "";
   const std::string out_kind = o.resume.empty() || !hn::same_file(o.out, o.resume) ? o.out : "";
   const std::pair<FileArg, std::string (*)(const std::string&)> outs[] = {
-      {{"--out", out_kind}, output::not_a_results_file}, {{"--dump", o.dump}, output::not_a_dump_file}};
+      {{o.out_flag, out_kind}, output::not_a_results_file}, {{"--dump", o.dump}, output::not_a_dump_file}};
   for (const auto& [n, problem] : outs) {
     if (!exists(n.path)) continue;
     const std::string why = problem(n.path);
     if (!why.empty())
-      return n.flag + " " + n.path + ": exists and is not a minicp " + (n.flag == "--out" ? "results" : "dump") +
+      return n.flag + " " + n.path + ": exists and is not a minicp " + (n.flag == "--dump" ? "dump" : "results") +
              " file (" + why + "); choose another " + n.flag + ", or give --overwrite to replace it";
   }
   return "";
+}
+
+// "section.key": its line in a resolved deck's TOML text, by key ("" before any section).
+std::map<std::string, std::string> keyed_lines(const std::string& toml) {
+  std::map<std::string, std::string> out;
+  std::string section, line;
+  std::istringstream in(toml);
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line.substr(1, line.find(']') - 1);
+      continue;
+    }
+    const size_t eq = line.find('=');
+    std::string key = line.substr(0, eq);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    out[(section.empty() ? "" : section + ".") + key] = eq == std::string::npos ? line : line.substr(eq + 1);
+  }
+  return out;
+}
+
+// Where two resolved decks differ: the first key whose value differs, with both values.
+std::string first_difference(const std::string& theirs, const std::string& ours) {
+  const auto a = keyed_lines(theirs), b = keyed_lines(ours);
+  std::set<std::string> keys;
+  for (const auto& kv : a) keys.insert(kv.first);
+  for (const auto& kv : b) keys.insert(kv.first);
+  for (const std::string& k : keys) {
+    const auto x = a.find(k), y = b.find(k);
+    auto value = [](const auto& m, const auto& it) {
+      if (it == m.end()) return std::string("not set");
+      std::string v = it->second;
+      while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+      return v;
+    };
+    const std::string in_file = value(a, x), in_run = value(b, y);
+    if (in_file != in_run) return k + " is " + in_file + " in the file and " + in_run + " in this run";
+  }
+  return "the resolved decks differ in their layout";
 }
 
 // --resume: a readable minicp results file of this very deck, checked here so that a wrong
@@ -115,8 +163,9 @@ std::string resume_problem(Plan& p, bool& complete) {
   const std::string why = output::not_a_results_file(o.resume);
   if (!why.empty()) return at + "not a minicp results file (" + why + "); give the results file of a run of this deck";
   try {
-    if (output::read_string_attr(o.resume, "/", "deck") != p.deck.resolved)
-      return at + "the file was written by another deck (its resolved deck differs from this run's)";
+    const std::string theirs = output::read_string_attr(o.resume, "/", "deck");
+    if (theirs != p.deck.resolved)
+      return at + "the file was written by another deck (" + first_difference(theirs, p.deck.resolved) + ")";
     std::set<std::string> stored;
     for (const output::StoredCase& c : output::stored_cases(o.resume)) {
       if (!o.dump.empty() && !p.cases.empty() && c.id == p.cases.front().id)

@@ -114,6 +114,21 @@ void require_dtype(const Deck& d, const perf::Calibration& cal, int threads) {
                    "(keeping its rows of other precisions)");
 }
 
+// A prediction times attention at the table's rates: a table without them is refused before
+// any case is predicted, naming the row it lacks.
+void require_attention(const Plan& p, const perf::Machine& m) {
+  const bool trains =
+      std::any_of(p.cases.begin(), p.cases.end(), [](const Case& c) { return c.stack.pass == model::Pass::Train; });
+  for (const bool backward : {false, true}) {
+    if (backward && !trains) continue;
+    if (m.cal.find_attn(p.deck.dtype, m.threads, backward, p.deck.shape.head_dim)) continue;
+    throw UsageError("--calibration " + m.cal.source + ": the table has no attention " +
+                     (backward ? "backward" : "forward") + " rate for " + p.deck.dtype + " at " +
+                     std::to_string(m.threads) + (m.threads == 1 ? " thread" : " threads") +
+                     " per rank (an 'attn' row); minicp --calibrate on this deck measures it");
+  }
+}
+
 }  // namespace
 
 int64_t rows_of(const Case& c) {
@@ -216,8 +231,9 @@ perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int
 
 void print_header(const Plan& p, const perf::Machine& m, const char* what) {
   const std::string fabric = fabric_name(p.deck);
-  std::printf("minicp %s: %s, %zu cases, table %s (%d threads per rank), fabric %s\n", what, p.o.deck.c_str(),
-              p.cases.size(), m.cal.source.c_str(), m.threads, fabric.c_str());
+  std::printf("minicp %s: %s, %zu cases, table %s (%d threads per rank), fabric %s\n", what,
+              hn::printable(p.o.deck).c_str(), p.cases.size(), hn::printable(m.cal.source).c_str(), m.threads,
+              hn::printable(fabric).c_str());
   std::printf("  links: intra-node alpha %s, beta %s (%s); inter-node alpha %s, beta %s (%s)\n",
               us(m.intra.alpha_s).c_str(), gbs(m.intra.beta_Bps).c_str(), m.intra.source.c_str(),
               us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
@@ -278,9 +294,9 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
   const std::string& path = o.calibration;  // checked and locked in the parse step (claim_outputs)
   const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
   if (a.rank() == 0)
-    std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n", p.o.deck.c_str(),
-                plan.rows.size(), a.size(), int(Kokkos::DefaultHostExecutionSpace().concurrency()),
-                plan.fabric.c_str());
+    std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n",
+                hn::printable(p.o.deck).c_str(), plan.rows.size(), a.size(),
+                int(Kokkos::DefaultHostExecutionSpace().concurrency()), hn::printable(plan.fabric).c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
   perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
@@ -342,13 +358,17 @@ void run_predict(const Plan& p) {
   const perf::Calibration cal = table_of(o);
   const auto t0 = std::chrono::steady_clock::now();
   perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  require_attention(p, base);
   base.topo.ranks_per_node = o.ranks_per_node;
   std::map<std::string, FileCase> meas;
   if (!o.against.empty()) meas = measured_of(o.against, p.cases);
-  print_header(p, base, "--predict");
-  std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s", "bwd s",
-              "attn cmp s", "attn com s", "grad exp s", "tokens/s", "memory/rank",
-              o.against.empty() ? "" : "  measured s  pred/meas");
+  // --quiet: the summary lines only (a sweep of thousands of cases is one line).
+  const bool rows = !p.o.quiet;
+  if (rows) print_header(p, base, "--predict");
+  if (rows)
+    std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s", "bwd s",
+                "attn cmp s", "attn com s", "grad exp s", "tokens/s", "memory/rank",
+                o.against.empty() ? "" : "  measured s  pred/meas");
   double worst = 1;
   std::string worst_id;
   int within = 0, compared = 0;
@@ -356,7 +376,7 @@ void run_predict(const Plan& p) {
   for (size_t i = 0; i < p.cases.size(); ++i) {
     const Case& c = p.cases[i];
     if (!c.refused.empty()) {
-      std::printf("%-40s %-10s refused: %s\n", c.id.c_str(), c.scheme.c_str(), c.refused.c_str());
+      if (rows) std::printf("%-40s %-10s refused: %s\n", c.id.c_str(), c.scheme.c_str(), c.refused.c_str());
       continue;
     }
     perf::Machine m = base;
@@ -366,12 +386,13 @@ void run_predict(const Plan& p) {
       m.rate_scale = it->second.sgemm_per_rank / sg->second;
     const perf::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
     const double tokens = c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens : c.stack.attn.seq_len;
-    std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
-                r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s, r.grad_allreduce_exposed_s,
-                tokens / r.step_s, hn::human_bytes(double(p.predicted_bytes[i])).c_str());
+    if (rows)
+      std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
+                  r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s, r.grad_allreduce_exposed_s,
+                  tokens / r.step_s, hn::human_bytes(double(p.predicted_bytes[i])).c_str());
     if (it != meas.end() && std::isfinite(it->second.time_s)) {
       const double ratio = r.step_s / it->second.time_s;
-      std::printf("  %10.4g  %9.3f", it->second.time_s, ratio);
+      if (rows) std::printf("  %10.4g  %9.3f", it->second.time_s, ratio);
       ++compared;
       within += std::abs(ratio - 1) <= 0.15 ? 1 : 0;
       if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio, worst_id = c.id;
@@ -380,8 +401,9 @@ void run_predict(const Plan& p) {
                " P=" + std::to_string(c.stack.attn.ranks)]
             .push_back({r.step_s, it->second.time_s, c.scheme});
     }
-    std::printf("\n");
-    for (const std::string& n : r.notes) std::printf("    note: %s\n", n.c_str());
+    if (rows) std::printf("\n");
+    for (const std::string& n : r.notes)
+      if (rows) std::printf("    note: %s\n", n.c_str());
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("minicp --predict: %zu cases predicted in %.3f s\n", p.cases.size(), s);
@@ -396,9 +418,10 @@ void run_predict(const Plan& p) {
       const bool hit = std::get<1>(*best_pred) <= 1.05 * std::get<1>(*best_meas);
       hits += hit ? 1 : 0;
       ++n;
-      std::printf("  advise %-22s predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
-                  std::get<2>(*best_pred).c_str(), std::get<2>(*best_meas).c_str(),
-                  100 * (std::get<1>(*best_pred) / std::get<1>(*best_meas) - 1), hit ? "hit" : "miss");
+      if (rows)
+        std::printf("  advise %-22s predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
+                    std::get<2>(*best_pred).c_str(), std::get<2>(*best_meas).c_str(),
+                    100 * (std::get<1>(*best_pred) / std::get<1>(*best_meas) - 1), hit ? "hit" : "miss");
     }
     std::printf("MINICP_MODEL against=%s cases=%d within_15pct=%d worst_ratio=%.3f worst_case=%s advise_hits=%d/%d\n",
                 o.against.c_str(), compared, within, worst, worst_id.c_str(), hits, n);
@@ -409,6 +432,7 @@ void run_advise(const Plan& p) {
   const PerfOptions& o = p.perf;
   const perf::Calibration cal = table_of(o);
   perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  require_attention(p, base);
   base.topo.ranks_per_node = o.ranks_per_node;
   print_header(p, base, "--advise");
   std::map<std::string, std::vector<const Case*>> groups;

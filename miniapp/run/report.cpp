@@ -199,6 +199,7 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   r.text["deck"] = p.deck.resolved;
   std::string cmd;
   for (const std::string& w : a.args()) cmd += (cmd.empty() ? "" : " ") + w;
+  for (const std::string& w : a.kokkos_args()) cmd += " " + w;
   r.text["command_line"] = cmd;
   return r;
 }
