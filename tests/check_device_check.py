@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""tools/device-check.sh on a machine without a GPU: its bundle and its run.
+"""tools/device-check on a machine without a GPU: its bundle and its run.
 
 Bad arguments exit 2 with one line naming the flag, and write nothing: among them a
 `bundle --out` that exists (without --overwrite; with it, anything but a bundle this script
@@ -18,7 +18,7 @@ step was skipped for no GPU. `run --build` of a program that needs libcuda.so.1,
 machine without it, prints "no usable GPU driver on this node: libcuda.so.1 not found" once
 and exits 3 before running anything. Exit code 0 when every check passes, 1 otherwise.
 
-Usage: check_device_check.py --script tools/device-check.sh --bin DIR --work DIR"""
+Usage: check_device_check.py --script tools/device-check --bin DIR --work DIR"""
 import argparse
 import json
 import os
@@ -262,7 +262,7 @@ def hidden_mpirun(root, cmd, env, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--script", required=True, help="tools/device-check.sh")
+    ap.add_argument("--script", required=True, help="tools/device-check")
     ap.add_argument("--bin", required=True, help="bin/ of the host build (its programs are bundled)")
     ap.add_argument("--work", required=True, help="scratch directory (emptied)")
     a = ap.parse_args()
@@ -293,7 +293,7 @@ def main():
         t.extractall(unpacked)
     root = os.path.join(unpacked, "minicp-device")
     for p in ("MANIFEST.txt", "env.sh", "bin/minicp", "bin/minicp-test-kernels", "ompi/bin/mpirun",
-              "tools/device-check.sh", "inputs/tiny.toml"):
+              "tools/device-check", "inputs/tiny.toml"):
         check(f"minicp-device/{p}" in names, f"bundle holds {p}")
     manifest = open(os.path.join(root, "MANIFEST.txt")).read()
     check(re.search(r"^commit [0-9a-f]{40}", manifest, re.M) is not None, "MANIFEST.txt names the git commit")
