@@ -13,9 +13,9 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
+
+from common import run_json
 
 
 def parse_args():
@@ -41,24 +41,12 @@ def bench(a, ranks, threads, args, bind=None, wrap=()):
     """One minicp-cp-bench run; bind: Open MPI --bind-to (default core for 1 thread per
     rank), wrap: a command each rank runs under (e.g. taskset -c 0)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
     bind = bind or ("core" if threads == 1 else "none")
     cmd = [a.mpiexec, "-n", str(ranks), "--oversubscribe", "--bind-to", bind,
            "-x", f"OMP_NUM_THREADS={threads}", "-x", "OMP_PROC_BIND=false", *wrap, a.bench,
-           "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--dtype", a.dtype, "--json", path] + args
-    print("+ " + " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in p.stdout.splitlines():
-        if line.startswith(("MINICP_CP", "overlap", "load imbalance")):
-            print("  " + line)
-    if p.returncode != 0:
-        print(p.stdout, file=sys.stderr)
-        raise SystemExit(f"cp_study: minicp-cp-bench failed with exit code {p.returncode}")
-    with open(path) as f:
-        out = json.load(f)
-    os.remove(path)
-    return out
+           "--heads", str(a.heads), "--kv-heads", str(a.heads), "--head-dim", str(a.head_dim), "--dtype", a.dtype] + args
+    return run_json(lambda path: cmd + ["--json", path], "cp_study", "minicp-cp-bench", env=env,
+                    show=("MINICP_CP", "overlap", "load imbalance"))
 
 
 def main():

@@ -16,17 +16,19 @@ alpha = the pingpong time of the smallest message; beta = the slope of a least-s
 time against size over messages >= 64 KiB, checked against the best measured bandwidth."""
 import argparse
 import csv
-import json
 import os
 import re
-import subprocess
 import sys
 import time
 import tomllib
 
 import h5py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import run_json, run_program
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The lines of a run's output worth seeing as the study goes.
+SHOWN = ("MINICP", "minicp: fabric", "WARNING", "minicp:")
 
 
 def parse_args():
@@ -84,17 +86,8 @@ def profiles(a):
     return out
 
 
-def run(cmd, timeout, env=None, check=True):
-    print("+ " + " ".join(cmd), flush=True)
-    t0 = time.time()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env)
-    for line in p.stdout.splitlines():
-        if line.startswith(("MINICP", "minicp: fabric", "WARNING", "minicp:")) or p.returncode != 0:
-            print("  " + line)
-    print(f"  ({time.time() - t0:.1f} s, exit code {p.returncode})", flush=True)
-    if check and p.returncode != 0:
-        raise SystemExit(f"fabric_study: failed: {' '.join(cmd)}")
-    return p
+def run(cmd, timeout, check=True):
+    return run_program(cmd, "fabric_study", timeout=timeout, check=check, timed=True, show=SHOWN)
 
 
 def alpha_beta(js):
@@ -127,10 +120,11 @@ def measure(a, name, kind, layout, np, vc, link=None):
     if link:
         alpha, beta_fit, beta_best, js = link["alpha_us"], link["beta_fit_GBps"], link["beta_best_GBps"], link["comm_json"]
     else:
-        run(launch + [os.path.join(a.build, "bin", "minicp-comm-bench"), "--fabric", name, "--ops", "pingpong",
-                      "-b", "8", "-e", "16M", "-f", "4", "-n", "10", "-w", "3", "--json", js], a.timeout)
-        with open(js) as f:
-            alpha, beta_fit, beta_best = alpha_beta(json.load(f))
+        comm = run_json(lambda path: launch + [os.path.join(a.build, "bin", "minicp-comm-bench"), "--fabric", name,
+                                               "--ops", "pingpong", "-b", "8", "-e", "16M", "-f", "4", "-n", "10",
+                                               "-w", "3", "--json", path],
+                        "fabric_study", path=js, timeout=a.timeout, timed=True, show=SHOWN)
+        alpha, beta_fit, beta_best = alpha_beta(comm)
     sets = []
     rounds = [f"run.rounds={a.rounds_2x2}"] if layout == "2x2" and a.rounds_2x2 else []
     for s in [f"sweep.ranks=[{np}]"] + rounds + a.set:

@@ -8,11 +8,11 @@ grep-able MINICP_FIDELITY line. `make plots RUN=results/fidelity.json` draws it.
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
+from common import run_json
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 from minicp_analysis import fidelity  # noqa: E402
 from minicp_analysis.outputs import write_whole  # noqa: E402
 
@@ -42,27 +42,10 @@ def parse_args():
 
 def run_at(a, P):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="minicp_fidelity_")
-    os.close(fd)
-    os.remove(path)  # minicp-fidelity writes it new
     cmd = [a.mpiexec, "-n", str(P), "--oversubscribe", "--bind-to", "none", "-x", "OMP_NUM_THREADS=1",
-           "-x", "OMP_PROC_BIND=false", a.fidelity, "--out", path] + a.args
-    print("+ " + " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        raise SystemExit(f"fidelity_study: P={P} ran past --timeout {a.timeout} s")
-    for line in p.stdout.splitlines():
-        if line.startswith("minicp-fidelity"):
-            print("  " + line, flush=True)
-    if p.returncode != 0:
-        print(p.stdout, file=sys.stderr)
-        raise SystemExit(f"fidelity_study: minicp-fidelity at P={P} failed with exit code {p.returncode}")
-    with open(path) as fh:
-        doc = json.load(fh)
-    os.remove(path)
-    return doc
+           "-x", "OMP_PROC_BIND=false", a.fidelity]
+    return run_json(lambda path: cmd + ["--out", path] + a.args, "fidelity_study", f"minicp-fidelity at P={P}",
+                    env=env, timeout=a.timeout, show=("minicp-fidelity",))
 
 
 def main():

@@ -7,8 +7,9 @@ same --small-head-dim), in alternated rounds: the rate a ring step's block of S/
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+from common import run_json
 
 
 def parse_args():
@@ -48,25 +49,14 @@ def main():
     env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("OMP_PROC_BIND", "false")
     seqs = [a.seq] + ([a.long_seq] if a.long_seq else [])
-    filt = f"BM_Sgemm/{a.gemm_n}/|BM_Attention(Fwd|Bwd)/{a.seq}/{a.head_dim}/"
-    if a.long_seq:
-        filt += f"|BM_Attention(Fwd|Bwd)/{a.long_seq}/{a.head_dim}/1/"
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     print(f"kernel_study: {threads} threads, S={a.seq} (and causal S={a.long_seq}), D={a.head_dim}, "
           f"H={a.heads}, fp32; this takes a few minutes", flush=True)
 
     def bench(filt, extra=()):
-        tmp = a.out + ".part"
-        cmd = [a.bench, f"--benchmark_filter={filt}", f"--benchmark_min_time={a.min_time}",
-               f"--benchmark_out={tmp}", "--benchmark_out_format=json", *extra]
-        print("+ " + " ".join(cmd), flush=True)
-        rc = subprocess.call(cmd, env=env)
-        if rc != 0:
-            raise SystemExit(f"kernel_study: benchmark failed with exit code {rc}")
-        with open(tmp) as f:
-            out = json.load(f)
-        os.remove(tmp)
-        return out
+        return run_json(lambda path: [a.bench, f"--benchmark_filter={filt}", f"--benchmark_min_time={a.min_time}",
+                                      f"--benchmark_out={path}", "--benchmark_out_format=json", *extra],
+                        "kernel_study", "minicp-kernels-bench", env=env)
 
     # SGEMM before and after the attention cases; the faster of the two is the reference,
     # so a machine slowed down by a neighbour for part of the run cannot inflate the ratios.

@@ -8,7 +8,7 @@ for a local profile, inter-node for an emulated one. Prints, per file and in all
 predicted / measured ratio, and how often the scheme the model ranks first is the measured
 best or within 5% of it; writes the per-case ratios as CSV.
 
-  /usr/bin/python3 miniapp/bench/model_check.py --minicp build/bin/minicp \\
+  /usr/bin/python3 studies/model_check.py --minicp build/bin/minicp \\
       results/study.h5 results/fabric/*.h5
 """
 import argparse

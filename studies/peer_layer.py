@@ -28,18 +28,7 @@ import os
 import sys
 import time
 
-
-def positive_int(lo=1):
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or v < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got '{text}'")
-        return v
-
-    return parse
+from common import int_at_least, median
 
 
 def positive_float():
@@ -62,21 +51,21 @@ def parse_args(argv):
         "JSON on stdout. Defaults: the cpu-small model at S = 4096.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--seq-len", type=positive_int(), default=4096, help="tokens S")
-    p.add_argument("--hidden", type=positive_int(), default=1024, help="model width C")
-    p.add_argument("--heads", type=positive_int(), default=8, help="query heads H")
-    p.add_argument("--kv-heads", type=positive_int(), default=2, help="K/V heads (divides --heads)")
-    p.add_argument("--head-dim", type=positive_int(), default=128, help="head dimension D (even)")
-    p.add_argument("--ffn", type=positive_int(), default=2816, help="MLP width F")
-    p.add_argument("--layers", type=positive_int(), default=2, help="decoder layers L")
+    p.add_argument("--seq-len", type=int_at_least(1), default=4096, help="tokens S")
+    p.add_argument("--hidden", type=int_at_least(1), default=1024, help="model width C")
+    p.add_argument("--heads", type=int_at_least(1), default=8, help="query heads H")
+    p.add_argument("--kv-heads", type=int_at_least(1), default=2, help="K/V heads (divides --heads)")
+    p.add_argument("--head-dim", type=int_at_least(1), default=128, help="head dimension D (even)")
+    p.add_argument("--ffn", type=int_at_least(1), default=2816, help="MLP width F")
+    p.add_argument("--layers", type=int_at_least(1), default=2, help="decoder layers L")
     p.add_argument("--rope-theta", type=positive_float(), default=500000.0, help="RoPE base")
     p.add_argument("--norm-eps", type=positive_float(), default=1e-5, help="RMSNorm epsilon")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                    help="storage type of weights, activations and gradients")
-    p.add_argument("--threads", type=positive_int(), default=2, help="torch.set_num_threads")
-    p.add_argument("--warmup", type=positive_int(0), default=1, help="untimed steps first")
-    p.add_argument("--reps", type=positive_int(), default=3, help="timed steps")
-    p.add_argument("--seed", type=positive_int(0), default=1, help="weights and input")
+    p.add_argument("--threads", type=int_at_least(1), default=2, help="torch.set_num_threads")
+    p.add_argument("--warmup", type=int_at_least(0), default=1, help="untimed steps first")
+    p.add_argument("--reps", type=int_at_least(1), default=3, help="timed steps")
+    p.add_argument("--seed", type=int_at_least(0), default=1, help="weights and input")
     a = p.parse_args(argv)
     if a.heads % a.kv_heads:
         p.error(f"--kv-heads must divide --heads ({a.heads}), got {a.kv_heads}")
@@ -190,10 +179,6 @@ def forward(torch, a, layers, x, cos, sin, mask):
         gate, up = n @ p["w_gate"], n @ p["w_up"]  # [S, F]
         h = h + (torch.nn.functional.silu(gate) * up) @ p["w_down"]
     return h  # [S, C]
-
-
-def median(xs):
-    return sorted(xs)[len(xs) // 2]  # the upper middle sample (docs/figures-of-merit.md)
 
 
 def main(argv):

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Peer study (`make peer-study`): the cpu-small layers' train step in miniCP (`none`, one
-rank) against the same layers in PyTorch (miniapp/bench/peer_layer.py), bf16 and fp32.
+rank) against the same layers in PyTorch (studies/peer_layer.py), bf16 and fp32.
 
 Each round runs, in turn: miniCP bf16, PyTorch bf16, miniCP f32, PyTorch f32, at the same S
 and thread count (miniCP 1 rank x T threads through OMP_NUM_THREADS, PyTorch
@@ -26,10 +26,11 @@ import platform
 import re
 import subprocess
 import sys
-import time
+
+from common import int_at_least, median, run_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
 
 # The closing line of every minicp run (miniapp/run/driver.cpp, docs/results-file.md).
 MINICP_LINE = re.compile(r"^MINICP deck=(?P<deck>\S+) cases=(?P<cases>\d+) run_s=(?P<run_s>\S+) "
@@ -96,19 +97,6 @@ def read_minicp_record(path):
         }
 
 
-def check_int(lo):
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or v < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got '{text}'")
-        return v
-
-    return parse
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="peer_study.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -118,11 +106,11 @@ def parse_args(argv):
     p.add_argument("--deck", default=os.path.join(ROOT, "inputs", "peer.toml"), help="miniCP's deck" + d)
     p.add_argument("--peer", default=os.path.join(HERE, "peer_layer.py"), help="the PyTorch layer" + d)
     p.add_argument("--python", default="/usr/bin/python3", help="the Python that runs --peer" + d)
-    p.add_argument("--seq-len", type=check_int(1), default=4096, help="tokens S" + d)
-    p.add_argument("--threads", type=check_int(1), default=2, help="threads of each program" + d)
-    p.add_argument("--rounds", type=check_int(1), default=3, help="alternated rounds" + d)
-    p.add_argument("--warmup", type=check_int(0), default=1, help="untimed steps of each run" + d)
-    p.add_argument("--reps", type=check_int(1), default=2, help="timed steps of each run (their median)" + d)
+    p.add_argument("--seq-len", type=int_at_least(1), default=4096, help="tokens S" + d)
+    p.add_argument("--threads", type=int_at_least(1), default=2, help="threads of each program" + d)
+    p.add_argument("--rounds", type=int_at_least(1), default=3, help="alternated rounds" + d)
+    p.add_argument("--warmup", type=int_at_least(0), default=1, help="untimed steps of each run" + d)
+    p.add_argument("--reps", type=int_at_least(1), default=2, help="timed steps of each run (their median)" + d)
     p.add_argument("--glibc-tunables", default="glibc.malloc.hugetlb=1",
                    help="GLIBC_TUNABLES of both programs, '' for none (see above)" + d)
     p.add_argument("--work", default="results/peer", help="folder of miniCP's results files" + d)
@@ -152,16 +140,6 @@ def load_1min():
         return float("nan")
 
 
-def run(cmd, env, what):
-    print("+ " + " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout + p.stderr)
-        raise SystemExit(f"peer_study.py: {what} failed with exit code {p.returncode}")
-    return p.stdout, p.stderr, time.perf_counter() - t0
-
-
 def run_minicp(a, dtype, rnd):
     out = os.path.join(a.work, f"minicp_{dtype}_r{rnd}.h5")
     # Rank placement as the Makefile's `run`; the environment that differs goes with -x.
@@ -171,7 +149,8 @@ def run_minicp(a, dtype, rnd):
         cmd += ["-x", name]
     cmd += [a.minicp, "--deck", a.deck, "--set", f'run.dtype="{dtype}"', "--set", f"sweep.seq_len=[{a.seq_len}]",
             "--set", f"run.warmup={a.warmup}", "--set", f"run.reps={a.reps}", "--out", out, "--overwrite"]
-    stdout, stderr, wall = run(cmd, environment(a), f"minicp ({dtype}, round {rnd})")
+    p = run_program(cmd, "peer_study.py", f"minicp ({dtype}, round {rnd})", env=environment(a), show=())
+    stdout, stderr, wall = p.stdout, p.stderr, p.wall_s
     line = parse_minicp_line(stdout)
     if line is None:
         sys.stderr.write(stdout + stderr)
@@ -196,9 +175,9 @@ def run_minicp(a, dtype, rnd):
 def run_peer(a, dtype):
     cmd = [a.python, a.peer, "--dtype", dtype, "--seq-len", str(a.seq_len), "--threads", str(a.threads),
            "--warmup", str(a.warmup), "--reps", str(a.reps)]
-    stdout, _, wall = run(cmd, environment(a), f"peer_layer.py ({dtype})")
-    rec = json.loads(stdout)
-    rec["wall_s"] = wall
+    p = run_program(cmd, "peer_study.py", f"peer_layer.py ({dtype})", env=environment(a), show=())
+    rec = json.loads(p.stdout)
+    rec["wall_s"] = p.wall_s
     return rec
 
 
@@ -228,10 +207,6 @@ def debian_version(pkg):
     except OSError:
         return ""
     return p.stdout.strip() if p.returncode == 0 else ""
-
-
-def median(xs):
-    return sorted(xs)[len(xs) // 2]  # the upper middle sample (docs/figures-of-merit.md)
 
 
 def summarise(rounds):

@@ -82,10 +82,9 @@ def expect_bad(argv, *needles):
 
 
 # --------------------------------------------------------------------------------------- report
-def check_report(a):
-    want = cases(a.file)
-    ok = {c for c, (at, _, _) in want.items() if at["status"] == "ok"}
-    refused = {c for c, (at, _, _) in want.items() if at["status"] != "ok"}
+def check_report_csv(a, want, ok, refused):
+    """report --csv -: the columns and their units, one row per case in the file's order, its
+    statuses and dtypes, its figures (refused cases: NaN)."""
     rc, out, err = run_cli(["report", a.file, "--csv", "-"])
     rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
     if rc != 0:
@@ -116,7 +115,10 @@ def check_report(a):
             fail(f"report {r['case']} (refused): measured time {r.get('measured_time_s [s]')!r}, expected NaN")
     if not refused:
         print("note: the file has no refused case")
-    # the text table, and --csv FILE beside it
+
+
+def check_report_text(a, want, refused):
+    """The text table, and --csv FILE beside it."""
     csv_path = os.path.join(a.work, "report.csv")
     rc, out, err = run_cli(["report", a.file, "--csv", csv_path])
     if rc != 0 or "measured_time_s [s]" not in out or not all(c in out for c in want):
@@ -125,7 +127,11 @@ def check_report(a):
         fail("report (text): the refused cases' status is not shown")
     if not os.path.exists(csv_path) or len(list(csv.DictReader(open(csv_path)))) != len(want):
         fail(f"report --csv {csv_path}: not written with one row per case")
-    # filters, sort, columns
+
+
+def check_report_filters(a, want, ok):
+    """--scheme, --pass, --seq-len (alone, repeated, together), --sort --desc, --columns.
+    Returns the scheme filtered on."""
     some = sorted(ok)[1]
     scheme, pas, seq = want[some][0]["scheme"], want[some][0]["pass"], int(want[some][0]["seq_len"])
     others = sorted({at["scheme"] for at, _, _ in want.values()} - {scheme})
@@ -152,7 +158,11 @@ def check_report(a):
     head = out.splitlines()[0] if out else ""
     if head != "case,measured_time_s [s],layer_efficiency [-]":
         fail(f"report --columns: header {head!r}")
-    # bad input
+    return scheme
+
+
+def check_report_bad_input(a, scheme):
+    """Bad input: exit 2 and one message naming the flag, the value and what is allowed."""
     expect_bad(["report", a.file, "--bogus"], "--bogus")
     expect_bad(["report", a.file, "--pass", "training"], "--pass training", "train, prefill, decode")
     expect_bad(["report", a.file, "--scheme", "nosuch"], "--scheme nosuch", scheme)
@@ -162,14 +172,20 @@ def check_report(a):
     expect_bad(["report", os.path.join(a.work, "missing.h5")], "missing.h5: no such file")
     expect_bad(["report", __file__], "check_analysis.py: not a minicp results file")
     expect_bad(["report", a.file, "--csv", "/proc/no/such/dir.csv"], "--csv /proc/no/such/dir.csv")
-    # --help lists every option with its default
+
+
+def check_report_help():
+    """--help lists every option with its default."""
     rc, out, _ = run_cli(["report", "--help"])
     options = out.split("options:", 1)[-1]
     for opt in ("--scheme", "--pass", "--seq-len", "--sort", "--desc", "--columns", "--csv"):
         part = options.split(f"\n  {opt}", 1)[-1].split("\n  -", 1)[0] if f"\n  {opt}" in options else ""
         if "default" not in part:
             fail(f"report --help: {opt} not listed with its default")
-    # the wrapper CMake generates, and `python3 -m minicp_analysis`, as a user runs them
+
+
+def check_report_wrapper(a, want, scheme):
+    """The wrapper CMake generates, and `python3 -m minicp_analysis`, as a user runs them."""
     if a.wrapper:
         p = subprocess.run([a.wrapper, a.file, "--scheme", scheme, "--csv", "-"], capture_output=True, text=True)
         n = sum(1 for at, _, _ in want.values() if at["scheme"] == scheme)
@@ -178,6 +194,18 @@ def check_report(a):
         p = subprocess.run([a.wrapper, a.file, "--pass", "x"], capture_output=True, text=True)
         if p.returncode != 2 or "--pass x" not in p.stderr:
             fail(f"{a.wrapper} --pass x: exit {p.returncode}, {p.stderr!r}")
+
+
+def check_report(a):
+    want = cases(a.file)
+    ok = {c for c, (at, _, _) in want.items() if at["status"] == "ok"}
+    refused = {c for c, (at, _, _) in want.items() if at["status"] != "ok"}
+    check_report_csv(a, want, ok, refused)
+    check_report_text(a, want, refused)
+    scheme = check_report_filters(a, want, ok)
+    check_report_bad_input(a, scheme)
+    check_report_help()
+    check_report_wrapper(a, want, scheme)
 
 
 # ---------------------------------------------------------------------------------------- plots
@@ -204,14 +232,9 @@ def check_units(fig, name):
                 fail(f"{name}: an axes' {what} label {lab!r} lacks a unit")
 
 
-def check_plots(a):
-    import matplotlib.collections
-    from minicp_analysis import data, plots
-    want = cases(a.file)
-    inputs = data.load_inputs([a.file])
-    df = data.case_table(inputs)
-    ok = {c: v for c, v in want.items() if v[0]["status"] == "ok"}
-    # scaling against seq_len: a row per pass, one line per scheme of the pass on the step time
+def check_scaling_figure(df, ok):
+    """Scaling against seq_len: a row per pass, one line per scheme of the pass on the step time."""
+    from minicp_analysis import plots
     fig = plots.scaling_seq_len_figure(df, "t")
     check_units(fig, "scaling_seq_len")
     passes = [p for p in ("train", "prefill", "decode") if any(at["pass"] == p for at, _, _ in ok.values())]
@@ -229,7 +252,13 @@ def check_plots(a):
             got = sorted(zip((int(x) for x in line.get_xdata()), line.get_ydata()))
             if got != exp:
                 fail(f"scaling_seq_len {p} {s}: points {got}, the file has {exp}")
-    # timeline: the default case, each rank's tracks
+
+
+def check_timeline_figure(a, df):
+    """The timeline of the default case: each rank's tracks, one bar per event of the median rep.
+    Returns the default case's row."""
+    import matplotlib.collections
+    from minicp_analysis import data, plots
     row = data.default_timeline_case(df)
     if row is None or row["scheme"] not in data.table_registry(df).ring_family:
         fail(f"no ring-family default timeline case in {a.file}")
@@ -254,7 +283,12 @@ def check_plots(a):
             fail(f"timeline: {len(bars)} bars in the whole-step panel, the median rep {rep} has {n} events")
         if f"rep {rep} (the median)" not in title(fig):
             fail(f"timeline: title {title(fig)!r} does not name the median rep {rep}")
-    # overlap: one line per scheme on more than one rank in every panel; NaN drawn as NaN
+    return row
+
+
+def check_overlap_figure(df, ok):
+    """Overlap: one line per scheme on more than one rank in every panel; NaN drawn as NaN."""
+    from minicp_analysis import plots
     fig = plots.overlap_figure(df, "t")
     check_units(fig, "overlap")
     comm = sorted({at["scheme"] for at, _, _ in ok.values() if int(at["ranks"]) > 1})
@@ -282,7 +316,11 @@ def check_plots(a):
                     if f"{s} S={L} {col}:" not in notes:
                         fail(f"overlap {col} {s} S={L}: NaN without its note under the plot")
     print(f"overlap: {nan_seen} NaN overlaps drawn as missing with their note")
-    # memory: a point per rank of every case that ran, one series per scheme
+
+
+def check_memory_figure(inputs, df, ok):
+    """Memory: a point per rank of every case that ran, one series per scheme."""
+    from minicp_analysis import plots
     mem = plots.memory_rows(inputs, df)
     fig = plots.memory_figure(mem, "t")
     check_units(fig, "memory")
@@ -293,7 +331,12 @@ def check_plots(a):
         fail(f"memory: {points} points, expected one per rank and case ({exp})")
     if labelled(a0) != sorted({at["scheme"] for at, _, _ in ok.values()}):
         fail(f"memory: series {labelled(a0)}")
-    # model: skipped without predicted_time_s; drawn from a copy of the file that has it
+
+
+def check_model_figure(a, df, ok):
+    """Model: skipped without predicted_time_s; drawn from a copy of the file that has it.
+    Returns whether the file itself has predictions."""
+    from minicp_analysis import data, plots
     has_pred = any(np.isfinite(su.get("predicted_time_s", np.nan)) for _, su, _ in ok.values())
     if not has_pred:
         try:
@@ -321,7 +364,13 @@ def check_plots(a):
         fail(f"model: not one point per case with predicted_time_s ({n_pred})")
     if not has_pred and f"{n_pred} of {n_pred} cases within ±15%" not in title(fig):
         fail(f"model: title {title(fig)!r}")
-    # fabric: two profiles (copies of the file with another fabric) and a fabric table
+    return has_pred
+
+
+def check_fabric_figure(a, ok):
+    """Fabric: two profiles (copies of the file with another fabric) and a fabric table.
+    Returns the table's path."""
+    from minicp_analysis import data, plots
     tab = os.path.join(a.work, "fabric_study.csv")
     with open(tab, "w") as t:
         t.write("profile,kind,layout,ranks,alpha_us,beta_fit_GBps,beta_best_GBps,file,comm_json\n")
@@ -340,7 +389,11 @@ def check_plots(a):
     lens = sorted({int(at["seq_len"]) for at, _, _ in ok.values()})
     if sum(1 for ax in fig.axes if ax.get_ylabel() == "step time [s]") != len(lens):
         fail(f"fabric: not one step-time panel per seq_len {lens}")
-    # the command: PNGs written, skips said
+    return tab
+
+
+def check_plots_command(a, row, has_pred, tab, ok):
+    """The command: PNGs written, skips said, the fabric table drawn; bad input refused."""
     out = os.path.join(a.work, "plots")
     shutil.rmtree(out, ignore_errors=True)
     rc, so, err = run_cli(["plots", a.file, "--out", out])
@@ -373,6 +426,21 @@ def check_plots(a):
     with open(bad_csv, "w") as t:
         t.write("a,b\n1,2\n")
     expect_bad(["plots", bad_csv, "--out", out], "other.csv: neither a study index")
+
+
+def check_plots(a):
+    from minicp_analysis import data
+    want = cases(a.file)
+    inputs = data.load_inputs([a.file])
+    df = data.case_table(inputs)
+    ok = {c: v for c, v in want.items() if v[0]["status"] == "ok"}
+    check_scaling_figure(df, ok)
+    row = check_timeline_figure(a, df)
+    check_overlap_figure(df, ok)
+    check_memory_figure(inputs, df, ok)
+    has_pred = check_model_figure(a, df, ok)
+    tab = check_fabric_figure(a, ok)
+    check_plots_command(a, row, has_pred, tab, ok)
 
 
 # ---------------------------------------------------------------------------------------- trace

@@ -124,142 +124,149 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want)) / max(1e-300, float(np.max(np.abs(want)))))
 
 
-def check(path, args):
+def attribute_type_errors(a):
+    """Each root attribute present with its type: integer, float or string."""
+    errors = []
+    for k in INT_ATTRS:
+        if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.integer):
+            errors.append(f"root attribute '{k}' missing or not an integer ({a.get(k)!r})")
+    for k in FLOAT_ATTRS:
+        if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.floating):
+            errors.append(f"root attribute '{k}' missing or not a float ({a.get(k)!r})")
+    for k in STR_ATTRS:
+        if k not in a or not isinstance(text(a[k]), str):
+            errors.append(f"root attribute '{k}' missing or not a string ({a.get(k)!r})")
+    return errors
+
+
+def attribute_value_errors(a, args):
+    """The root attributes' values agree with each other, the definition and the options."""
+    p = a["pass"]
+    if p not in ("train", "prefill", "decode"):
+        return [f"pass = {p!r}, expected train, prefill or decode"]
     errors = []
     err = errors.append
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        return [f"cannot open: {e}"]
-    with f:
-        a = {k: f.attrs[k] for k in f.attrs}
-        # --- attributes
-        for k in INT_ATTRS:
-            if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.integer):
-                err(f"root attribute '{k}' missing or not an integer ({a.get(k)!r})")
-        for k in FLOAT_ATTRS:
-            if k not in a or not np.issubdtype(np.asarray(a[k]).dtype, np.floating):
-                err(f"root attribute '{k}' missing or not a float ({a.get(k)!r})")
-        for k in STR_ATTRS:
-            if k not in a or not isinstance(text(a[k]), str):
-                err(f"root attribute '{k}' missing or not a string ({a.get(k)!r})")
-        if errors:
-            return errors
-        a = {k: text(v) for k, v in a.items()}
-        p = a["pass"]
-        if p not in ("train", "prefill", "decode"):
-            return [f"pass = {p!r}, expected train, prefill or decode"]
-        if p == "decode" and "decode_tokens" not in a:
-            err("decode dump without the root attribute 'decode_tokens'")
-        if a["file_kind"] != "minicp dump":
-            err(f"file_kind = {a['file_kind']!r}, expected 'minicp dump'")
-        if a["rope_convention"] != ROPE_CONVENTION:
-            err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
-        if a["dtype"] not in ("f32", "f64"):
-            err(f"dtype = {a['dtype']!r}, expected f32 or f64")
-        if a["causal"] not in (0, 1):
-            err(f"causal = {a['causal']}, expected 0 or 1")
-        want_mask = ("window" if a["window"] > 0 else "documents" if a["doc_len"] > 0
-                     else "causal" if a["causal"] else "full")
-        if a["mask"] != want_mask:
-            err(f"mask = {a['mask']!r} but window = {a['window']}, doc_len = {a['doc_len']}, "
-                f"causal = {a['causal']}: expected {want_mask!r}")
-        if a["window"] > 0 and not a["causal"]:
-            err("a window implies causal, but causal = 0")
-        for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks"):
-            if a[k] < 1:
-                err(f"{k} = {a[k]}, expected >= 1")
-        if a["heads"] % max(1, a["kv_heads"]) or a["head_dim"] % 2:
-            err(f"heads ({a['heads']}) must be a multiple of kv_heads ({a['kv_heads']}) and head_dim even")
-        if not (a["rope_theta"] > 1 and a["norm_eps"] > 0):
-            err(f"rope_theta = {a['rope_theta']}, norm_eps = {a['norm_eps']}")
-        for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("mask", "mask"),
-                         ("dtype", "dtype")):
-            want = getattr(args, opt)
-            if want is not None and str(a[key]) != str(want):
-                err(f"{key} = {a[key]!r}, expected {want!r}")
-        if errors:
-            return errors
+    if p == "decode" and "decode_tokens" not in a:
+        err("decode dump without the root attribute 'decode_tokens'")
+    if a["file_kind"] != "minicp dump":
+        err(f"file_kind = {a['file_kind']!r}, expected 'minicp dump'")
+    if a["rope_convention"] != ROPE_CONVENTION:
+        err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
+    if a["dtype"] not in ("f32", "f64"):
+        err(f"dtype = {a['dtype']!r}, expected f32 or f64")
+    if a["causal"] not in (0, 1):
+        err(f"causal = {a['causal']}, expected 0 or 1")
+    want_mask = ("window" if a["window"] > 0 else "documents" if a["doc_len"] > 0
+                 else "causal" if a["causal"] else "full")
+    if a["mask"] != want_mask:
+        err(f"mask = {a['mask']!r} but window = {a['window']}, doc_len = {a['doc_len']}, "
+            f"causal = {a['causal']}: expected {want_mask!r}")
+    if a["window"] > 0 and not a["causal"]:
+        err("a window implies causal, but causal = 0")
+    for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks"):
+        if a[k] < 1:
+            err(f"{k} = {a[k]}, expected >= 1")
+    if a["heads"] % max(1, a["kv_heads"]) or a["head_dim"] % 2:
+        err(f"heads ({a['heads']}) must be a multiple of kv_heads ({a['kv_heads']}) and head_dim even")
+    if not (a["rope_theta"] > 1 and a["norm_eps"] > 0):
+        err(f"rope_theta = {a['rope_theta']}, norm_eps = {a['norm_eps']}")
+    for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("mask", "mask"),
+                     ("dtype", "dtype")):
+        want = getattr(args, opt)
+        if want is not None and str(a[key]) != str(want):
+            err(f"{key} = {a[key]!r}, expected {want!r}")
+    return errors
 
-        # --- datasets: presence, shape, dtype
-        m = Model(a)
-        S = int(a["seq_len"])
-        N = int(a["decode_tokens"]) if p == "decode" else S
-        want_dt = np.float32 if a["dtype"] == "f32" else np.float64
-        expect = {"x": (N, m.C), "y": (N, m.C)}
-        if p == "train":
-            expect.update({"dy": (N, m.C), "dx": (N, m.C)})
-        shapes = m.shapes()
+
+def expected_datasets(m, a):
+    """{name under /tensors: shape} of a dump of this pass."""
+    p, S = a["pass"], int(a["seq_len"])
+    N = int(a["decode_tokens"]) if p == "decode" else S
+    expect = {"x": (N, m.C), "y": (N, m.C)}
+    if p == "train":
+        expect.update({"dy": (N, m.C), "dx": (N, m.C)})
+    shapes = m.shapes()
+    for l in range(m.L):
+        for name, shape in shapes.items():
+            expect[f"layers/{l}/{name}"] = shape
+            if p == "train":
+                expect[f"layers/{l}/d{name}"] = shape
+        if p == "decode":
+            for name in ("cache_k", "cache_v"):
+                expect[f"layers/{l}/{name}"] = (S, m.Hkv * m.D)
+    return expect
+
+
+def read_datasets(f, m, a):
+    """(errors, {name: float64 array}): every expected dataset present with its shape and
+    dtype, none other, and the layer groups 0..L-1."""
+    errors = []
+    err = errors.append
+    expect = expected_datasets(m, a)
+    want_dt = np.float32 if a["dtype"] == "f32" else np.float64
+    if "tensors" not in f:
+        return ["no group /tensors"], {}
+    t = f["tensors"]
+    data = {}
+    for name, shape in expect.items():
+        if name not in t:
+            err(f"missing dataset /tensors/{name}")
+            continue
+        d = t[name]
+        if d.shape != shape:
+            err(f"/tensors/{name}: shape {d.shape}, expected {shape}")
+        if d.dtype != want_dt:
+            err(f"/tensors/{name}: dtype {d.dtype}, expected {np.dtype(want_dt)} (dtype = {a['dtype']})")
+        data[name] = d[...].astype(np.float64)
+    for name in ("dy", "dx"):
+        if a["pass"] != "train" and name in t:
+            err(f"/tensors/{name} present in a {a['pass']} dump")
+    if "layers" in t:
+        present = sorted(t["layers"].keys(), key=lambda s: (len(s), s))
+        if present != [str(l) for l in range(m.L)]:
+            err(f"/tensors/layers holds {present}, expected 0..{m.L - 1}")
         for l in range(m.L):
-            for name, shape in shapes.items():
-                expect[f"layers/{l}/{name}"] = shape
-                if p == "train":
-                    expect[f"layers/{l}/d{name}"] = shape
-            if p == "decode":
-                for name in ("cache_k", "cache_v"):
-                    expect[f"layers/{l}/{name}"] = (S, m.Hkv * m.D)
-        if "tensors" not in f:
-            return errors + ["no group /tensors"]
-        t = f["tensors"]
-        data = {}
-        for name, shape in expect.items():
-            if name not in t:
-                err(f"missing dataset /tensors/{name}")
-                continue
-            d = t[name]
-            if d.shape != shape:
-                err(f"/tensors/{name}: shape {d.shape}, expected {shape}")
-            if d.dtype != want_dt:
-                err(f"/tensors/{name}: dtype {d.dtype}, expected {np.dtype(want_dt)} (dtype = {a['dtype']})")
-            data[name] = d[...].astype(np.float64)
-        for name in ("dy", "dx"):
-            if p != "train" and name in t:
-                err(f"/tensors/{name} present in a {p} dump")
-        if "layers" in t:
-            present = sorted(t["layers"].keys(), key=lambda s: (len(s), s))
-            if present != [str(l) for l in range(m.L)]:
-                err(f"/tensors/layers holds {present}, expected 0..{m.L - 1}")
-            for l in range(m.L):
-                extra = set(t["layers"].get(str(l), {}).keys()) - {n.split("/")[-1] for n in expect
-                                                                    if n.startswith(f"layers/{l}/")}
-                if extra:
-                    err(f"/tensors/layers/{l}: unexpected datasets {sorted(extra)}")
-        if errors:
-            return errors
+            extra = set(t["layers"].get(str(l), {}).keys()) - {n.split("/")[-1] for n in expect
+                                                                if n.startswith(f"layers/{l}/")}
+            if extra:
+                err(f"/tensors/layers/{l}: unexpected datasets {sorted(extra)}")
+    return errors, data
 
-    # --- the damage of --corrupt (test only)
-    if args.corrupt == "rows":
+
+def corrupt(kind, m, data):
+    """The damage of --corrupt (test only), in place."""
+    if kind == "rows":
         for name in ("x", "y", "dy", "dx"):
             if name in data:
                 data[name] = data[name][::-1].copy()
-    elif args.corrupt == "grads":
+    elif kind == "grads":
         for name in list(data):
             if name.split("/")[-1] in ["d" + q for q in PARAMS]:
                 data[name] *= 0.5
-    elif args.corrupt == "theta":
+    elif kind == "theta":
         m.theta *= 1.5
 
-    # --- the forward
-    weights = [{name: data[f"layers/{l}/{name}"] for name in PARAMS} for l in range(m.L)]
-    f32 = a["dtype"] == "f32"
-    y_tol = 2e-4 if f32 else 1e-9
-    if p == "decode":
-        pos = np.arange(S, S + N)
+
+def forward_errors(path, m, a, data, weights, pos):
+    """/tensors/y against the float64 forward from /tensors/x (and the caches of a decode dump)."""
+    y_tol = 2e-4 if a["dtype"] == "f32" else 1e-9
+    caches = None
+    if a["pass"] == "decode":
         caches = [(data[f"layers/{l}/cache_k"], data[f"layers/{l}/cache_v"]) for l in range(m.L)]
-    else:
-        pos = np.arange(S)
-        caches = None
     y = m.forward(data["x"], weights, pos, caches)
     e = rel_err(data["y"], y)
     print(f"{path}: y: relative max error {e:.3e} (tolerance {y_tol:g})")
     if not e < y_tol:
-        err(f"/tensors/y differs from the numpy forward: relative max error {e:.3e} >= {y_tol:g}")
-    if p != "train":
-        return errors
+        return [f"/tensors/y differs from the numpy forward: relative max error {e:.3e} >= {y_tol:g}"]
+    return []
 
-    # --- train: central finite differences of loss = sum(y * dy)
+
+def gradient_errors(path, m, a, data, weights, pos, samples):
+    """dx and every d<param> against central finite differences of loss = sum(y * dy), on the
+    largest entry and a random sample of each tensor."""
+    errors = []
     dy, h = data["dy"], 1e-6
-    g_tol = 2e-3 if f32 else 1e-5
+    g_tol = 2e-3 if a["dtype"] == "f32" else 1e-5
     rng = np.random.default_rng(12345)
 
     def loss(x, ws):
@@ -278,8 +285,8 @@ def check(path, args):
             rel = abs(fd - flat[i]) / max(abs(flat[i]), 0.1 * gmax, 1e-300)
             worst = max(worst, rel)
             if not rel < g_tol:
-                err(f"/tensors/{what}: entry {np.unravel_index(i, grad.shape)} is {flat[i]:.10g}, finite "
-                    f"difference {fd:.10g} (relative error {rel:.3e} >= {g_tol:g})")
+                errors.append(f"/tensors/{what}: entry {np.unravel_index(i, grad.shape)} is {flat[i]:.10g}, finite "
+                              f"difference {fd:.10g} (relative error {rel:.3e} >= {g_tol:g})")
         return worst
 
     def perturb_x(i, delta):
@@ -287,7 +294,7 @@ def check(path, args):
         x.reshape(-1)[i] += delta
         return loss(x, weights)
 
-    worst = {"dx": probe("dx", data["dx"], perturb_x, args.samples * 2)}
+    worst = {"dx": probe("dx", data["dx"], perturb_x, samples * 2)}
     for l in range(m.L):
         for name in PARAMS:
             def perturb_w(i, delta, l=l, name=name):
@@ -296,10 +303,40 @@ def check(path, args):
                 ws[l][name].reshape(-1)[i] += delta
                 return loss(data["x"], ws)
             key = f"layers/{l}/d{name}"
-            worst[key] = probe(key, data[key], perturb_w, args.samples)
+            worst[key] = probe(key, data[key], perturb_w, samples)
     print(f"{path}: gradients: worst relative error {max(worst.values()):.3e} over dx and "
           f"{len(worst) - 1} weight gradients (tolerance {g_tol:g})")
     return errors
+
+
+def check(path, args):
+    """The failures of the dump at path: its attributes, then its datasets, then (when both
+    hold) the forward and, for train, the gradients."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        return [f"cannot open: {e}"]
+    with f:
+        a = {k: f.attrs[k] for k in f.attrs}
+        errors = attribute_type_errors(a)
+        if errors:
+            return errors
+        a = {k: text(v) for k, v in a.items()}
+        errors = attribute_value_errors(a, args)
+        if errors:
+            return errors
+        m = Model(a)
+        errors, data = read_datasets(f, m, a)
+        if errors:
+            return errors
+    corrupt(args.corrupt, m, data)
+    weights = [{name: data[f"layers/{l}/{name}"] for name in PARAMS} for l in range(m.L)]
+    S = int(a["seq_len"])
+    pos = np.arange(S, S + int(a["decode_tokens"])) if a["pass"] == "decode" else np.arange(S)
+    errors = forward_errors(path, m, a, data, weights, pos)
+    if a["pass"] != "train":
+        return errors
+    return errors + gradient_errors(path, m, a, data, weights, pos, args.samples)
 
 
 def main():

@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""The fidelity study end to end on a small problem: miniapp/bench/fidelity_study.py at two
+"""The fidelity study end to end on a small problem: studies/fidelity_study.py at two
 rank counts (minicp-fidelity under mpiexec), then its file checked: every scheme asked for
 has a row for every precision, level and tensor at every P where it runs, every figure is
 finite and >= 0, every fp32 and bf16 ratio to `none` meets the rule (<= 2), the table names
 every scheme, and `minicp_analysis plots` draws fidelity.png from it.
 Usage: check_fidelity.py --fidelity BIN --mpiexec MPIEXEC --work DIR"""
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -31,7 +30,7 @@ def main():
     out = os.path.join(a.work, "fidelity.json")
     if os.path.exists(out):
         os.remove(out)
-    study = [sys.executable, os.path.join(ROOT, "miniapp", "bench", "fidelity_study.py"), "--fidelity", a.fidelity,
+    study = [sys.executable, os.path.join(ROOT, "studies", "fidelity_study.py"), "--fidelity", a.fidelity,
              "--mpiexec", a.mpiexec, "--ranks", "1,2", "--out", out, "--timeout", "240", "--",
              "--schemes", ",".join(SCHEMES), "--masks", "causal,documents", "--seq-len", "96", "--heads", "4",
              "--kv-heads", "4,2", "--head-dim", "16", "--hidden", "64", "--ffn", "96"]

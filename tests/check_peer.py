@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks of the peer study (miniapp/bench/peer_study.py, peer_layer.py), in two modes.
+"""Checks of the peer study (studies/peer_study.py, peer_layer.py), in two modes.
 
 --mode minicp (no PyTorch needed): the study's reader of miniCP's output against a real run
   of inputs/peer.toml at a small S: the MINICP line parsed (deck, one case token, its layer
@@ -28,8 +28,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH = os.path.join(ROOT, "miniapp", "bench")
-sys.path.insert(0, BENCH)
+STUDIES = os.path.join(ROOT, "studies")
+sys.path.insert(0, STUDIES)
 import peer_layer  # noqa: E402
 import peer_study  # noqa: E402
 
@@ -86,7 +86,7 @@ def mode_minicp(a):
 
 
 def run_peer(*args):
-    cmd = ["/usr/bin/python3", os.path.join(BENCH, "peer_layer.py"), *args]
+    cmd = ["/usr/bin/python3", os.path.join(STUDIES, "peer_layer.py"), *args]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

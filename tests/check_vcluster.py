@@ -259,6 +259,121 @@ def minicp_jobs(vc, minicp, work, env, fails, times):
         check_file(os.path.join(study, f"N{n}_none.h5"), n, "", True, fails)
 
 
+def check_cluster_up(vc, prefix, vdir, fails, times):
+    """A 2-node cluster up at 1gbit with Slurm: its four daemons recorded."""
+    _, times["up"] = run([vc, "up", "2", "--rate", "1gbit", "--slurm", "--name", prefix], 120)
+    recorded = sorted(f[:-4] for f in os.listdir(os.path.join(vdir, "pids")) if f.endswith(".pid"))
+    if recorded != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
+        fails.append(f"daemons recorded: {recorded}")
+
+
+def check_link_caps(prefix, fails):
+    """The caps: tbf at 1Gbit on both sides of each link."""
+    for k in (1, 2):
+        node = subprocess.run(["tc", "-n", f"{prefix}-node{k}", "qdisc", "show", "dev", "eth0"],
+                              stdout=subprocess.PIPE, text=True).stdout
+        host = subprocess.run(["tc", "qdisc", "show", "dev", f"{prefix}-h{k}"], stdout=subprocess.PIPE, text=True).stdout
+        for side, q in (("node side", node), ("host side", host)):
+            if not re.search(r"qdisc tbf .*rate 1Gbit", q):
+                fails.append(f"node{k} {side}: no tbf at 1Gbit ({q.strip()!r})")
+
+
+def check_status(vc, prefix, fails):
+    """`vcluster status`: the four daemons alive, both nodes idle."""
+    out, _ = run([vc, "status", "--name", prefix], 30)
+    alive = sorted(re.findall(r"^(\S+)\s+\d+\s+alive$", out, re.M))
+    if alive != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
+        fails.append(f"vcluster status: daemons alive {alive}, expected munged, slurmctld, slurmd-node1, slurmd-node2")
+    if len(re.findall(r"^node\d\s.*\sidle\s*$", out, re.M)) != 2:
+        fails.append("vcluster status: sinfo does not show node1 and node2 idle")
+
+
+def check_mpirun_hostname(vc, prefix, fails, times):
+    """`vcluster mpirun -np 2 --map-by node hostname`: one rank per node, the transports said."""
+    out, times["mpirun hostname"] = run([vc, "mpirun", "--name", prefix, "-np", "2", "--map-by", "node", "hostname"], 60)
+    if names(out) != ["node1", "node2"]:
+        fails.append(f"vcluster mpirun -np 2 --map-by node hostname: host names {names(out)}, expected node1 and node2")
+    if "shared memory" not in out or "TCP" not in out:
+        fails.append("vcluster mpirun does not say which transport ranks use")
+
+
+def check_env_and_srun(vc, prefix, vdir, env, work, fails, times):
+    """`vcluster env` (its exports added to env) points at the cluster's slurm.conf, and
+    `srun -N 2 hostname` runs on both nodes."""
+    exports, _ = run([vc, "env", "--name", prefix], 30)
+    for k, v in re.findall(r"^export (\w+)=(\S+)$", exports, re.M):
+        env[k] = v
+    if env.get("SLURM_CONF") != f"{vdir}/slurm.conf":
+        fails.append(f"vcluster env: SLURM_CONF={env.get('SLURM_CONF')}, expected {vdir}/slurm.conf")
+    out, times["srun hostname"] = run(["timeout", "60", "srun", "-N", "2", "hostname"], 70, env=env, cwd=work)
+    if names(out) != ["node1", "node2"]:
+        fails.append(f"srun -N 2 hostname: host names {names(out)}, expected node1 and node2")
+
+
+def check_batch_job(bench, hello, work, env, fails, times):
+    """`sbatch --wait -N 2`: the MPI hello by srun --mpi=pmix on both nodes, and with bench
+    minicp-comm-bench pingpong across them."""
+    script = os.path.join(work, "job.sh")
+    joblog = os.path.join(work, "job.out")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
+                f"#SBATCH -o {joblog}\n"
+                "echo \"batch script on $(hostname)\"\n"
+                f"srun --mpi=pmix {hello} || exit 1\n")
+        if bench:
+            f.write(f"OMP_NUM_THREADS=1 OMP_PROC_BIND=false srun --mpi=pmix {os.path.abspath(bench)}"
+                    " --ops pingpong -b 8 -e 64K -f 64 -w 1 -n 2 -c 1 || exit 1\n")
+    out, times["sbatch --wait"] = run(["timeout", "90", "sbatch", "--wait", script], 100, env=env, cwd=work, check=False)
+    log = open(joblog).read() if os.path.exists(joblog) else ""
+    print(f"---- {joblog}\n{log}----", flush=True)
+    if "Submitted batch job" not in out or run.returncode != 0:
+        fails.append(f"sbatch --wait: exit {run.returncode} (the job failed or was not submitted)")
+    hellos = re.findall(r"^hello rank (\d) of 2 on (node\d+) sum 2$", log, re.M)
+    if sorted(hellos) != [("0", "node1"), ("1", "node2")] and sorted(hellos) != [("0", "node2"), ("1", "node1")]:
+        fails.append(f"job output: MPI hello lines {hellos}, expected ranks 0 and 1 on node1 and node2")
+    if bench:
+        bench_hosts = sorted(re.findall(r"^#\s+host (node\d+): 1 rank", log, re.M))
+        if bench_hosts != ["node1", "node2"]:
+            fails.append(f"job output: minicp-comm-bench hosts {bench_hosts}, expected node1 and node2")
+        if not re.search(r"^MINICP_COMM op=pingpong ranks=2 .* wrong=0$", log, re.M):
+            fails.append("job output: no MINICP_COMM pingpong line with wrong=0")
+
+
+def check_down(vc, prefix, vdir, env, fails, times):
+    """`vcluster down`, after the daemons' logs are printed when something failed: nothing of
+    the prefix left (else a second down cleans up what was found)."""
+    if fails:  # what the cluster is doing, and the daemons' logs, before down removes them
+        diagnose(prefix, env)
+        logdir = os.path.join(vdir, "log")
+        for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                tail = f.readlines()[-30:]
+            print(f"---- last lines of {logdir}/{name}\n{''.join(tail)}", end="", flush=True)
+    procs = processes(prefix, vdir)
+    try:
+        _, times["down"] = run([vc, "down", "--name", prefix], 90)
+    except AssertionError as e:
+        fails.append(str(e))
+    left = leftovers(prefix, vdir, procs)
+    if left:
+        fails.append("left after down: " + "; ".join(left))
+        try:  # clean up what the check found, so that no later run trips on it
+            run([vc, "down", "--name", prefix], 90)
+        except AssertionError as e:
+            fails.append(f"second down: {e}")
+
+
+def build_hello(work):
+    """The MPI hello, built with mpicc in a fresh work directory; returns its path."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    hello = os.path.join(work, "hello")
+    with open(hello + ".c", "w") as f:
+        f.write(HELLO_C)
+    run(["mpicc", "-O1", "-o", hello, hello + ".c"], 60)
+    return hello
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--vcluster", required=True)
@@ -279,12 +394,7 @@ def main():
     prefix = f"vt{os.getpid()}"
     vdir = f"/var/tmp/minicp-vcluster-{prefix}"
     work = os.path.abspath(a.work)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    hello = os.path.join(work, "hello")
-    with open(hello + ".c", "w") as f:
-        f.write(HELLO_C)
-    run(["mpicc", "-O1", "-o", hello, hello + ".c"], 60)
+    hello = build_hello(work)
 
     fails = []
     times = {}
@@ -292,66 +402,12 @@ def main():
     try:
         run([vc, "down", "--name", prefix], 60)  # a leftover of an earlier run with this pid
         custom_dir_down(vc, work, prefix + "c", fails)
-        _, times["up"] = run([vc, "up", "2", "--rate", "1gbit", "--slurm", "--name", prefix], 120)
-        recorded = sorted(f[:-4] for f in os.listdir(os.path.join(vdir, "pids")) if f.endswith(".pid"))
-        if recorded != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
-            fails.append(f"daemons recorded: {recorded}")
-
-        # The caps: tbf at 1Gbit on both sides of each link.
-        for k in (1, 2):
-            node = subprocess.run(["tc", "-n", f"{prefix}-node{k}", "qdisc", "show", "dev", "eth0"],
-                                  stdout=subprocess.PIPE, text=True).stdout
-            host = subprocess.run(["tc", "qdisc", "show", "dev", f"{prefix}-h{k}"], stdout=subprocess.PIPE, text=True).stdout
-            for side, q in (("node side", node), ("host side", host)):
-                if not re.search(r"qdisc tbf .*rate 1Gbit", q):
-                    fails.append(f"node{k} {side}: no tbf at 1Gbit ({q.strip()!r})")
-
-        out, _ = run([vc, "status", "--name", prefix], 30)
-        alive = sorted(re.findall(r"^(\S+)\s+\d+\s+alive$", out, re.M))
-        if alive != ["munged", "slurmctld", "slurmd-node1", "slurmd-node2"]:
-            fails.append(f"vcluster status: daemons alive {alive}, expected munged, slurmctld, slurmd-node1, slurmd-node2")
-        if len(re.findall(r"^node\d\s.*\sidle\s*$", out, re.M)) != 2:
-            fails.append("vcluster status: sinfo does not show node1 and node2 idle")
-
-        out, times["mpirun hostname"] = run([vc, "mpirun", "--name", prefix, "-np", "2", "--map-by", "node", "hostname"], 60)
-        if names(out) != ["node1", "node2"]:
-            fails.append(f"vcluster mpirun -np 2 --map-by node hostname: host names {names(out)}, expected node1 and node2")
-        if "shared memory" not in out or "TCP" not in out:
-            fails.append("vcluster mpirun does not say which transport ranks use")
-
-        exports, _ = run([vc, "env", "--name", prefix], 30)
-        for k, v in re.findall(r"^export (\w+)=(\S+)$", exports, re.M):
-            env[k] = v
-        if env.get("SLURM_CONF") != f"{vdir}/slurm.conf":
-            fails.append(f"vcluster env: SLURM_CONF={env.get('SLURM_CONF')}, expected {vdir}/slurm.conf")
-        out, times["srun hostname"] = run(["timeout", "60", "srun", "-N", "2", "hostname"], 70, env=env, cwd=work)
-        if names(out) != ["node1", "node2"]:
-            fails.append(f"srun -N 2 hostname: host names {names(out)}, expected node1 and node2")
-
-        script = os.path.join(work, "job.sh")
-        joblog = os.path.join(work, "job.out")
-        with open(script, "w") as f:
-            f.write("#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=1\n"
-                    f"#SBATCH -o {joblog}\n"
-                    "echo \"batch script on $(hostname)\"\n"
-                    f"srun --mpi=pmix {hello} || exit 1\n")
-            if a.bench:
-                f.write(f"OMP_NUM_THREADS=1 OMP_PROC_BIND=false srun --mpi=pmix {os.path.abspath(a.bench)}"
-                        " --ops pingpong -b 8 -e 64K -f 64 -w 1 -n 2 -c 1 || exit 1\n")
-        out, times["sbatch --wait"] = run(["timeout", "90", "sbatch", "--wait", script], 100, env=env, cwd=work, check=False)
-        log = open(joblog).read() if os.path.exists(joblog) else ""
-        print(f"---- {joblog}\n{log}----", flush=True)
-        if "Submitted batch job" not in out or run.returncode != 0:
-            fails.append(f"sbatch --wait: exit {run.returncode} (the job failed or was not submitted)")
-        hellos = re.findall(r"^hello rank (\d) of 2 on (node\d+) sum 2$", log, re.M)
-        if sorted(hellos) != [("0", "node1"), ("1", "node2")] and sorted(hellos) != [("0", "node2"), ("1", "node1")]:
-            fails.append(f"job output: MPI hello lines {hellos}, expected ranks 0 and 1 on node1 and node2")
-        if a.bench:
-            bench_hosts = sorted(re.findall(r"^#\s+host (node\d+): 1 rank", log, re.M))
-            if bench_hosts != ["node1", "node2"]:
-                fails.append(f"job output: minicp-comm-bench hosts {bench_hosts}, expected node1 and node2")
-            if not re.search(r"^MINICP_COMM op=pingpong ranks=2 .* wrong=0$", log, re.M):
-                fails.append("job output: no MINICP_COMM pingpong line with wrong=0")
+        check_cluster_up(vc, prefix, vdir, fails, times)
+        check_link_caps(prefix, fails)
+        check_status(vc, prefix, fails)
+        check_mpirun_hostname(vc, prefix, fails, times)
+        check_env_and_srun(vc, prefix, vdir, env, work, fails, times)
+        check_batch_job(a.bench, hello, work, env, fails, times)
         if a.minicp:
             minicp_jobs(vc, os.path.abspath(a.minicp), work, env, fails, times)
     except (AssertionError, Interrupted) as e:
@@ -359,25 +415,7 @@ def main():
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if fails:  # what the cluster is doing, and the daemons' logs, before down removes them
-            diagnose(prefix, env)
-            logdir = os.path.join(vdir, "log")
-            for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
-                with open(os.path.join(logdir, name), errors="replace") as f:
-                    tail = f.readlines()[-30:]
-                print(f"---- last lines of {logdir}/{name}\n{''.join(tail)}", end="", flush=True)
-        procs = processes(prefix, vdir)
-        try:
-            _, times["down"] = run([vc, "down", "--name", prefix], 90)
-        except AssertionError as e:
-            fails.append(str(e))
-        left = leftovers(prefix, vdir, procs)
-        if left:
-            fails.append("left after down: " + "; ".join(left))
-            try:  # clean up what the check found, so that no later run trips on it
-                run([vc, "down", "--name", prefix], 90)
-            except AssertionError as e:
-                fails.append(f"second down: {e}")
+        check_down(vc, prefix, vdir, env, fails, times)
     times["total"] = time.monotonic() - t0
     print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
     if fails:

@@ -64,14 +64,6 @@ struct Plan {
   comm::Staging staging = comm::Staging::Direct;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
 std::string kebab(std::string name) {
   std::replace(name.begin(), name.end(), '_', '-');
   return name;
@@ -99,7 +91,7 @@ std::string with_flags(const std::string& why) {
 // --modes: a comma list, each mode once.
 std::vector<cp::Mode> parse_modes(const std::string& list) {
   std::vector<cp::Mode> modes;
-  for (const auto& m : split(list)) {
+  for (const auto& m : hn::split_list(list)) {
     try {
       modes.push_back(cp::parse_mode(m));
     } catch (const std::invalid_argument& e) {
@@ -113,12 +105,8 @@ std::vector<cp::Mode> parse_modes(const std::string& list) {
   return modes;
 }
 
-// Options -> Plan with every check, on every rank alike; throws UsageError.
-Plan parse(const hn::Args& a) {
-  Plan p;
-  Options& o = p.o;
-  cp::Config& cfg = p.cfg;
-  CLI::App app{"minicp-cp-bench: one CP scheme in modes full / compute-only / comm-only", a.prog()};
+// Every flag of the program, into o and cfg (a scheme's settings go to cfg.settings).
+void declare_flags(CLI::App& app, Options& o, cp::Config& cfg) {
   std::string names;
   for (const auto& sc : cp::registry()) names += (names.empty() ? "" : ", ") + sc.name;
   app.add_option("--scheme", o.scheme, "CP scheme: " + names)->capture_default_str();
@@ -160,9 +148,11 @@ Plan parse(const hn::Args& a) {
   app.footer(
       "Kokkos flags (--kokkos-threads=N or --kokkos-num-threads=N, 1 to 512) go to Kokkos. Exit status: 0 ok, 2 bad "
       "command line.");
-  hn::parse(app, a);
-  if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
+}
 
+// The flags that name a choice (dtype, pass, scheme, modes, progress, staging, CPUs), into p.
+void check_choices(Plan& p) {
+  const Options& o = p.o;
   if (o.dtype != "f32" && o.dtype != "f64" && o.dtype != "bf16")
     throw UsageError("--dtype '" + o.dtype + "': must be one of f32, f64, bf16");
   if (o.head_dim % 2) throw UsageError("--head-dim " + std::to_string(o.head_dim) + ": must be even and >= 2");
@@ -192,7 +182,18 @@ Plan parse(const hn::Args& a) {
   if (!p.progress_cpus.empty() && p.progress != comm::Progress::Thread)
     throw UsageError("--progress-cpus '" + o.progress_cpus + "' needs --progress thread (got --progress " + o.progress +
                      ")");
+}
 
+// Options -> Plan with every check, on every rank alike; throws UsageError.
+Plan parse(const hn::Args& a) {
+  Plan p;
+  Options& o = p.o;
+  cp::Config& cfg = p.cfg;
+  CLI::App app{"minicp-cp-bench: one CP scheme in modes full / compute-only / comm-only", a.prog()};
+  declare_flags(app, o, cfg);
+  hn::parse(app, a);
+  if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
+  check_choices(p);
   cfg.seq_len = o.seq;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;

@@ -40,14 +40,6 @@ struct Plan {
   std::vector<std::string> scheme_list, mask_list, level_list;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(item);
-  return out;
-}
-
 // Each of list in allowed, else UsageError naming the flag, the value and what is allowed.
 void check_each(const std::string& flag, const std::vector<std::string>& list,
                 const std::vector<std::string>& allowed) {
@@ -105,7 +97,8 @@ void parse(const hn::Args& a) {
   app.footer("Exit status: 0 ok, 2 bad command line.");
   hn::parse(app, a);
   if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
-  p.scheme_list = split(p.schemes), p.mask_list = split(p.masks), p.level_list = split(p.levels);
+  p.scheme_list = hn::split_list(p.schemes), p.mask_list = hn::split_list(p.masks),
+  p.level_list = hn::split_list(p.levels);
   check_each("--schemes", p.scheme_list, names);
   if (p.scheme_list == std::vector<std::string>{"all"}) p.scheme_list.assign(names.begin() + 1, names.end());
   check_each("--masks", p.mask_list, {"causal", "full", "window", "documents"});
