@@ -23,6 +23,8 @@
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
 #   make report RUN=file.h5  the summary table of a run (RUN: one or more .h5, or a study index .csv)
 #   make plots RUN=file.h5 [OUT=dir]  PNG plots of a run into OUT (default results/plots/<stem of RUN>/)
+#   make docs   docs/generated/: the tables of schemes, deck keys and figures, from minicp's
+#               --list-* --json (tools/gen-docs; a file already right is left untouched)
 #   make format  clang-format the tracked *.cpp/*.hpp in place (style: .clang-format; make test checks it)
 #   make sanitize  ASan + UBSan build in build-sanitize/, then ctest there (any report fails)
 #   make clean  removes build/ and build-sanitize/
@@ -53,7 +55,7 @@ q = '$(subst ','\'',$(1))'
 qs = $(foreach f,$(1),$(call q,$(f)))
 dq = $(subst `,\`,$(subst $$,\$$,$(subst ",\",$(subst \,\\,$(1)))))
 
-.PHONY: all help deps configure build test test-long run study calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots format sanitize clean
+.PHONY: all help deps configure build test test-long run study calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots docs format sanitize clean
 
 all: build
 
@@ -133,7 +135,7 @@ study: build
 	$(call q,$(MPIRUN)) -np 2 $(MPIRUN_FLAGS) $(call q,$(BUILD))/bin/minicp --deck inputs/study.toml $(RUN_ARGS)
 
 kernel-study: build
-	$(call q,$(PY)) kernels/bench/kernel_study.py --bench $(call q,$(BUILD))/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
+	$(call q,$(PY)) studies/kernel_study.py --bench $(call q,$(BUILD))/bin/minicp-kernels-bench --out results/kernel_study.json $(STUDY_ARGS)
 
 bench: build
 	mkdir -p results
@@ -141,17 +143,17 @@ bench: build
 	  --benchmark_out_format=json
 
 cp-study: build
-	$(call q,$(PY)) miniapp/bench/cp_study.py --bench $(call q,$(BUILD))/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
+	$(call q,$(PY)) studies/cp_study.py --bench $(call q,$(BUILD))/bin/minicp-cp-bench --out results/cp_study.json $(CP_ARGS)
 
 fidelity-study: build
-	$(call q,$(PY)) miniapp/bench/fidelity_study.py --fidelity $(call q,$(BUILD))/bin/minicp-fidelity --mpiexec $(call q,$(MPIRUN)) \
+	$(call q,$(PY)) studies/fidelity_study.py --fidelity $(call q,$(BUILD))/bin/minicp-fidelity --mpiexec $(call q,$(MPIRUN)) \
 	  --out results/fidelity.json $(FIDELITY_ARGS)
 
 PEER_S ?= 4096
 PEER_ROUNDS ?= 3
 PEER_THREADS ?= 2
 peer-study: build
-	$(call q,$(PY)) miniapp/bench/peer_study.py --minicp $(call q,$(BUILD))/bin/minicp --seq-len $(call q,$(PEER_S)) \
+	$(call q,$(PY)) studies/peer_study.py --minicp $(call q,$(BUILD))/bin/minicp --seq-len $(call q,$(PEER_S)) \
 	  --rounds $(call q,$(PEER_ROUNDS)) --threads $(call q,$(PEER_THREADS)) --out results/peer.json $(PEER_ARGS)
 
 scaling-study: build
@@ -165,10 +167,10 @@ calibrate: build
 MODEL_FILES = $(wildcard results/default.h5 results/study.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
 model-check: build
 	@test -n $(call q,$(strip $(MODEL_FILES))) || { echo "make model-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
-	$(call q,$(PY)) miniapp/bench/model_check.py --minicp $(call q,$(BUILD))/bin/minicp $(call qs,$(MODEL_FILES)) $(MODEL_ARGS)
+	$(call q,$(PY)) studies/model_check.py --minicp $(call q,$(BUILD))/bin/minicp $(call qs,$(MODEL_FILES)) $(MODEL_ARGS)
 
 fabric-study: build
-	$(call q,$(PY)) miniapp/bench/fabric_study.py --build $(call q,$(BUILD)) $(FABRIC_ARGS)
+	$(call q,$(PY)) studies/fabric_study.py --build $(call q,$(BUILD)) $(FABRIC_ARGS)
 
 # The results analysis (analysis/README.md): Python only, nothing to build.
 ANALYSIS = PYTHONPATH=analysis $(call q,$(PY)) -m minicp_analysis
@@ -179,6 +181,11 @@ report:
 plots:
 	@test -n $(call q,$(strip $(RUN))) || { echo "make plots: RUN=FILE.h5 is required (several files, or a study index .csv)" >&2; exit 2; }
 	$(ANALYSIS) plots $(call qs,$(RUN)) $(if $(OUT),--out $(call q,$(OUT))) $(PLOTS_ARGS)
+
+# The docs' generated tables, from the program that was just built (self_description fails
+# while they differ from what it prints).
+docs: build
+	$(call q,$(PY)) tools/gen-docs --minicp $(call q,$(BUILD))/bin/minicp --out docs/generated
 
 # Formats the tracked C++ sources in place (the ctest format.check fails on any it would
 # change). miniapp/cp/registry.cpp keeps its table one entry a line between clang-format

@@ -122,4 +122,11 @@ CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<i
       ->type_name("LIST");
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
 }  // namespace minicp::harness

@@ -40,6 +40,9 @@ CLI::Option* add_int(CLI::App& app, const std::string& names, int& out, int64_t 
 CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<int64_t>& out, int64_t lo, int64_t hi,
                           const std::string& help);
 
+// The items of a comma list, as written ("a,,b": "a", "", "b"; "": none).
+std::vector<std::string> split_list(const std::string& list);
+
 // How a flag is named in messages: its names joined by '/' ("-n/--iters", "--seq").
 std::string flag_label(const std::string& names);
 

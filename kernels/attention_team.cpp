@@ -86,6 +86,62 @@ size_t row_bytes(int n) {
   return Row<A>::shmem_size(n);
 }
 
+// The online softmax of one block of scores P (rows x cols, scaled, -inf where hidden): the
+// running max m and sum l of each row, alpha(i) = exp(old max - new max) for the output's
+// rescale, and P turned into the block's probabilities.
+template <class A>
+KOKKOS_INLINE_FUNCTION void softmax_rows(const Team& t, const Tile<A>& P, const Row<A>& m, const Row<A>& l,
+                                         const Row<A>& alpha, int rows, int cols) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows), [&](const int i) {
+    A mx = m(i);
+    for (int j = 0; j < cols; ++j) mx = P(i, j) > mx ? P(i, j) : mx;
+    if (mx == neg_inf<A>()) {  // nothing visible to this row yet
+      alpha(i) = A(1);
+      for (int j = 0; j < cols; ++j) P(i, j) = A(0);
+      return;
+    }
+    A sum = 0;
+    for (int j = 0; j < cols; ++j) {
+      const A p = exp(P(i, j) - mx);  // exp(-inf) = 0 for a hidden key
+      P(i, j) = p;
+      sum += p;
+    }
+    alpha(i) = exp(m(i) - mx);  // 0 while the row had seen nothing
+    l(i) = alpha(i) * l(i) + sum;
+    m(i) = mx;
+  });
+}
+
+// One backward block's tiles: P and dS (bq, bk), Q and dO (bq, D), K (bk, D).
+template <class A>
+struct BwdTiles {
+  Tile<A> P, dS, Qs, dOs, Ks;
+};
+
+// A backward block's gradients: dV += P^T dO and dK += dS^T Q into the team's key tiles, and
+// dQ += dS K into dq's rows i0.. of head h (atomically: other teams add to the same rows).
+template <class A>
+KOKKOS_INLINE_FUNCTION void block_grads(const Team& t, const BwdTiles<A>& b, const Tile<A>& dKs, const Tile<A>& dVs,
+                                        const View3<A>& dq, int i0, int h, int rows, int cols) {
+  const int D = int(b.Qs.extent(1));
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, cols * D), [&](const int x) {
+    const int j = x / D, d = x % D;
+    A gv = 0, gk = 0;
+    for (int i = 0; i < rows; ++i) {
+      gv += b.P(i, j) * b.dOs(i, d);
+      gk += b.dS(i, j) * b.Qs(i, d);
+    }
+    dVs(j, d) += gv;
+    dKs(j, d) += gk;
+  });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows * D), [&](const int x) {
+    const int i = x / D, d = x % D;
+    A gq = 0;
+    for (int j = 0; j < cols; ++j) gq += b.dS(i, j) * b.Ks(j, d);
+    Kokkos::atomic_add(&dq(i0 + i, h, d), gq);
+  });
+}
+
 }  // namespace
 
 template <class T>
@@ -141,24 +197,7 @@ AttnStats attention_fwd_team(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMa
             P(i, j) = s;
           });
           t.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows), [&](const int i) {
-            A mx = m(i);
-            for (int j = 0; j < cols; ++j) mx = P(i, j) > mx ? P(i, j) : mx;
-            if (mx == neg_inf<A>()) {  // nothing visible to this row yet
-              alpha(i) = A(1);
-              for (int j = 0; j < cols; ++j) P(i, j) = A(0);
-              return;
-            }
-            A sum = 0;
-            for (int j = 0; j < cols; ++j) {
-              const A p = exp(P(i, j) - mx);  // exp(-inf) = 0 for a hidden key
-              P(i, j) = p;
-              sum += p;
-            }
-            alpha(i) = exp(m(i) - mx);  // 0 while the row had seen nothing
-            l(i) = alpha(i) * l(i) + sum;
-            m(i) = mx;
-          });
+          softmax_rows(t, P, m, l, alpha, rows, cols);
           t.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows * D), [&](const int x) {
             const int i = x / D, d = x % D;
@@ -243,22 +282,7 @@ AttnStats attention_bwd_team(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o,
               dS(i, j) = ds;
             });
             t.team_barrier();
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, cols * D), [&](const int x) {
-              const int j = x / D, d = x % D;
-              A gv = 0, gk = 0;
-              for (int i = 0; i < rows; ++i) {
-                gv += P(i, j) * dOs(i, d);
-                gk += dS(i, j) * Qs(i, d);
-              }
-              dVs(j, d) += gv;
-              dKs(j, d) += gk;
-            });
-            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, rows * D), [&](const int x) {
-              const int i = x / D, d = x % D;
-              A gq = 0;
-              for (int j = 0; j < cols; ++j) gq += dS(i, j) * Ks(j, d);
-              Kokkos::atomic_add(&dq(i0 + i, h, d), gq);
-            });
+            block_grads(t, {P, dS, Qs, dOs, Ks}, dKs, dVs, dq, i0, h, rows, cols);
           }
         t.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(t, cols * D), [&](const int x) {

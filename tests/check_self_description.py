@@ -1,20 +1,19 @@
 #!/usr/bin/python3
 """What the code says of itself agrees with every copy kept elsewhere.
 
-The schemes: `minicp --list-schemes --json` (the registry) against the names the tests'
-CMake found in miniapp/cp/registry.cpp (--cmake-schemes, in order). The analysis package
-keeps no copy of the registry: it reads the scheme order, the ring family and the settings
-(integer columns) from the results files' `scheme_registry` attribute. That is checked on
-small HDF5 files made here: the registry with a made-up ring-family scheme `zz_test` (first,
-where alphabetical order would put it last) and its setting `zz_hops` must reach the order,
-the colours, the ring family, the default timeline case and the report's columns; a file
-without the attribute (older minicp) must load with no ring family and alphabetical order;
-and no line of the package may quote two scheme names (the shape of a hand-kept list).
-The scheme tables of README.md, docs/components.md and docs/DESIGN.md name every registry
-scheme. The figures: every entry of `minicp --list-figures --json` is named in docs/results-file.md,
-with a known unit and a definition. The deck keys: `minicp --list-deck-keys --json` and the
-keys `minicp --help` lists, section by section (deck_keys.cpp), against
-the table of docs/deck-keys.md. Exit code 0 when all agree, 1 naming each difference.
+The schemes: `minicp --list-schemes --json` (the registry) against the names CMake read from
+miniapp/cp/schemes.list (--cmake-schemes, in order). The analysis package keeps no copy of the
+registry: it reads the scheme order, the ring family and the settings (integer columns) from
+the results files' `scheme_registry` attribute. That is checked on small HDF5 files made here:
+the registry with a made-up ring-family scheme `zz_test` (first, where alphabetical order would
+put it last) and its setting `zz_hops` must reach the order, the colours, the ring family, the
+default timeline case and the report's columns; a file without `scheme_registry` or
+`figure_catalog` (an older minicp's) is refused with one message naming the attribute; and no
+line of the package may quote two scheme names (the shape of a hand-kept list). The deck keys:
+`minicp --list-deck-keys --json` against the keys `minicp --help` lists, section by section.
+The docs: `tools/gen-docs` run into a temporary directory must write what docs/generated/ holds
+(the tables of schemes, deck keys and figures the docs link to), else `make docs` is due.
+Exit code 0 when all agree, 1 naming each difference.
 
 Usage: check_self_description.py --minicp BIN --source DIR --cmake-schemes "a;b;..." """
 import argparse
@@ -48,35 +47,24 @@ def help_keys(text):
     return keys
 
 
-def doc_keys(text):
-    """{(section, key)} of docs/deck-keys.md's table: the section column carries down, the key
-    column may name several keys in backticks."""
-    keys, section = set(), None
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) < 4 or not line.startswith("|") or re.fullmatch(r"-+", cells[1]):
-            continue
-        m = re.fullmatch(r"`\[(\w+)\]`", cells[1])
-        if m:
-            section = m.group(1)
-        if section:
-            keys.update((section, k) for k in re.findall(r"`(\w+)`", cells[2]))
-    return keys
-
-
-def doc_scheme_tables(text, names):
-    """The scheme names in the first column of the document's scheme tables: the markdown
-    tables (runs of '|' lines) whose first cells name at least three registry schemes."""
-    found, block = set(), []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            block.append(re.findall(r"`(\w+)`", line.split("|")[1]))
-            continue
-        named = {n for cell in block for n in cell}
-        if len(named & set(names)) >= 3:
-            found |= named
-        block = []
-    return found
+def check_generated(minicp, source, fails):
+    """tools/gen-docs into a temporary directory against docs/generated/."""
+    committed = os.path.join(source, "docs", "generated")
+    with tempfile.TemporaryDirectory() as tmp:
+        run([sys.executable, os.path.join(source, "tools", "gen-docs"), "--minicp", minicp, "--out", tmp])
+        fresh = sorted(os.listdir(tmp))
+        if not fresh:
+            fails.append("tools/gen-docs wrote nothing")
+        for name in fresh:
+            path = os.path.join(committed, name)
+            want = open(os.path.join(tmp, name), encoding="utf-8").read()
+            have = open(path, encoding="utf-8").read() if os.path.isfile(path) else None
+            if have != want:
+                fails.append(f"docs/generated/{name} {'is missing' if have is None else 'differs from what minicp prints'}: "
+                             f"run `make docs`")
+        if os.path.isdir(committed):
+            for name in sorted(set(os.listdir(committed)) - set(fresh)):
+                fails.append(f"docs/generated/{name}: not written by tools/gen-docs (remove it, or `make docs`)")
 
 
 MADE_UP = {"name": "zz_test", "summary": "a scheme only this test knows", "problems": ["train"],
@@ -84,9 +72,10 @@ MADE_UP = {"name": "zz_test", "summary": "a scheme only this test knows", "probl
                                                               "min": 1}]}
 
 
-def write_results(path, registry):
+def write_results(path, registry, catalog):
     """A results file as small as the analysis package reads: one ok case of zz_test with its
-    setting zz_hops = 3 and a full-mode step; `registry` None writes no scheme_registry."""
+    setting zz_hops = 3 and a full-mode step, and the figure catalog `catalog` (None: the
+    attribute left out, as `registry` None leaves out scheme_registry)."""
     import h5py
     import numpy as np
     with h5py.File(path, "w") as f:
@@ -95,6 +84,8 @@ def write_results(path, registry):
         f.attrs["world_ranks"] = 2
         if registry is not None:
             f.attrs["scheme_registry"] = json.dumps(registry)
+        if catalog is not None:
+            f.attrs["figure_catalog"] = json.dumps(catalog)
         for cid, scheme in (("000_train_zz_test_S64_P2", "zz_test"), ("001_train_ring_S64_P2", "ring")):
             g = f.create_group(f"cases/{cid}")
             g.attrs.update({"scheme": scheme, "pass": "train", "mask": "causal", "seq_len": 64, "ranks": 2,
@@ -105,7 +96,7 @@ def write_results(path, registry):
             steps.attrs["mode_names"] = "full,compute-only,comm-only"
 
 
-def check_analysis_reads(registry, source, fails):
+def check_analysis_reads(registry, catalog, source, fails):
     """The analysis package takes the schemes' order, ring family and settings from the
     results files it is given (see the module's docstring)."""
     sys.path.insert(0, os.path.join(source, "analysis"))
@@ -114,10 +105,9 @@ def check_analysis_reads(registry, source, fails):
     ring = sorted(s["name"] for s in registry if s["ring_family"])
     settings = list(dict.fromkeys(st["name"] for s in registry for st in s["settings"]))
     with tempfile.TemporaryDirectory() as tmp:
-        made, real, old = (os.path.join(tmp, n) for n in ("made_up.h5", "real.h5", "old.h5"))
-        write_results(made, [MADE_UP] + registry)
-        write_results(real, registry)
-        write_results(old, None)
+        made, real = (os.path.join(tmp, n) for n in ("made_up.h5", "real.h5"))
+        write_results(made, [MADE_UP] + registry, catalog)
+        write_results(real, registry, catalog)
         reg = data.registry_of(real)
         if list(reg.schemes) != names or sorted(reg.ring_family) != ring or list(reg.settings) != settings:
             fails.append(f"analysis registry_of a file with the registry: order {list(reg.schemes)}, ring family "
@@ -149,10 +139,16 @@ def check_analysis_reads(registry, source, fails):
             headers = [f"refused: {e}"]
         if headers != ["scheme", "zz_hops"]:
             fails.append(f"analysis report --columns scheme,zz_hops: headers {headers} (a setting is a count, no unit)")
-        reg = data.table_registry(data.case_table(data.load_inputs([old])))
-        if reg.described or reg.ring_family or reg.in_order(["zz_test", "ring"]) != ["ring", "zz_test"]:
-            fails.append(f"analysis on a file without scheme_registry: {reg} (expected: not described, no ring "
-                         f"family, alphabetical order)")
+        for attr, reg_of, cat_of in (("scheme_registry", None, catalog), ("figure_catalog", registry, None)):
+            old = os.path.join(tmp, f"without_{attr}.h5")
+            write_results(old, reg_of, cat_of)
+            try:
+                data.load_inputs([old])
+                fails.append(f"analysis load_inputs read a results file without {attr} (expected: refused)")
+            except UsageError as e:
+                if attr not in str(e):
+                    fails.append(f"analysis refused a results file without {attr} but its message does not "
+                                 f"name it: {e}")
     package = os.path.join(source, "analysis", "minicp_analysis")
     quoted = re.compile(r"""["']([a-z_]+)["']""")
     for name in sorted(os.listdir(package)):
@@ -169,52 +165,38 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minicp", required=True, help="the minicp program")
     ap.add_argument("--source", required=True, help="the miniCP source tree")
-    ap.add_argument("--cmake-schemes", required=True, help="the schemes tests/CMakeLists.txt found, ';'-separated")
+    ap.add_argument("--cmake-schemes", required=True, help="the schemes CMake read from miniapp/cp/schemes.list, ';'-separated")
     a = ap.parse_args()
     fails = []
     registry = json.loads(run([a.minicp, "--list-schemes", "--json"]))
     names = [s["name"] for s in registry]
     cmake = [n for n in a.cmake_schemes.split(";") if n]
     if names != cmake:
-        fails.append(f"registry {names} but tests/CMakeLists.txt found {cmake} in registry.cpp")
-    check_analysis_reads(registry, a.source, fails)
+        fails.append(f"registry {names} but CMake read {cmake} from miniapp/cp/schemes.list")
+    figures = json.loads(run([a.minicp, "--list-figures", "--json"]))
+    check_analysis_reads(registry, figures, a.source, fails)
     ring = sorted(s["name"] for s in registry if s["ring_family"])
     settings = sorted({st["name"] for s in registry for st in s["settings"]})
     for s in registry:
         for st in s["settings"]:
             if not st["help"] or not isinstance(st["default"], int) or not isinstance(st["min"], int):
                 fails.append(f"scheme {s['name']}: setting {st}: needs a help text and integer default and min")
-    for doc in ("README.md", os.path.join("docs", "components.md"), os.path.join("docs", "DESIGN.md")):
-        tabled = doc_scheme_tables(open(os.path.join(a.source, doc)).read(), names)
-        for n in names:
-            if n not in tabled:
-                fails.append(f"scheme {n}: in the registry, not in a scheme table of {doc}")
     listed = {(k["section"], k["key"]) for k in json.loads(run([a.minicp, "--list-deck-keys", "--json"]))}
     helped = help_keys(run([a.minicp, "--help"]))
     if listed != helped:
         fails.append(f"minicp --list-deck-keys --json {sorted(listed ^ helped)} differ from the keys of --help")
-    figures = json.loads(run([a.minicp, "--list-figures", "--json"]))
-    results_doc = open(os.path.join(a.source, "docs", "results-file.md")).read()
-    documented_figures = set(re.findall(r"`([a-z0-9_<>]+)`", results_doc))
     for fig in figures:
-        if fig["name"] not in documented_figures:
-            fails.append(f"figure {fig['name']}: in minicp --list-figures, not in docs/results-file.md")
         if fig["unit"] not in ("s", "FLOP/s", "tokens/s", "B", "B/value", "1", "flag", "text") or not fig["definition"]:
             fails.append(f"figure {fig['name']}: unit {fig['unit']!r} / definition {fig['definition']!r}")
-    documented = doc_keys(open(os.path.join(a.source, "docs", "deck-keys.md")).read())
     if not helped:
         fails.append("minicp --help lists no deck keys (its 'Deck keys' block was not found)")
-    for k in sorted(helped - documented):
-        fails.append(f"deck key [{k[0]}] {k[1]}: in minicp --help, not in docs/deck-keys.md")
-    for k in sorted(documented - helped):
-        fails.append(f"deck key [{k[0]}] {k[1]}: in docs/deck-keys.md, not in minicp --help")
+    check_generated(a.minicp, a.source, fails)
     if fails:
         print("FAIL:\n  " + "\n  ".join(fails))
         return 1
     print(f"ok: {len(names)} schemes ({len(ring)} ring family, settings {', '.join(settings)}), "
-          f"{len(helped)} deck keys and {len(figures)} figures agree with the CMake list, the docs' scheme tables, "
-          f"the analysis package (reading a results file's scheme_registry), docs/deck-keys.md and "
-          f"docs/results-file.md")
+          f"{len(helped)} deck keys and {len(figures)} figures agree with the CMake list, --help, the analysis "
+          f"package (reading a results file's scheme_registry, refusing a file without it) and docs/generated/")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Reading the inputs: minicp results files (.h5, docs/results-file.md), a Slurm study index
 (index.csv of slurm/submit collect or slurm/scaling-study: a `file` column, relative to the
-index) and the fabric study table (fabric_study.csv of miniapp/bench/fabric_study.py:
+index) and the fabric study table (fabric_study.csv of studies/fabric_study.py:
 profile, layout, alpha_us, beta_*, file). Everything else works on what this returns: the
 sources (one per results file) and the case table (one row per case)."""
 import csv
@@ -64,14 +64,14 @@ class Registry:
     names in registry order (the plots' order and colours); `ring_family`: those that pass
     blocks around a ring step by step (their timeline shows one compute and one transfer per
     ring step); `settings`: the schemes' setting names (integer case attributes);
-    `described`: whether any input carried the attribute. Files written before it get the
-    empty registry: no ring family, alphabetical order, no setting columns."""
+    `described`: whether any input carried the attribute (every results file does:
+    check_results_file refuses one without it)."""
     schemes: tuple = ()
     ring_family: frozenset = frozenset()
     settings: tuple = ()
     described: bool = False
     # {figure name or pattern with <phase>: unit} of the summaries, from the files'
-    # figure_catalog (minicp --list-figures --json); empty for files written before it.
+    # figure_catalog (minicp --list-figures --json).
     units: tuple = ()
 
     def unit_of(self, name):
@@ -209,9 +209,14 @@ def _find_listed(listed, csv_path):
     return None
 
 
+# What minicp writes of itself into every results file, which the package reads instead of
+# keeping copies (scheme order, ring family, settings; units).
+DESCRIBED = ("scheme_registry", "figure_catalog")
+
+
 def check_results_file(path, flag):
-    """Refuses (exit 2) a path that is not a readable minicp results file, naming why;
-    returns the number of cases it holds."""
+    """Refuses (exit 2) a path that is not a readable minicp results file, naming why (one
+    without scheme_registry or figure_catalog among them); returns the number of cases it holds."""
     if not os.path.exists(path):
         raise UsageError(f"{flag} {path}: no such file")
     if os.path.isdir(path):
@@ -222,8 +227,13 @@ def check_results_file(path, flag):
     try:
         with h5py.File(path, "r") as f:
             kind = text(f.attrs.get("file_kind", ""))
-            if kind != "minicp results" and not (kind == "" and "minicp_version" in f.attrs and "cases" in f):
+            if kind != "minicp results":
                 raise UsageError(f"{flag} {path}: not a minicp results file (file_kind {kind!r})")
+            absent = [a for a in DESCRIBED if a not in f.attrs]
+            if absent:
+                raise UsageError(f"{flag} {path}: a results file without the root attribute "
+                                 f"{' and '.join(absent)}, which the analysis reads (written by a minicp "
+                                 f"before it had them; run the deck again with this minicp)")
             cases = f.get("cases")
             return len(cases) if isinstance(cases, h5py.Group) else 0
     except OSError as e:

@@ -1,4 +1,4 @@
-"""The fidelity study's file (miniapp/bench/fidelity_study.py, from minicp-fidelity runs):
+"""The fidelity study's file (studies/fidelity_study.py, from minicp-fidelity runs):
 each row is one tensor's error against fp64 (rel_fro = ||x - x64||_F / ||x64||_F) of one
 scheme, mask, head layout, precision and rank count, beside the error of the single-rank
 `none` in the same precision on the same inputs. A scheme's ratio is its rel_fro over

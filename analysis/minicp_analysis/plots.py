@@ -703,8 +703,7 @@ def _timeline_case(df, case):
     row = default_timeline_case(df)
     if row is None:
         reg = table_registry(df)
-        family = (f"({', '.join(reg.in_order(reg.ring_family))})" if reg.described else
-                  "(none known: the inputs carry no scheme_registry, written by an older minicp)")
+        family = f"({', '.join(reg.in_order(reg.ring_family))})"
         raise Skip(f"no ring-family case {family} with a full-mode rep in the inputs; choose one with --case")
     return row
 

@@ -133,44 +133,20 @@ class AllGather final : public Scheme<T> {
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
     const size_t n = 2 * size_t(P) * size_t(ch.max_size()) * row;
-    // bf16 on the wire (rounded per chunk into dk16, dv16, reduced straight into dk, dv), or
-    // acc_t into the accumulators of dk, dv (dk, dv themselves for fp32 and fp64).
-    const bool thin = DkvWire<T>::narrow(ctx.cfg);
+    const bool thin = DkvWire<T>::narrow(ctx.cfg);  // bf16 on the wire (see Grads)
     const comm::DType dt = thin ? dtype_of<T>() : dtype_of<A>();
     KVGather<T> gather(ctx, k, v, ch);
-    // Per-chunk dK,dV of the gathered rows [2*P*rows_c,Hkv,D] (piece 0 of every rank, then
-    // piece 1), double-buffered so chunk c's reduce-scatters stay in flight while c+1 computes.
-    View1<A> dk_buf[2] = {scratch<A>("cp::allgather::dk0", n), scratch<A>("cp::allgather::dk1", n)};
-    View1<A> dv_buf[2] = {scratch<A>("cp::allgather::dv0", n), scratch<A>("cp::allgather::dv1", n)};
-    View1<T> dk16[2], dv16[2];
-    std::optional<AccOut<T>> dka, dva;
-    if (thin) {
-      for (int i = 0; i < 2; ++i) {
-        dk16[i] = scratch<T>("cp::allgather::dk16_" + std::to_string(i), n);
-        dv16[i] = scratch<T>("cp::allgather::dv16_" + std::to_string(i), n);
-      }
-    } else {
-      dka.emplace(dk, "cp::allgather::dk_acc");
-      dva.emplace(dv, "cp::allgather::dv_acc");
-    }
-    // Where rank-local rows [off, off + cnt) of dK / dV land.
-    auto dst = [&](bool is_k, size_t off) -> void* {
-      if (thin) return (is_k ? dk : dv).data() + off;
-      return (is_k ? dka : dva)->acc().data() + off;
-    };
+    Grads gr(thin, n, dk, dv);
+    auto& dk_buf = gr.dk_buf;
+    auto& dv_buf = gr.dv_buf;
+    auto& dk16 = gr.dk16;
+    auto& dv16 = gr.dv16;
+    auto dst = [&](bool is_k, size_t off) { return gr.dst(is_k, off); };
     const AccOut<T> dqa(dq_out, "cp::allgather::dq_acc");
     const View3<A>& dq = dqa.acc();
     comm::Request rs[2][4];
     Kokkos::deep_copy(dq, A(0));
-    if (!communicates(ctx)) {  // nothing will be reduce-scattered into them
-      if (thin) {
-        Kokkos::deep_copy(dk, T(0));
-        Kokkos::deep_copy(dv, T(0));
-      } else {
-        Kokkos::deep_copy(dka->acc(), A(0));
-        Kokkos::deep_copy(dva->acc(), A(0));
-      }
-    }
+    if (!communicates(ctx)) gr.zero();  // nothing will be reduce-scattered into them
     gather.post(0);
     for (int64_t c = 0; c < ch.count; ++c) {
       ctx.at_step(int(c));
@@ -219,13 +195,50 @@ class AllGather final : public Scheme<T> {
     for (auto& pair : rs)
       for (auto& r : pair) timed_wait(ctx, r);
     dqa.store(ctx);
-    if (!thin) {
-      dka->store(ctx);
-      dva->store(ctx);
-    }
+    gr.store(ctx);
   }
 
  private:
+  // The backward's dK, dV buffers: per chunk, the partials of the gathered rows
+  // [2*P*rows_c,Hkv,D] (piece 0 of every rank, then piece 1), double-buffered so chunk c's
+  // reduce-scatters stay in flight while c+1 computes; bf16 on the wire (thin: rounded per
+  // chunk into dk16, dv16, reduced straight into dk, dv), or acc_t into the accumulators of
+  // dk, dv (dk, dv themselves for fp32 and fp64).
+  struct Grads {
+    bool thin;
+    View3<T> dk, dv;
+    View1<A> dk_buf[2], dv_buf[2];
+    View1<T> dk16[2], dv16[2];
+    std::optional<AccOut<T>> dka, dva;
+    Grads(bool thin_, size_t n, View3<T> dk_, View3<T> dv_) : thin(thin_), dk(dk_), dv(dv_) {
+      for (int i = 0; i < 2; ++i) {
+        const std::string b = std::to_string(i);
+        dk_buf[i] = scratch<A>("cp::allgather::dk" + b, n);
+        dv_buf[i] = scratch<A>("cp::allgather::dv" + b, n);
+        if (thin) dk16[i] = scratch<T>("cp::allgather::dk16_" + b, n);
+        if (thin) dv16[i] = scratch<T>("cp::allgather::dv16_" + b, n);
+      }
+      if (!thin) dka.emplace(dk, "cp::allgather::dk_acc"), dva.emplace(dv, "cp::allgather::dv_acc");
+    }
+    // Where rank-local rows [off, off + cnt) of dK / dV land.
+    void* dst(bool is_k, size_t off) {
+      if (thin) return (is_k ? dk : dv).data() + off;
+      return (is_k ? dka : dva)->acc().data() + off;
+    }
+    void zero() {
+      if (thin) {
+        Kokkos::deep_copy(dk, T(0));
+        Kokkos::deep_copy(dv, T(0));
+      } else {
+        Kokkos::deep_copy(dka->acc(), A(0));
+        Kokkos::deep_copy(dva->acc(), A(0));
+      }
+    }
+    void store(Context& ctx) {
+      if (!thin) dka->store(ctx), dva->store(ctx);
+    }
+  };
+
   // dst[0, cnt) = src[0, cnt): dst in T when thin, else in acc_t (compute-only mode's stand-in
   // for the reduction).
   static void local_block(bool thin, void* dst, const A* src, size_t cnt) {

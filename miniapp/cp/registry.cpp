@@ -1,35 +1,19 @@
-// The registry table: one line per scheme. tests/CMakeLists.txt reads the names from the
-// lines below to generate cp.<scheme>.np<P> tests, so keep the "  <name>_scheme()," form.
+// The registry table, in the order of miniapp/cp/schemes.list (minicp_schemes.inc is
+// generated from it by CMake: one MINICP_SCHEME(<name>) a line).
 #include "miniapp/cp/scheme.hpp"
 
 namespace minicp::cp {
 
-SchemeInfo none_scheme();
-SchemeInfo ring_scheme();
-SchemeInfo zigzag_scheme();
-SchemeInfo stripe_scheme();
-SchemeInfo ulysses_scheme();
-SchemeInfo usp_scheme();
-SchemeInfo allgather_scheme();
-SchemeInfo passq_scheme();
-SchemeInfo tree_scheme();
-SchemeInfo doublering_scheme();
+#define MINICP_SCHEME(name) SchemeInfo name##_scheme();
+#include "miniapp/cp/minicp_schemes.inc"
+#undef MINICP_SCHEME
 
 const std::vector<SchemeInfo>& registry() {
-  // clang-format off
+#define MINICP_SCHEME(name) name##_scheme(),
   static const std::vector<SchemeInfo> table = {
-  none_scheme(),
-  ring_scheme(),
-  zigzag_scheme(),
-  stripe_scheme(),
-  ulysses_scheme(),
-  usp_scheme(),
-  allgather_scheme(),
-  passq_scheme(),
-  tree_scheme(),
-  doublering_scheme(),
+#include "miniapp/cp/minicp_schemes.inc"
   };
-  // clang-format on
+#undef MINICP_SCHEME
   return table;
 }
 

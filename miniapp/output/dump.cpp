@@ -40,7 +40,7 @@ std::string mask_name(const cp::Config& a) {
   return a.causal ? "causal" : "full";
 }
 
-std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind, "rope_convention"); }
+std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind); }
 
 MPI_Comm mpi_world(const comm::Communicator& comm) { return comm::mpi_of(comm.world()); }
 

@@ -687,13 +687,13 @@ double read_number_attr(const std::string& file, const std::string& object, cons
   return v;
 }
 
-std::string kind_mismatch(const std::string& file, const std::string& kind, const std::string& legacy_attr) {
+std::string kind_mismatch(const std::string& file, const std::string& kind) {
   if (!has_hdf5_signature(file)) return "not an HDF5 file";
   Quiet quiet;
   Id f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.ok()) return "an HDF5 file that cannot be opened (" + hdf5_message() + ")";
   const std::string is = string_attr(f, "/", "file_kind");
-  if (is == kind || (is.empty() && H5Aexists(f, legacy_attr.c_str()) > 0)) return "";
+  if (is == kind) return "";
   return is.empty() ? "an HDF5 file of another kind" : "a " + is + " file";
 }
 

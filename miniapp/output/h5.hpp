@@ -134,11 +134,10 @@ class H5File {
 void remove_stale_temporaries(const std::string& path);
 
 // "" when the existing file `file` is a minicp file of kind `kind` (its root text attribute
-// file_kind; a file written before that attribute counts when its root has `legacy_attr`),
-// else what it is instead, for a message: "not an HDF5 file" (no HDF5 signature: text, empty),
+// file_kind), else what it is instead, for a message: "not an HDF5 file" (no HDF5 signature: text, empty),
 // "an HDF5 file that cannot be opened (<HDF5's reason>)" (e.g. truncated), "a <kind> file",
 // "an HDF5 file of another kind". Serial, any rank.
-std::string kind_mismatch(const std::string& file, const std::string& kind, const std::string& legacy_attr);
+std::string kind_mismatch(const std::string& file, const std::string& kind);
 
 // The names of the groups below `group` of an HDF5 file whose string attribute `attr` equals
 // `value` (serially, any rank; empty when the group does not exist), and a string attribute

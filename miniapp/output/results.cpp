@@ -58,7 +58,7 @@ Attrs bcast(const Attrs& a, MPI_Comm comm) {
 
 }  // namespace
 
-std::string not_a_results_file(const std::string& path) { return kind_mismatch(path, kResultsKind, "minicp_version"); }
+std::string not_a_results_file(const std::string& path) { return kind_mismatch(path, kResultsKind); }
 
 std::vector<StoredCase> stored_cases(const std::string& path) {
   std::vector<StoredCase> out;

@@ -91,8 +91,7 @@ class Results {
   Attrs root_;
 };
 
-// The root attribute file_kind of a results file: what tells it from any other file (files
-// written before it are known by their minicp_version).
+// The root attribute file_kind of a results file: what tells it from any other file.
 constexpr const char* kResultsKind = "minicp results";
 
 // "" when the existing file at path is a minicp results file, else what it is instead (see

@@ -150,6 +150,92 @@ bool is_coll_row_op(const std::string& op) {
   return false;
 }
 
+namespace {
+
+// A kernel rate row (sgemm, gemm, attn, elem) into c; false when malformed or out of range.
+bool read_rate(const std::string& kind, std::istringstream& ls, Calibration& c) {
+  bool ok = true;
+  if (kind == "sgemm") {
+    int t = 0;
+    double r = 0;
+    ok = bool(ls >> t >> r) && t > 0 && r > 0;
+    if (ok) c.sgemm[t] = r;
+  } else if (kind == "gemm") {
+    GemmRate g;
+    ok = bool(ls >> g.dtype >> g.threads >> g.ops >> g.m >> g.n >> g.k >> g.flops_per_s) && g.flops_per_s > 0 &&
+         g.m > 0 && g.n > 0 && g.k > 0;
+    if (ok) c.gemm.push_back(g);
+  } else if (kind == "attn") {
+    AttnRate a;
+    std::string pass;
+    ok = bool(ls >> a.dtype >> a.threads >> pass >> a.head_dim >> a.tile_q >> a.tile_k >> a.full_s >> a.partial_s >>
+              a.call_s) &&
+         (pass == "fwd" || pass == "bwd") && a.head_dim > 0 && a.tile_q > 0 && a.tile_k > 0 && a.full_s > 0 &&
+         a.partial_s >= 0 && a.call_s >= 0;
+    if (ok && !(ls >> a.tile_s)) a.tile_s = 0;  // optional column
+    ok = ok && a.tile_s >= 0;
+    a.backward = pass == "bwd";
+    if (ok) c.attn.push_back(a);
+  } else if (kind == "elem") {
+    ElemRate e;
+    ok = bool(ls >> e.dtype >> e.threads >> e.op >> e.s_per_value) && e.s_per_value >= 0;
+    if (ok) c.elem.push_back(e);
+  }
+  return ok;
+}
+
+// A link row (link, busy, coll, posted) into c; false when malformed or out of range.
+bool read_comm(const std::string& kind, std::istringstream& ls, Calibration& c) {
+  bool ok = true;
+  if (kind == "link") {
+    LinkRate l;
+    ok = bool(ls >> l.fabric >> l.scope >> l.alpha_s >> l.beta_Bps >> l.cpu_Bps) &&
+         (l.scope == "intra" || l.scope == "inter") && l.alpha_s >= 0 && l.beta_Bps > 0 && l.cpu_Bps >= 0;
+    if (ok && !(ls >> l.allreduce_Bps)) l.allreduce_Bps = 0;  // optional column
+    ok = ok && l.allreduce_Bps >= 0;
+    if (ok) c.links.push_back(l);
+  } else if (kind == "busy") {
+    BusyRate b;
+    ok = bool(ls >> b.fabric >> b.scope >> b.kind >> b.wire_Bps >> b.cpu_Bps) &&
+         (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") && b.wire_Bps > 0 &&
+         b.cpu_Bps >= 0;
+    if (ok) c.busy.push_back(b);
+  } else if (kind == "coll" || kind == "posted") {
+    CollTime t;
+    t.posted = kind == "posted";
+    ok = bool(ls >> t.fabric >> t.scope >> t.op >> t.group >> t.payload >> t.seconds) &&
+         (t.scope == "intra" || t.scope == "inter") && is_coll_row_op(t.op) && t.group >= 2 && t.payload > 0 &&
+         (t.posted ? t.seconds >= 0 && (t.op == "allgather" || t.op == "reduce_scatter") : t.seconds > 0) &&
+         t.seconds < 3600;
+    if (ok) c.colls.push_back(t);
+  }
+  return ok;
+}
+
+// A layer row into c; false when malformed or out of range.
+bool read_layer(std::istringstream& ls, Calibration& c) {
+  bool ok = true;
+  LayerTime l;
+  ok = bool(ls >> l.dtype >> l.threads >> l.hidden >> l.q_width >> l.kv_width >> l.ffn >> l.rows >> l.forward_s >>
+            l.backward_s) &&
+       l.threads > 0 && l.hidden > 0 && l.q_width > 0 && l.kv_width > 0 && l.ffn > 0 && l.rows > 0 && l.forward_s > 0 &&
+       l.backward_s >= 0 && l.forward_s < 3600 && l.backward_s < 3600;
+  std::string more;
+  if (ok && ls >> more) {  // the GEMMs timed beside it (optional: tables written before had none)
+    std::istringstream g(more);
+    ok = bool(g >> l.gemm_forward_s) && bool(ls >> l.gemm_backward_s) && l.gemm_forward_s > 0 &&
+         l.gemm_backward_s >= 0 && l.gemm_forward_s < 3600 && l.gemm_backward_s < 3600;
+    if (ok && ls >> more) {  // the ranks computing at once (optional: tables written before had none)
+      std::istringstream r(more);
+      ok = bool(r >> l.ranks) && r.eof() && l.ranks > 0 && !(ls >> more);
+    }
+  }
+  if (ok) c.layers.push_back(l);
+  return ok;
+}
+
+}  // namespace
+
 Calibration parse_calibration(const std::string& text, const std::string& source) {
   Calibration c;
   c.source = source;
@@ -166,79 +252,22 @@ Calibration parse_calibration(const std::string& text, const std::string& source
       return std::runtime_error(source + ":" + std::to_string(no) + ": " + why + " (row '" + kind +
                                 "'; see the header of miniapp/perf/calibration.hpp)");
     };
-    bool ok = true;
     if (kind == "info") {
       std::string k, v;
       ls >> k;
       std::getline(ls, v);
       c.info.emplace_back(k, v.empty() ? v : v.substr(1));
       continue;
-    } else if (kind == "sgemm") {
-      int t = 0;
-      double r = 0;
-      ok = bool(ls >> t >> r) && t > 0 && r > 0;
-      if (ok) c.sgemm[t] = r;
-    } else if (kind == "gemm") {
-      GemmRate g;
-      ok = bool(ls >> g.dtype >> g.threads >> g.ops >> g.m >> g.n >> g.k >> g.flops_per_s) && g.flops_per_s > 0 &&
-           g.m > 0 && g.n > 0 && g.k > 0;
-      if (ok) c.gemm.push_back(g);
-    } else if (kind == "attn") {
-      AttnRate a;
-      std::string pass;
-      ok = bool(ls >> a.dtype >> a.threads >> pass >> a.head_dim >> a.tile_q >> a.tile_k >> a.full_s >> a.partial_s >>
-                a.call_s) &&
-           (pass == "fwd" || pass == "bwd") && a.head_dim > 0 && a.tile_q > 0 && a.tile_k > 0 && a.full_s > 0 &&
-           a.partial_s >= 0 && a.call_s >= 0;
-      if (ok && !(ls >> a.tile_s)) a.tile_s = 0;  // optional column
-      ok = ok && a.tile_s >= 0;
-      a.backward = pass == "bwd";
-      if (ok) c.attn.push_back(a);
-    } else if (kind == "elem") {
-      ElemRate e;
-      ok = bool(ls >> e.dtype >> e.threads >> e.op >> e.s_per_value) && e.s_per_value >= 0;
-      if (ok) c.elem.push_back(e);
-    } else if (kind == "link") {
-      LinkRate l;
-      ok = bool(ls >> l.fabric >> l.scope >> l.alpha_s >> l.beta_Bps >> l.cpu_Bps) &&
-           (l.scope == "intra" || l.scope == "inter") && l.alpha_s >= 0 && l.beta_Bps > 0 && l.cpu_Bps >= 0;
-      if (ok && !(ls >> l.allreduce_Bps)) l.allreduce_Bps = 0;  // optional column
-      ok = ok && l.allreduce_Bps >= 0;
-      if (ok) c.links.push_back(l);
-    } else if (kind == "busy") {
-      BusyRate b;
-      ok = bool(ls >> b.fabric >> b.scope >> b.kind >> b.wire_Bps >> b.cpu_Bps) &&
-           (b.scope == "intra" || b.scope == "inter") && (b.kind == "p2p" || b.kind == "allreduce") && b.wire_Bps > 0 &&
-           b.cpu_Bps >= 0;
-      if (ok) c.busy.push_back(b);
-    } else if (kind == "coll" || kind == "posted") {
-      CollTime t;
-      t.posted = kind == "posted";
-      ok = bool(ls >> t.fabric >> t.scope >> t.op >> t.group >> t.payload >> t.seconds) &&
-           (t.scope == "intra" || t.scope == "inter") && is_coll_row_op(t.op) && t.group >= 2 && t.payload > 0 &&
-           (t.posted ? t.seconds >= 0 && (t.op == "allgather" || t.op == "reduce_scatter") : t.seconds > 0) &&
-           t.seconds < 3600;
-      if (ok) c.colls.push_back(t);
-    } else if (kind == "layer") {
-      LayerTime l;
-      ok = bool(ls >> l.dtype >> l.threads >> l.hidden >> l.q_width >> l.kv_width >> l.ffn >> l.rows >> l.forward_s >>
-                l.backward_s) &&
-           l.threads > 0 && l.hidden > 0 && l.q_width > 0 && l.kv_width > 0 && l.ffn > 0 && l.rows > 0 &&
-           l.forward_s > 0 && l.backward_s >= 0 && l.forward_s < 3600 && l.backward_s < 3600;
-      std::string more;
-      if (ok && ls >> more) {  // the GEMMs timed beside it (optional: tables written before had none)
-        std::istringstream g(more);
-        ok = bool(g >> l.gemm_forward_s) && bool(ls >> l.gemm_backward_s) && l.gemm_forward_s > 0 &&
-             l.gemm_backward_s >= 0 && l.gemm_forward_s < 3600 && l.gemm_backward_s < 3600;
-        if (ok && ls >> more) {  // the ranks computing at once (optional: tables written before had none)
-          std::istringstream r(more);
-          ok = bool(r >> l.ranks) && r.eof() && l.ranks > 0 && !(ls >> more);
-        }
-      }
-      if (ok) c.layers.push_back(l);
-    } else {
-      throw bad("unknown row kind");
     }
+    bool ok = false;
+    if (kind == "sgemm" || kind == "gemm" || kind == "attn" || kind == "elem")
+      ok = read_rate(kind, ls, c);
+    else if (kind == "link" || kind == "busy" || kind == "coll" || kind == "posted")
+      ok = read_comm(kind, ls, c);
+    else if (kind == "layer")
+      ok = read_layer(ls, c);
+    else
+      throw bad("unknown row kind");
     if (!ok) throw bad("malformed or out-of-range values");
   }
   return c;

@@ -442,6 +442,42 @@ double time_posted(comm::Communicator& c, const Ranks& world, const comm::Group&
   return std::max(0.0, (with - alone) / reps / (kPosted * (kSteps - 1)));
 }
 
+// One blocking call of op over g (payload bytes per member), timed as the slowest member's
+// mean over about 0.1 s of calls after two untimed ones.
+double time_blocking(comm::Communicator& c, const Ranks& world, const comm::Group& g, comm::EventKind op,
+                     int64_t payload) {
+  const int G = g.size;
+  std::vector<char> send, recv;
+  const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
+  send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
+  recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
+  auto call = [&] {
+    harness::Watchdog::instance().tick();
+    world.together();
+    const double t0 = MPI_Wtime();
+    if (op == comm::EventKind::AllToAll) {
+      c.alltoall(send.data(), recv.data(), size_t(payload), g);
+    } else if (op == comm::EventKind::AllGather) {
+      comm::Request r = c.iallgather(send.data(), recv.data(), size_t(payload), g);
+      c.wait(r);
+    } else if (op == comm::EventKind::ReduceScatter) {
+      comm::Request r = c.ireduce_scatter(send.data(), recv.data(), count, comm::DType::F32, g);
+      c.wait(r);
+    } else {
+      c.allreduce(send.data(), count, comm::DType::F32, comm::ReduceOp::Sum, g);
+    }
+    double t = MPI_Wtime() - t0;
+    t = world.slowest(t);
+    return t;
+  };
+  call(), call();
+  int reps = int(std::clamp(0.1 / std::max(call(), 1e-7), 20.0, 200.0));
+  world.from_rank0(&reps);
+  double sum = 0;
+  for (int i = 0; i < reps; ++i) sum += call();
+  return sum / reps;
+}
+
 // The collectives of `calls`, each at once on every group of its size (split as the schemes
 // split: consecutive ranks, else strided when only those span nodes as the call does).
 // Without `beside` (plan.exposed), blocking: a barrier before each call, the slowest
@@ -483,7 +519,6 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, const Ranks& world
     return it->second;
   };
   std::vector<CollTime> out;
-  std::vector<char> send, recv;
   for (const auto& [key, all] : sizes) {
     const auto [op, G, inter] = key;
     // Consecutive members, else strided ones (rank 0's group decides whether it spans nodes).
@@ -507,38 +542,62 @@ std::vector<CollTime> time_collectives(comm::Communicator& c, const Ranks& world
         c.trace().clear();
         continue;
       }
-      const size_t count = size_t(std::max<int64_t>(1, payload / int64_t(sizeof(float))));
-      send.assign(size_t(payload) * size_t(G) + sizeof(float), 1);
-      recv.assign(size_t(payload) * size_t(G) + sizeof(float), 0);
-      auto call = [&] {
-        harness::Watchdog::instance().tick();
-        world.together();
-        const double t0 = MPI_Wtime();
-        if (op == comm::EventKind::AllToAll) {
-          c.alltoall(send.data(), recv.data(), size_t(payload), g);
-        } else if (op == comm::EventKind::AllGather) {
-          comm::Request r = c.iallgather(send.data(), recv.data(), size_t(payload), g);
-          c.wait(r);
-        } else if (op == comm::EventKind::ReduceScatter) {
-          comm::Request r = c.ireduce_scatter(send.data(), recv.data(), count, comm::DType::F32, g);
-          c.wait(r);
-        } else {
-          c.allreduce(send.data(), count, comm::DType::F32, comm::ReduceOp::Sum, g);
-        }
-        double t = MPI_Wtime() - t0;
-        t = world.slowest(t);
-        return t;
-      };
-      call(), call();
-      int reps = int(std::clamp(0.1 / std::max(call(), 1e-7), 20.0, 200.0));
-      world.from_rank0(&reps);
-      double sum = 0;
-      for (int i = 0; i < reps; ++i) sum += call();
-      out.push_back({plan.fabric, scope, comm::to_string(op), G, payload, sum / reps});
+      out.push_back({plan.fabric, scope, comm::to_string(op), G, payload, time_blocking(c, world, g, op, payload)});
       c.trace().clear();
     }
   }
   return out;
+}
+
+// The weight-gradient all-reduce's own rate (into the links of its scope): a layer's buckets
+// of 8 MiB (up to `buckets`) back to back over the whole job, as a layer posts them (its
+// algorithm, the link's sustained rate rather than a burst, and on a CPU-copy fabric its
+// reductions and copies).
+void measure_allreduce(comm::Communicator& comm, const Ranks& world, const comm::Topology& topo, int buckets,
+                       Calibration& out) {
+  const size_t bucket = model::kGradBucketBytes;
+  Kokkos::View<float*, kernels::Mem> buf("cal_grad_bucket", bucket / sizeof(float));
+  Kokkos::deep_copy(buf, 1.0f);
+  world.together();
+  const double t = median_time(world, 3, [&] {
+    for (int i = 0; i < buckets; ++i)
+      comm.allreduce(buf.data(), buf.size(), comm::DType::F32, comm::ReduceOp::Sum, comm.world());
+  });
+  const bool inter = std::any_of(topo.node_of_rank.begin(), topo.node_of_rank.end(),
+                                 [&](int nd) { return nd != topo.node_of_rank[0]; });
+  for (LinkRate& l : out.links)
+    if (l.scope == std::string(inter ? "inter" : "intra"))
+      l.allreduce_Bps = double(buckets) *
+                        double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(bucket), comm.world().size)) / t;
+}
+
+// The same links beside compute, through a communicator with the run's progress: the busy
+// rows, and the collectives timed alone and posted beside ~2 ms of GEMMs.
+void measure_beside_compute(const CalibrationPlan& plan, const Ranks& world, int rank, const comm::Topology& topo,
+                            std::pair<int, int> peers, int buckets, Calibration& out) {
+  const model::Shape& shape = plan.shapes.front();
+  const auto [intra_peer, inter_peer] = peers;
+  auto busy_comm = comm::make_mpi_comm(plan.progress_thread ? comm::Progress::Thread : comm::Progress::None);
+  const int64_t N = plan.rows.empty() ? 1024 : *std::max_element(plan.rows.begin(), plan.rows.end());
+  GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), shape.hidden, shape.ffn);
+  for (const LinkRate& l : out.links) {
+    const int peer = l.scope == "intra" ? intra_peer : inter_peer;
+    const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, 0, l.beta_Bps, loop);
+    out.busy.push_back({plan.fabric, l.scope, "p2p", wire, cpu});
+    if (l.allreduce_Bps > 0) {
+      const auto [ar_wire, ar_cpu] = busy_link(*busy_comm, world, rank, peer, buckets, l.allreduce_Bps, loop);
+      out.busy.push_back({plan.fabric, l.scope, "allreduce", ar_wire, ar_cpu});
+    }
+  }
+  out.colls = time_collectives(*busy_comm, world, plan, topo, plan.exposed, nullptr);
+  // About 2 ms of GEMMs beside the posted calls: a chunk's compute in the small decks here.
+  GemmLoop step(64, shape.hidden, shape.ffn);
+  step.iters = 1;
+  step.run();
+  int iters = int(std::clamp(std::round(2e-3 / std::max(step.run(), 1e-7)), 1.0, 1000.0));
+  world.from_rank0(&iters);
+  step.iters = iters;
+  for (CollTime& t : time_collectives(*busy_comm, world, plan, topo, plan.posted, &step)) out.colls.push_back(t);
 }
 
 }  // namespace
@@ -579,52 +638,13 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
                                                      : 0;
     out.links.push_back({plan.fabric, scope, alpha, beta, cpu});
   }
-  // The weight-gradient all-reduce's own rate: a layer's buckets of 8 MiB (up to 8) back to
-  // back over the whole job, as a layer posts them (its algorithm, the link's sustained rate
-  // rather than a burst, and on a CPU-copy fabric its reductions and copies).
   const model::Shape& shape = plan.shapes.front();
   const size_t bucket = model::kGradBucketBytes;
   const int buckets = int(std::clamp<int64_t>(
       (model::layer_param_count(shape) * int64_t(sizeof(float)) + int64_t(bucket) - 1) / int64_t(bucket), 1, 8));
   if (comm.world().size > 1 && !out.links.empty()) {
-    Kokkos::View<float*, kernels::Mem> buf("cal_grad_bucket", bucket / sizeof(float));
-    Kokkos::deep_copy(buf, 1.0f);
-    world.together();
-    const double t = median_time(world, 3, [&] {
-      for (int i = 0; i < buckets; ++i)
-        comm.allreduce(buf.data(), buf.size(), comm::DType::F32, comm::ReduceOp::Sum, comm.world());
-    });
-    const bool inter = std::any_of(topo.node_of_rank.begin(), topo.node_of_rank.end(),
-                                   [&](int nd) { return nd != topo.node_of_rank[0]; });
-    for (LinkRate& l : out.links)
-      if (l.scope == std::string(inter ? "inter" : "intra"))
-        l.allreduce_Bps = double(buckets) *
-                          double(comm::bytes_leaving(comm::EventKind::AllReduce, int64_t(bucket), comm.world().size)) /
-                          t;
-  }
-  // The same links beside compute, through a communicator with the run's progress.
-  if (comm.world().size > 1 && !out.links.empty()) {
-    auto busy_comm = comm::make_mpi_comm(plan.progress_thread ? comm::Progress::Thread : comm::Progress::None);
-    const int64_t N = plan.rows.empty() ? 1024 : *std::max_element(plan.rows.begin(), plan.rows.end());
-    GemmLoop loop(std::clamp<int64_t>(N, 256, 4096), shape.hidden, shape.ffn);
-    for (const LinkRate& l : out.links) {
-      const int peer = l.scope == "intra" ? intra_peer : inter_peer;
-      const auto [wire, cpu] = busy_link(*busy_comm, world, rank, peer, 0, l.beta_Bps, loop);
-      out.busy.push_back({plan.fabric, l.scope, "p2p", wire, cpu});
-      if (l.allreduce_Bps > 0) {
-        const auto [ar_wire, ar_cpu] = busy_link(*busy_comm, world, rank, peer, buckets, l.allreduce_Bps, loop);
-        out.busy.push_back({plan.fabric, l.scope, "allreduce", ar_wire, ar_cpu});
-      }
-    }
-    out.colls = time_collectives(*busy_comm, world, plan, topo, plan.exposed, nullptr);
-    // About 2 ms of GEMMs beside the posted calls: a chunk's compute in the small decks here.
-    GemmLoop step(64, shape.hidden, shape.ffn);
-    step.iters = 1;
-    step.run();
-    int iters = int(std::clamp(std::round(2e-3 / std::max(step.run(), 1e-7)), 1.0, 1000.0));
-    world.from_rank0(&iters);
-    step.iters = iters;
-    for (CollTime& t : time_collectives(*busy_comm, world, plan, topo, plan.posted, &step)) out.colls.push_back(t);
+    measure_allreduce(comm, world, topo, buckets, out);
+    measure_beside_compute(plan, world, rank, topo, {intra_peer, inter_peer}, buckets, out);
   }
   if (verbose && rank == 0) std::printf("minicp --calibrate: links measured (%s)\n", plan.fabric.c_str());
   // The drift reference read as a run reads a case's (the larger of a reading before and one

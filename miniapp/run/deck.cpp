@@ -451,6 +451,7 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
                const cp::SchemeInfo& info, const std::map<std::string, int>& settings) {
   Case c;
   c.index = index;
+  c.info = &info;
   c.scheme = info.name;
   c.stack.shape = d.shape;
   c.stack.pass = pass;

@@ -108,6 +108,9 @@ struct Case {
   int index = 0;  // 0-based, in sweep order
   // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_decode_tokens<T>][_<setting><value>...]"
   std::string id;
+  // The scheme, found once by make_cases (the registry's entry, which outlives every case);
+  // `scheme` is its name.
+  const cp::SchemeInfo* info = nullptr;
   std::string scheme;
   // Shape, pass, seed, and the attention config the case runs, resolved by make_cases
   // (stack.attn == model::attention_config(stack): heads, head_dim and problem filled in).

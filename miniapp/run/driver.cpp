@@ -355,7 +355,7 @@ std::pair<int64_t, std::string> plan_cases(Plan& p) {
   int64_t most = 0;
   std::string most_id;
   for (const Case& c : p.cases) {
-    const int64_t b = c.refused.empty() ? model::predicted_stack_bytes(c.stack, cp::find(c.scheme), elem) : 0;
+    const int64_t b = c.refused.empty() ? model::predicted_stack_bytes(c.stack, *c.info, elem) : 0;
     p.predicted_bytes.push_back(b);
     if (b > most) most = b, most_id = c.id;
   }
@@ -635,6 +635,64 @@ void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round
 
 }  // namespace
 
+namespace {
+
+// --predict, --advise (rank 0; nothing else runs) or --calibrate (every rank, watched).
+int run_model_command(const hn::Args& a, const Plan& p) {
+  if (a.rank() == 0 && p.perf.predict) run_predict(p);
+  if (a.rank() == 0 && p.perf.advise) run_advise(p);
+  if (p.perf.calibrate) {
+    hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, nullptr, nullptr), a.prog());
+    at(Stage::Calibrate);
+    run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
+    watched.stop();
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// run.rounds: every round runs each case still to do in turn; a case's rows wait in `runs`
+// for its last round. Returns the seconds the rounds took.
+double run_rounds(RunState& rs, const std::vector<const Case*>& todo, comm::Communicator& world, bool say) {
+  const int R = rs.p.deck.rounds;
+  std::vector<const Case*> all_rounds;
+  for (int r = 0; r < R; ++r) all_rounds.insert(all_rounds.end(), todo.begin(), todo.end());
+  std::vector<CaseRun> runs(R > 1 ? todo.size() : 1);
+  Eta eta(rs.p, all_rounds);
+  const double t_start = MPI_Wtime();
+  for (int round = 0; round < R; ++round) {
+    rs.round = round;
+    measure_layer_rows_again(rs, world, round);
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const double elapsed = MPI_Wtime() - t_start;
+      const std::string left = eta.start(*todo[i], elapsed);
+      const std::string of_rounds = R > 1 ? "round " + std::to_string(round + 1) + "/" + std::to_string(R) + ", " : "";
+      if (say)
+        std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), of_rounds.c_str(),
+                    elapsed, left.c_str());
+      std::fflush(stdout);
+      hn::Watchdog::instance().progress(todo[i]->index, -1, int64_t(Stage::SettingUp));
+      CaseRun& run = runs[R > 1 ? i : 0];
+      run_one(rs, *todo[i], round, run);
+      if (R == 1 || round == R - 1) run = CaseRun{};  // written: its rows are freed
+    }
+  }
+  return MPI_Wtime() - t_start;
+}
+
+// The closing lines (rank 0): the grep-able MINICP summary, and where the results went.
+void print_end(const Plan& p, const RunState& rs, const hn::BlasInfo& blas, double sgemm, double run_s,
+               bool said_file) {
+  std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f blas_core=%s layer_efficiency:%s\n",
+              hn::printable(p.o.deck).c_str(), p.cases.size(), run_s, sgemm / 1e9,
+              blas.core.empty() ? "unknown" : blas.core.c_str(), rs.summary.c_str());
+  if (said_file)
+    std::printf("minicp: results in %s (writing took %.3f s, %.2f%% of the run)\n", hn::printable(p.o.out).c_str(),
+                rs.write_s, 100.0 * rs.write_s / run_s);
+  else if (!p.o.quiet)
+    std::printf("minicp: no results file written (the deck has no [output] file; --out FILE.h5 writes one)\n");
+}
+
 // What a stop by a signal says (rank 0, which holds the outputs' locks): how to finish.
 void say_on_stop(const hn::Args& a, const Plan& p) {
   if (a.rank() != 0) return;
@@ -645,20 +703,11 @@ void say_on_stop(const hn::Args& a, const Plan& p) {
   hn::on_stop_signal(a.prog() + ": stopped by ", after);
 }
 
+}  // namespace
+
 int execute(const hn::Args& a, const Plan& p) {
   say_on_stop(a, p);
-  if (p.perf.any()) {
-    if (a.rank() == 0 && p.perf.predict) run_predict(p);
-    if (a.rank() == 0 && p.perf.advise) run_advise(p);
-    if (p.perf.calibrate) {
-      hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, nullptr, nullptr), a.prog());
-      at(Stage::Calibrate);
-      run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
-      watched.stop();
-    }
-    std::fflush(stdout);
-    return 0;
-  }
+  if (p.perf.any()) return run_model_command(a, p);
   const bool say = a.rank() == 0 && !p.o.quiet;
   RunState rs(a, p);
   std::unique_ptr<output::Results> results;  // outlives the watchdog, which reads it
@@ -696,31 +745,7 @@ int execute(const hn::Args& a, const Plan& p) {
   std::vector<const Case*> todo;
   for (const Case& c : p.cases)
     if (!(results && results->has_case(c.id))) todo.push_back(&c);
-  // run.rounds: every round runs each case in turn; a case's rows wait in `runs` for its last.
-  const int R = p.deck.rounds;
-  std::vector<const Case*> all_rounds;
-  for (int r = 0; r < R; ++r) all_rounds.insert(all_rounds.end(), todo.begin(), todo.end());
-  std::vector<CaseRun> runs(R > 1 ? todo.size() : 1);
-  Eta eta(p, all_rounds);
-  const double t_start = MPI_Wtime();
-  for (int round = 0; round < R; ++round) {
-    rs.round = round;
-    measure_layer_rows_again(rs, *world, round);
-    for (size_t i = 0; i < todo.size(); ++i) {
-      const double elapsed = MPI_Wtime() - t_start;
-      const std::string left = eta.start(*todo[i], elapsed);
-      const std::string of_rounds = R > 1 ? "round " + std::to_string(round + 1) + "/" + std::to_string(R) + ", " : "";
-      if (say)
-        std::printf("[%zu/%zu] %s (%selapsed %.1f s%s)\n", i + 1, todo.size(), todo[i]->id.c_str(), of_rounds.c_str(),
-                    elapsed, left.c_str());
-      std::fflush(stdout);
-      hn::Watchdog::instance().progress(todo[i]->index, -1, int64_t(Stage::SettingUp));
-      CaseRun& run = runs[R > 1 ? i : 0];
-      run_one(rs, *todo[i], round, run);
-      if (R == 1 || round == R - 1) run = CaseRun{};  // written: its rows are freed
-    }
-  }
-  const double run_s = MPI_Wtime() - t_start;
+  const double run_s = run_rounds(rs, todo, *world, say);
   at(Stage::Finishing);
   if (results) {
     output::Attrs end;
@@ -732,16 +757,7 @@ int execute(const hn::Args& a, const Plan& p) {
   }
   watched.stop();
   hn::MemTracker::instance().stop();
-  if (a.rank() == 0) {
-    std::printf("MINICP deck=%s cases=%zu run_s=%.1f sgemm_gflops=%.1f blas_core=%s layer_efficiency:%s\n",
-                hn::printable(p.o.deck).c_str(), p.cases.size(), run_s, sgemm / 1e9,
-                blas.core.empty() ? "unknown" : blas.core.c_str(), rs.summary.c_str());
-    if (say && results)
-      std::printf("minicp: results in %s (writing took %.3f s, %.2f%% of the run)\n", hn::printable(p.o.out).c_str(),
-                  rs.write_s, 100.0 * rs.write_s / run_s);
-    else if (say)
-      std::printf("minicp: no results file written (the deck has no [output] file; --out FILE.h5 writes one)\n");
-  }
+  if (a.rank() == 0) print_end(p, rs, blas, sgemm, run_s, say && results);
   return 0;
 }
 

@@ -216,10 +216,24 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
     }
 }
 
+// The group's ceilings before and after the case: summed over its ranks.
+void sum_ceilings(Measured& m, MPI_Comm g) {
+  for (kernels::GemmCeiling* x : {&m.before, &m.after}) {
+    double v[3] = {x->blas_square, x->blas_layer, x->tile};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
+    *x = {v[0], v[1], v[2]};
+  }
+  for (kernels::Bf16GemmCeiling* x : {&m.bf16_before, &m.bf16_after}) {
+    double v[3] = {x->square, x->layer, x->tile};
+    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
+    *x = {v[0], v[1], v[2]};
+  }
+}
+
 template <class T>
 void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                    CeilingCache& ceiling, CaseRun& out, int round) {
-  const cp::SchemeInfo& info = cp::find(c.scheme);
+  const cp::SchemeInfo& info = *c.info;
   MPI_Comm g = comm::mpi_of(comm.world());
   const int rank = comm.world().rank, P = c.stack.attn.ranks;
   const bool last = round == p.deck.rounds - 1;
@@ -287,16 +301,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   const CeilingCache::Reading after = ceiling.get(g, P, shape, m.bf16);
   m.after = after.rates, m.bf16_after = after.bf16;
   at(Stage::Gathering);
-  for (kernels::GemmCeiling* x : {&m.before, &m.after}) {  // the group's: summed over its ranks
-    double v[3] = {x->blas_square, x->blas_layer, x->tile};
-    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
-    *x = {v[0], v[1], v[2]};
-  }
-  for (kernels::Bf16GemmCeiling* x : {&m.bf16_before, &m.bf16_after}) {
-    double v[3] = {x->square, x->layer, x->tile};
-    MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
-    *x = {v[0], v[1], v[2]};
-  }
+  sum_ceilings(m, g);
 }
 
 // One layer's phases other than attention, as the stack runs them (forward, backward; backward
@@ -310,7 +315,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 template <class T>
 perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
   MPI_Comm g = comm::mpi_of(world.world());
-  model::Stack<T> st(c.stack, cp::find(c.scheme), world);
+  model::Stack<T> st(c.stack, *c.info, world);
   cp::Context ctx{world, c.stack.attn};
   ctx.cfg.mode = cp::Mode::ComputeOnly;
   world.trace().set_enabled(false);

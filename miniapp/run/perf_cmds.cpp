@@ -151,7 +151,7 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
   std::set<std::tuple<int, int64_t, int, bool>> seen, seen_posted;
   for (const Case& c : cases) {
     if (!c.refused.empty()) continue;
-    const cp::SchemeInfo& s = cp::find(c.scheme);
+    const cp::SchemeInfo& s = *c.info;
     if (!s.schedule) continue;
     const perf::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
     const cp::Config& cfg = c.stack.attn;
@@ -226,7 +226,7 @@ namespace {
 perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int rpn_flag) {
   m.topo.ranks = c.stack.attn.ranks;
   m.topo.ranks_per_node = m.topo.ranks_per_node > 0 ? m.topo.ranks_per_node : ranks_per_node(d, m.topo.ranks, rpn_flag);
-  return perf::predict(c.stack, cp::find(c.scheme), m, elem_of(d));
+  return perf::predict(c.stack, *c.info, m, elem_of(d));
 }
 
 void print_header(const Plan& p, const perf::Machine& m, const char* what) {

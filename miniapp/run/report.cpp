@@ -216,7 +216,7 @@ output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   a.integer["causal"] = cfg.causal ? 1 : 0;
   for (const auto& [name, v] : cfg.settings) a.integer[name] = v;
   if (c.refused.empty())  // the scheme's own settings as they run (a refused case ran nothing)
-    for (const cp::Setting& st : cp::find(c.scheme).settings)
+    for (const cp::Setting& st : c.info->settings)
       if (st.resolve) a.integer[st.name] = st.resolve(cfg, topo);
   deck_attrs(a, d);
   return a;
