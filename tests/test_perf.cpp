@@ -15,7 +15,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 #include "miniapp/perf/predict.hpp"
 #include "tests/mpi_util.hpp"
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "miniapp/cp/layout.hpp"
 #include "miniapp/cp/ring_common.hpp"
-#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

@@ -1,7 +1,7 @@
 // Scheme `none`: one rank holds the whole sequence and calls the kernels directly. It is
 // the reference every other scheme is checked against.
 #include "miniapp/cp/common.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "miniapp/cp/common.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

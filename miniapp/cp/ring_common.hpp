@@ -17,7 +17,7 @@
 
 #include "kernels/attention.hpp"
 #include "miniapp/cp/common.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::cp {
 
@@ -189,7 +189,7 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
 
 }  // namespace minicp::cp
 
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::cp {
 

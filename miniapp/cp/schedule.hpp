@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm/trace.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::perf {
 

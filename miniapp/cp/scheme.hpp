@@ -176,7 +176,7 @@ struct SchemeInfo {
   bool ring_family = false;
   // "" when cfg can run, else one sentence naming the constraint and the values.
   std::function<std::string(const Config&)> check;
-  // The local rows of rank r (a layout function from miniapp/layout.hpp).
+  // The local rows of rank r (a layout function from miniapp/cp/layout.hpp).
   std::function<Shard(const Config&, int)> shard;
   // Values of the scheme's own buffers on the rank that needs most, forward and backward;
   // the tensors it is handed are not counted.

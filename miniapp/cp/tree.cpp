@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "miniapp/cp/common.hpp"
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

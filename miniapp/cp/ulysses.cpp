@@ -3,8 +3,8 @@
 // those, and an all-to-all turns the output back. Beyond the simplest version: K/V heads are
 // replicated when kv_heads < P (their gradients summed back), and the head-sharded tensors
 // of the forward are kept for the backward. The exchange code is shared with usp.
+#include "miniapp/cp/layout.hpp"
 #include "miniapp/cp/ulysses_common.hpp"
-#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

@@ -8,8 +8,8 @@
 // and kv_heads % U == 0 or U % kv_heads == 0); U = 1 when P == 1 or no divisor qualifies.
 #include <optional>
 
+#include "miniapp/cp/layout.hpp"
 #include "miniapp/cp/ulysses_common.hpp"
-#include "miniapp/layout.hpp"
 
 namespace minicp::cp {
 namespace {

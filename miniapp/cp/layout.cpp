@@ -1,5 +1,5 @@
 // Token layouts (see layout.hpp).
-#include "miniapp/layout.hpp"
+#include "miniapp/cp/layout.hpp"
 
 #include <stdexcept>
 
