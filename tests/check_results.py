@@ -35,19 +35,6 @@ ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", 
 CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
         "head_dim", "ffn", "layers", "complete"]
 CASE_RUN = ["start_time", "end_time"]
-SUMMARY = ["measured_time_s", "forward_time_s", "backward_time_s", "compute_only_time_s", "comm_only_time_s",
-           "phase_coverage", "layer_efficiency", "gemm_ceiling_flops_per_s", "gemm_ceiling_before_flops_per_s",
-           "gemm_ceiling_after_flops_per_s", "gemm_ceiling_before_age_s", "sgemm_flops_per_s",
-           "blas_layer_gemm_flops_per_s", "tile_gemm_flops_per_s", "cp_efficiency", "cp_efficiency_core_scaled",
-           "overlap", "overlap_q1", "overlap_q3", "exposed_comm_s", "overlap_note",
-           "attn_overlap", "attn_overlap_q1", "attn_overlap_q3", "attn_exposed_comm_s", "attn_comm_only_time_s",
-           "attn_overlap_note", "attn_comm_wait_s",
-           "grad_allreduce_overlap", "grad_allreduce_overlap_q1", "grad_allreduce_overlap_q3",
-           "grad_allreduce_exposed_comm_s", "grad_allreduce_comm_only_time_s", "grad_allreduce_overlap_note",
-           "grad_allreduce_exposed_s", "comm_wait_s", "imbalance", "flop_imbalance", "useful_flops_per_s",
-           "exec_flops_per_s", "tokens_per_s", "bytes_sent_per_rank", "bytes_sent_max_rank",
-           "attn_bytes_sent_per_rank", "grad_allreduce_bytes_per_rank", "slowest_rep_ratio", "out_of_range",
-           "figures_in_range", "units"]
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
 STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s", "attn_s", "attn_comm_wait_s",
          "grad_allreduce_s", "grad_allreduce_busy_s"]
@@ -58,7 +45,7 @@ def catalog(f):
     """The figures the file says its summaries hold (figure_catalog: the C++ table of the run,
     name, unit, range, definition)."""
     entries = json.loads(text(f.attrs["figure_catalog"]))
-    if not entries or not all({"name", "unit", "range", "definition"} <= set(e) for e in entries):
+    if not entries or not all({"name", "unit", "range", "definition", "required"} <= set(e) for e in entries):
         raise ValueError(f"figure_catalog attribute: {entries[:3]}")
     return entries
 
@@ -411,6 +398,7 @@ def main():
     with h5py.File(args.file, "r") as f:
         check_root(f, args, fail)
         cases = f.get("cases", {})
+        required = [e["name"] for e in catalog(f) if e["required"]]
         if args.cases is not None and len(cases) != args.cases:
             fail(f"{len(cases)} cases, expected {args.cases}")
         for cid, g in cases.items():
@@ -428,9 +416,9 @@ def main():
             n = len(fails)
             t = check_tables(cid, g, fail)
             s = g["summary"].attrs
-            for k in SUMMARY:
+            for k in required:
                 if k not in s:
-                    fail(f"{cid}/summary: {k} missing")
+                    fail(f"{cid}/summary: {k} missing (the figure_catalog marks it required)")
             for k in uncatalogued(f, g):
                 fail(f"{cid}/summary: {k} is not in the file's figure_catalog (minicp --list-figures)")
             if len(fails) > n or t is None:

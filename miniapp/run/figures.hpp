@@ -45,10 +45,11 @@ struct FigureInfo {
   const char* name;
   const char* unit;
   const char* definition;
+  bool required;  // every case a run writes holds it (the others: only where they apply)
 };
 const std::vector<FigureInfo>& figure_catalog();
 // The catalog as JSON, each entry with its range ([lo, hi], hi null where unbounded; null
-// without one): `minicp --list-figures --json` and the results file's figure_catalog
+// without one) and `required`: `minicp --list-figures --json` and the results file's figure_catalog
 // attribute, which tests/check_results.py and the analysis package read.
 std::string figure_catalog_json(int indent = -1);
 // The same as text, one figure a line: name [unit] in [lo, hi]: definition.
