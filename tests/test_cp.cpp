@@ -104,6 +104,78 @@ struct CpCase {
   int64_t doc_len;
 };
 
+// The global q, k, v, dout of a case.
+struct Inputs {
+  Vec q, k, v, dout;
+};
+
+// `none`'s answer to the whole problem of cfg in T: the results computed in acc_t<T> and
+// stored in T (bf16: rounded once, LSE fp32), the kernels called directly.
+template <class T>
+Outputs reference(const cp::Config& cfg, const Inputs& in) {
+  using V3 = kernels::View3<T>;
+  using A3 = kernels::View3<kernels::acc_t<T>>;
+  const int64_t Sq = cp::global_q_tokens(cfg), Sk = cfg.seq_len, q0 = cp::first_q_position(cfg);
+  const int H = cfg.heads, Hkv = cfg.kv_heads, D = cfg.head_dim;
+  cp::Config one = cfg;
+  one.ranks = 1;
+  std::vector<int64_t> qidx(Sq), kidx(Sk);
+  for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
+  for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
+  auto Q = test::make_view<V3>("q", in.q, Sq, H, D), K = test::make_view<V3>("k", in.k, Sk, Hkv, D),
+       Vv = test::make_view<V3>("v", in.v, Sk, Hkv, D), dO = test::make_view<V3>("do", in.dout, Sq, H, D);
+  A3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
+  kernels::View2<kernels::acc_t<T>> L("lse", Sq, H);
+  const auto mask = cp::make_mask(one, qidx, kidx);
+  kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
+  const V3 Os = kernels::as_stored<T>(O);
+  kernels::attention_bwd<T>(Q, K, Vv, Os, L, dO, mask, dQ, dK, dV, cfg.attn);
+  return Outputs{test::to_vec(Os), test::to_vec(L), test::to_vec(kernels::as_stored<T>(dQ)),
+                 test::to_vec(kernels::as_stored<T>(dK)), test::to_vec(kernels::as_stored<T>(dV))};
+}
+
+// One output of a case: its name, field, the global rows a rank holds, and the row width.
+struct Item {
+  const char* what;
+  const Vec Outputs::*field;
+  const std::vector<int64_t>* idx;
+  int64_t offset;
+  int width;
+};
+
+// The references (fp64 and fp32/bf16 `none`, on the fp32 and on the bf16-rounded inputs) and
+// the scheme's outputs of one case.
+struct Results {
+  const Outputs &ref64, &ref32, &got32, &got64, &ref64b, &ref16, &got16, &thin16;
+};
+
+// The numerics rule on one output: fp32 within 2x `none`'s fp32 error (against fp64), fp64 to
+// 1e-11, bf16 within 2x `none`'s bf16 error, bf16 dK/dV accumulators a rounding per step more.
+void expect_close(const Item& it, const Results& x, int P, int r) {
+  const Vec& want64 = x.ref64.*(it.field);
+  const double norm = norm_of(want64);
+  const Vec want_local = rows(want64, *it.idx, it.offset, it.width);
+  const double e_none = err(rows(x.ref32.*(it.field), *it.idx, it.offset, it.width), want_local, norm);
+  const double e32 = err(x.got32.*(it.field), want_local, norm);
+  const double e64 = err(x.got64.*(it.field), want_local, norm);
+  const double floor_ulps = std::ldexp(1.0, -21);
+  EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps)) << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
+  EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
+  const Vec& want64b = x.ref64b.*(it.field);
+  const double normb = norm_of(want64b);
+  const Vec wantb = rows(want64b, *it.idx, it.offset, it.width);
+  const double e_none16 = err(rows(x.ref16.*(it.field), *it.idx, it.offset, it.width), wantb, normb);
+  const double e16 = err(x.got16.*(it.field), wantb, normb), e_thin = err(x.thin16.*(it.field), wantb, normb);
+  const double bound16 = 2.0 * std::max(e_none16, std::ldexp(1.0, -8));
+  const bool accumulated = it.field == &Outputs::dk || it.field == &Outputs::dv;
+  EXPECT_LE(e16, bound16) << it.what << ": bf16 error " << e16 << " vs 2x none's " << e_none16;
+  EXPECT_LE(e_thin, bound16 + (accumulated ? (P - 1) * std::ldexp(1.0, -9) : 0.0))
+      << it.what << ": bf16 error with bf16 dK/dV accumulators " << e_thin;
+  if (r == 0 && (::testing::Test::HasFailure() || std::getenv("MINICP_TEST_VERBOSE")))
+    std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g e16=%.3g e_none16=%.3g e16_dkv=%.3g\n", g_scheme.c_str(),
+                P, it.what, e32, e_none, e64, e16, e_none16, e_thin);
+}
+
 class CpScheme : public ::testing::TestWithParam<CpCase> {};
 
 TEST_P(CpScheme, MatchesSingleRankReference) {
@@ -143,34 +215,14 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     const Vec Qg = global_tensor(101, Sq, H, D, 2.0), Kg = global_tensor(102, Sk, Hkv, D, 2.0),
               Vg = global_tensor(103, Sk, Hkv, D, 1.0), dOg = global_tensor(104, Sq, H, D, 1.0);
 
-    // Reference: `none` semantics on the whole problem, fp64 and fp32 (kernels called directly
-    // so that tree's queries-after-cache problem is covered too).
-    cp::Config one = cfg;
-    one.ranks = 1;
-    std::vector<int64_t> qidx(Sq), kidx(Sk);
-    for (int64_t i = 0; i < Sq; ++i) qidx[i] = q0 + i;
-    for (int64_t j = 0; j < Sk; ++j) kidx[j] = j;
-    // In T, the results computed in acc_t<T> and stored in T (bf16: rounded once, LSE fp32).
-    auto reference = [&](auto tag, const Vec& Qi, const Vec& Ki, const Vec& Vi, const Vec& dOi) {
-      using T = decltype(tag);
-      using V3 = kernels::View3<T>;
-      using A3 = kernels::View3<kernels::acc_t<T>>;
-      auto Q = test::make_view<V3>("q", Qi, Sq, H, D), K = test::make_view<V3>("k", Ki, Sk, Hkv, D),
-           Vv = test::make_view<V3>("v", Vi, Sk, Hkv, D), dO = test::make_view<V3>("do", dOi, Sq, H, D);
-      A3 O("o", Sq, H, D), dQ("dq", Sq, H, D), dK("dk", Sk, Hkv, D), dV("dv", Sk, Hkv, D);
-      kernels::View2<kernels::acc_t<T>> L("lse", Sq, H);
-      const auto mask = cp::make_mask(one, qidx, kidx);
-      kernels::attention_fwd<T>(Q, K, Vv, mask, O, L, cfg.attn);
-      const V3 Os = kernels::as_stored<T>(O);
-      kernels::attention_bwd<T>(Q, K, Vv, Os, L, dO, mask, dQ, dK, dV, cfg.attn);
-      return Outputs{test::to_vec(Os), test::to_vec(L), test::to_vec(kernels::as_stored<T>(dQ)),
-                     test::to_vec(kernels::as_stored<T>(dK)), test::to_vec(kernels::as_stored<T>(dV))};
-    };
-    const Outputs ref64 = reference(double{}, Qg, Kg, Vg, dOg), ref32 = reference(float{}, Qg, Kg, Vg, dOg);
-    // The bf16 runs' inputs, and fp64 and bf16 `none` on them.
-    const Vec Qb = test::bf16_rounded(Qg), Kb = test::bf16_rounded(Kg), Vb = test::bf16_rounded(Vg),
-              dOb = test::bf16_rounded(dOg);
-    const Outputs ref64b = reference(double{}, Qb, Kb, Vb, dOb), ref16 = reference(kernels::bf16{}, Qb, Kb, Vb, dOb);
+    // Reference: `none` semantics on the whole problem (kernels called directly, so that
+    // tree's queries-after-cache problem is covered too).
+    const Inputs g{Qg, Kg, Vg, dOg},
+        gb{test::bf16_rounded(Qg), test::bf16_rounded(Kg), test::bf16_rounded(Vg), test::bf16_rounded(dOg)};
+    const Outputs ref64 = reference<double>(cfg, g), ref32 = reference<float>(cfg, g);
+    // The bf16 runs' inputs (gb), and fp64 and bf16 `none` on them.
+    const Vec &Qb = gb.q, &Kb = gb.k, &Vb = gb.v, &dOb = gb.dout;
+    const Outputs ref64b = reference<double>(cfg, gb), ref16 = reference<kernels::bf16>(cfg, gb);
 
     const cp::Shard sh = info.shard(cfg, r);
     // fp32 on direct buffers with a progress thread (as the benchmarks run), fp64 through host
@@ -188,44 +240,14 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
     thin.bf16_dkv = true;
     const Outputs thin16 = run<kernels::bf16>(info, thin, *staged, qb, kb, vb, doutb, sh.q.size(), sh.kv.size());
 
-    struct Item {
-      const char* what;
-      const Vec Outputs::*field;
-      const std::vector<int64_t>* idx;
-      int64_t offset;
-      int width;
-    };
     std::vector<Item> items = {{"O", &Outputs::o, &sh.q, q0, H * D}, {"LSE", &Outputs::lse, &sh.q, q0, H}};
     if (cfg.problem == cp::Problem::Train) {
       items.push_back({"dQ", &Outputs::dq, &sh.q, q0, H * D});
       items.push_back({"dK", &Outputs::dk, &sh.kv, 0, Hkv * D});
       items.push_back({"dV", &Outputs::dv, &sh.kv, 0, Hkv * D});
     }
-    for (const Item& it : items) {
-      const Vec& want64 = ref64.*(it.field);
-      const double norm = norm_of(want64);
-      const Vec want_local = rows(want64, *it.idx, it.offset, it.width);
-      const double e_none = err(rows(ref32.*(it.field), *it.idx, it.offset, it.width), want_local, norm);
-      const double e32 = err(got32.*(it.field), want_local, norm);
-      const double e64 = err(got64.*(it.field), want_local, norm);
-      const double floor_ulps = std::ldexp(1.0, -21);
-      EXPECT_LE(e32, 2.0 * std::max(e_none, floor_ulps))
-          << it.what << ": fp32 error " << e32 << " vs 2x none's " << e_none;
-      EXPECT_LE(e64, 1e-11) << it.what << ": fp64 error";
-      const Vec& want64b = ref64b.*(it.field);
-      const double normb = norm_of(want64b);
-      const Vec wantb = rows(want64b, *it.idx, it.offset, it.width);
-      const double e_none16 = err(rows(ref16.*(it.field), *it.idx, it.offset, it.width), wantb, normb);
-      const double e16 = err(got16.*(it.field), wantb, normb), e_thin = err(thin16.*(it.field), wantb, normb);
-      const double bound16 = 2.0 * std::max(e_none16, std::ldexp(1.0, -8));
-      const bool accumulated = it.field == &Outputs::dk || it.field == &Outputs::dv;
-      EXPECT_LE(e16, bound16) << it.what << ": bf16 error " << e16 << " vs 2x none's " << e_none16;
-      EXPECT_LE(e_thin, bound16 + (accumulated ? (P - 1) * std::ldexp(1.0, -9) : 0.0))
-          << it.what << ": bf16 error with bf16 dK/dV accumulators " << e_thin;
-      if (r == 0 && (::testing::Test::HasFailure() || std::getenv("MINICP_TEST_VERBOSE")))
-        std::printf("  %s np=%d %s: e32=%.3g e_none=%.3g e64=%.3g e16=%.3g e_none16=%.3g e16_dkv=%.3g\n",
-                    g_scheme.c_str(), P, it.what, e32, e_none, e64, e16, e_none16, e_thin);
-    }
+    const Results x{ref64, ref32, got32, got64, ref64b, ref16, got16, thin16};
+    for (const Item& it : items) expect_close(it, x, P, r);
   }
 }
 

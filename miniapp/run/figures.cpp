@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 
 #include "harness/output.hpp"
@@ -234,91 +235,92 @@ const std::vector<FigureRange>& figure_ranges() {
   return ranges;
 }
 
+namespace {
+// The catalog itself: constant data, in the order the docs list it.
+constexpr FigureInfo kFigures[] = {
+    // times of a step (the slowest rank of the median full-mode rep unless said)
+    {"measured_time_s", "s", "median full-mode step time of the slowest rank", true},
+    {"forward_time_s", "s", "the forward part of the median rep's step (slowest rank)", true},
+    {"backward_time_s", "s", "the backward part of the median rep's step (NaN without a backward)", true},
+    {"compute_only_time_s", "s", "median compute-only step time (communication skipped)", true},
+    {"comm_only_time_s", "s", "median comm-only step time (compute skipped)", true},
+    {"measured_<phase>_s", "s", "the median rep's time in one phase of the layer (timing table)", false},
+    {"phase_coverage", "1", "the phases' sum over the step time", true},
+    {"slowest_rep_ratio", "1", "the slowest full-mode rep over the median one", true},
+    // rates
+    {"useful_flops_per_s", "FLOP/s", "useful FLOPs of all layers per step over the step time", true},
+    {"exec_flops_per_s", "FLOP/s", "executed FLOPs (whole computed tiles) per second", true},
+    {"tokens_per_s", "tokens/s", "tokens of one step (train, prefill: S; decode: T) over the step time", true},
+    {"layer_efficiency", "1", "useful FLOP/s over the GEMM ceiling", true},
+    {"gemm_ceiling_flops_per_s", "FLOP/s", "the case's GEMM ceiling: the larger of the readings before and after",
+     true},
+    {"gemm_ceiling_before_flops_per_s", "FLOP/s", "the GEMM ceiling read before the case", true},
+    {"gemm_ceiling_after_flops_per_s", "FLOP/s", "the GEMM ceiling read after the case", true},
+    {"gemm_ceiling_before_age_s", "s", "age of the reading before the case (a young one is reused)", true},
+    {"sgemm_flops_per_s", "FLOP/s", "BLAS SGEMM 2048^3 of the case's ranks together (a ceiling component)", true},
+    {"blas_layer_gemm_flops_per_s", "FLOP/s", "BLAS SGEMM at the layer's largest GEMM shape (0 in a bf16 case)", true},
+    {"tile_gemm_flops_per_s", "FLOP/s", "the attention tile kernel's products (a ceiling component)", true},
+    {"bf16_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> 2048^3", false},
+    {"bf16_layer_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> at the layer's largest GEMM shape", false},
+    {"bf16_tile_gemm_flops_per_s", "FLOP/s", "bf16 case: the bf16 attention tiles' products", false},
+    // CP
+    {"cp_efficiency", "1", "T(none) / T(scheme) on the same total cores (NaN on others)", true},
+    {"cp_efficiency_measured", "flag", "1 when cp_efficiency is a number (none of the same problem, same cores)",
+     false},
+    {"cp_efficiency_core_scaled", "1", "T(none) x its cores / (T(scheme) x the case's cores): none scaled linearly",
+     true},
+    {"imbalance", "1", "max / mean over ranks of the per-rank compute time", true},
+    {"flop_imbalance", "1", "max / mean over ranks of the executed FLOPs", true},
+    // communication
+    {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges", false},
+    {"partial_bytes_per_value", "B/value", "bytes per value of partial results and LSEs", false},
+    {"dkv_bytes_per_value", "B/value", "bytes per value of travelling dK/dV accumulators (run.dkv_accumulator)", false},
+    {"grad_allreduce_bytes_per_value", "B/value", "bytes per value of the weight-gradient all-reduce", false},
+    {"bytes_sent_per_rank", "B", "bytes that left a rank per step, mean over ranks (comm::bytes_leaving)", true},
+    {"bytes_sent_max_rank", "B", "bytes that left the rank that sent most, per step", true},
+    {"attn_bytes_sent_per_rank", "B", "the attention's bytes per step and rank", true},
+    {"grad_allreduce_bytes_per_rank", "B", "the weight-gradient all-reduce's bytes per step and rank", true},
+    {"overlap", "1", "1 - exposed / T_comm of the whole step (paired reps)", true},
+    {"overlap_q1", "1", "first quartile of the whole step's overlap", true},
+    {"overlap_q3", "1", "third quartile of the whole step's overlap", true},
+    {"exposed_comm_s", "s", "full minus compute-only step time, median over paired reps", true},
+    {"overlap_note", "text", "why the step's overlap is NaN where it could have been measured", true},
+    {"overlap_measured", "flag", "1 when the step's overlap was resolved", false},
+    {"attn_overlap", "1", "overlap of the attention's traffic (phases attn_compute + attn_comm)", true},
+    {"attn_overlap_q1", "1", "first quartile of attn_overlap", true},
+    {"attn_overlap_q3", "1", "third quartile of attn_overlap", true},
+    {"attn_exposed_comm_s", "s", "the attention's exposed communication, median over paired reps", true},
+    {"attn_comm_only_time_s", "s", "the attention's time in comm-only mode", true},
+    {"attn_overlap_note", "text", "why attn_overlap is NaN where it could have been measured", true},
+    {"attn_comm_wait_s", "s", "event-based: the attention's time blocked waiting, per step", true},
+    {"grad_allreduce_overlap", "1", "overlap of the weight-gradient all-reduce", true},
+    {"grad_allreduce_overlap_q1", "1", "first quartile of grad_allreduce_overlap", true},
+    {"grad_allreduce_overlap_q3", "1", "third quartile of grad_allreduce_overlap", true},
+    {"grad_allreduce_exposed_comm_s", "s", "the all-reduce's exposed time, median over paired reps", true},
+    {"grad_allreduce_comm_only_time_s", "s", "the all-reduce's own time in comm-only mode", true},
+    {"grad_allreduce_overlap_note", "text", "why grad_allreduce_overlap is NaN where it could have been measured",
+     true},
+    {"grad_allreduce_exposed_s", "s", "event-based: time blocked waiting for the all-reduce, per step", true},
+    {"comm_wait_s", "s", "event-based: both exposed times together, per step", true},
+    // checks
+    {"out_of_range", "text", "each figure outside its range, with the reason (empty: none)", true},
+    {"figures_in_range", "flag", "1 when every figure with a range is inside it", true},
+    {"clock_uncertainty_s", "s", "uncertainty of the events' aligned times", false},
+    {"clock_drift", "1", "|d offset / d t| of the ranks' clocks", false},
+    // model
+    {"predicted_time_s", "s", "the performance model's step time (NaN without a calibration table)", false},
+    {"predicted_forward_time_s", "s", "the model's forward time", false},
+    {"predicted_backward_time_s", "s", "the model's backward time", false},
+    {"predicted_<phase>_s", "s", "the model's time in one phase of the layer", false},
+    {"prediction_ratio", "1", "predicted over measured step time", false},
+    {"prediction_rate_scale", "1", "the drift scale the prediction applied (the case's SGEMM over the table's)", false},
+    {"prediction_note", "text", "what the model approximated, or why there is no prediction", false},
+    {"units", "text", "the units of the summary in words", true},
+};
+}  // namespace
+
 const std::vector<FigureInfo>& figure_catalog() {
-  static const std::vector<FigureInfo> all = {
-      // times of a step (the slowest rank of the median full-mode rep unless said)
-      {"measured_time_s", "s", "median full-mode step time of the slowest rank", true},
-      {"forward_time_s", "s", "the forward part of the median rep's step (slowest rank)", true},
-      {"backward_time_s", "s", "the backward part of the median rep's step (NaN without a backward)", true},
-      {"compute_only_time_s", "s", "median compute-only step time (communication skipped)", true},
-      {"comm_only_time_s", "s", "median comm-only step time (compute skipped)", true},
-      {"measured_<phase>_s", "s", "the median rep's time in one phase of the layer (timing table)", false},
-      {"phase_coverage", "1", "the phases' sum over the step time", true},
-      {"slowest_rep_ratio", "1", "the slowest full-mode rep over the median one", true},
-      // rates
-      {"useful_flops_per_s", "FLOP/s", "useful FLOPs of all layers per step over the step time", true},
-      {"exec_flops_per_s", "FLOP/s", "executed FLOPs (whole computed tiles) per second", true},
-      {"tokens_per_s", "tokens/s", "tokens of one step (train, prefill: S; decode: T) over the step time", true},
-      {"layer_efficiency", "1", "useful FLOP/s over the GEMM ceiling", true},
-      {"gemm_ceiling_flops_per_s", "FLOP/s", "the case's GEMM ceiling: the larger of the readings before and after",
-       true},
-      {"gemm_ceiling_before_flops_per_s", "FLOP/s", "the GEMM ceiling read before the case", true},
-      {"gemm_ceiling_after_flops_per_s", "FLOP/s", "the GEMM ceiling read after the case", true},
-      {"gemm_ceiling_before_age_s", "s", "age of the reading before the case (a young one is reused)", true},
-      {"sgemm_flops_per_s", "FLOP/s", "BLAS SGEMM 2048^3 of the case's ranks together (a ceiling component)", true},
-      {"blas_layer_gemm_flops_per_s", "FLOP/s", "BLAS SGEMM at the layer's largest GEMM shape (0 in a bf16 case)",
-       true},
-      {"tile_gemm_flops_per_s", "FLOP/s", "the attention tile kernel's products (a ceiling component)", true},
-      {"bf16_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> 2048^3", false},
-      {"bf16_layer_gemm_flops_per_s", "FLOP/s", "bf16 case: gemm<bf16> at the layer's largest GEMM shape", false},
-      {"bf16_tile_gemm_flops_per_s", "FLOP/s", "bf16 case: the bf16 attention tiles' products", false},
-      // CP
-      {"cp_efficiency", "1", "T(none) / T(scheme) on the same total cores (NaN on others)", true},
-      {"cp_efficiency_measured", "flag", "1 when cp_efficiency is a number (none of the same problem, same cores)",
-       false},
-      {"cp_efficiency_core_scaled", "1", "T(none) x its cores / (T(scheme) x the case's cores): none scaled linearly",
-       true},
-      {"imbalance", "1", "max / mean over ranks of the per-rank compute time", true},
-      {"flop_imbalance", "1", "max / mean over ranks of the executed FLOPs", true},
-      // communication
-      {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges",
-       false},
-      {"partial_bytes_per_value", "B/value", "bytes per value of partial results and LSEs", false},
-      {"dkv_bytes_per_value", "B/value", "bytes per value of travelling dK/dV accumulators (run.dkv_accumulator)",
-       false},
-      {"grad_allreduce_bytes_per_value", "B/value", "bytes per value of the weight-gradient all-reduce", false},
-      {"bytes_sent_per_rank", "B", "bytes that left a rank per step, mean over ranks (comm::bytes_leaving)", true},
-      {"bytes_sent_max_rank", "B", "bytes that left the rank that sent most, per step", true},
-      {"attn_bytes_sent_per_rank", "B", "the attention's bytes per step and rank", true},
-      {"grad_allreduce_bytes_per_rank", "B", "the weight-gradient all-reduce's bytes per step and rank", true},
-      {"overlap", "1", "1 - exposed / T_comm of the whole step (paired reps)", true},
-      {"overlap_q1", "1", "first quartile of the whole step's overlap", true},
-      {"overlap_q3", "1", "third quartile of the whole step's overlap", true},
-      {"exposed_comm_s", "s", "full minus compute-only step time, median over paired reps", true},
-      {"overlap_note", "text", "why the step's overlap is NaN where it could have been measured", true},
-      {"overlap_measured", "flag", "1 when the step's overlap was resolved", false},
-      {"attn_overlap", "1", "overlap of the attention's traffic (phases attn_compute + attn_comm)", true},
-      {"attn_overlap_q1", "1", "first quartile of attn_overlap", true},
-      {"attn_overlap_q3", "1", "third quartile of attn_overlap", true},
-      {"attn_exposed_comm_s", "s", "the attention's exposed communication, median over paired reps", true},
-      {"attn_comm_only_time_s", "s", "the attention's time in comm-only mode", true},
-      {"attn_overlap_note", "text", "why attn_overlap is NaN where it could have been measured", true},
-      {"attn_comm_wait_s", "s", "event-based: the attention's time blocked waiting, per step", true},
-      {"grad_allreduce_overlap", "1", "overlap of the weight-gradient all-reduce", true},
-      {"grad_allreduce_overlap_q1", "1", "first quartile of grad_allreduce_overlap", true},
-      {"grad_allreduce_overlap_q3", "1", "third quartile of grad_allreduce_overlap", true},
-      {"grad_allreduce_exposed_comm_s", "s", "the all-reduce's exposed time, median over paired reps", true},
-      {"grad_allreduce_comm_only_time_s", "s", "the all-reduce's own time in comm-only mode", true},
-      {"grad_allreduce_overlap_note", "text", "why grad_allreduce_overlap is NaN where it could have been measured",
-       true},
-      {"grad_allreduce_exposed_s", "s", "event-based: time blocked waiting for the all-reduce, per step", true},
-      {"comm_wait_s", "s", "event-based: both exposed times together, per step", true},
-      // checks
-      {"out_of_range", "text", "each figure outside its range, with the reason (empty: none)", true},
-      {"figures_in_range", "flag", "1 when every figure with a range is inside it", true},
-      {"clock_uncertainty_s", "s", "uncertainty of the events' aligned times", false},
-      {"clock_drift", "1", "|d offset / d t| of the ranks' clocks", false},
-      // model
-      {"predicted_time_s", "s", "the performance model's step time (NaN without a calibration table)", false},
-      {"predicted_forward_time_s", "s", "the model's forward time", false},
-      {"predicted_backward_time_s", "s", "the model's backward time", false},
-      {"predicted_<phase>_s", "s", "the model's time in one phase of the layer", false},
-      {"prediction_ratio", "1", "predicted over measured step time", false},
-      {"prediction_rate_scale", "1", "the drift scale the prediction applied (the case's SGEMM over the table's)",
-       false},
-      {"prediction_note", "text", "what the model approximated, or why there is no prediction", false},
-      {"units", "text", "the units of the summary in words", true},
-  };
+  static const std::vector<FigureInfo> all(std::begin(kFigures), std::end(kFigures));
   return all;
 }
 
