@@ -97,10 +97,6 @@ bool names_code(const std::string& k) {
   return false;
 }
 
-bool has_control_char(const std::string& v) {
-  return std::any_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-}
-
 // "" when the [mca] or [env] entry may be applied, else why not (the caller names the key).
 std::string entry_problem(bool mca, const std::string& k, const std::string& v) {
   if (!safe_name_chars(k, !mca))

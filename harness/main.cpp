@@ -10,6 +10,7 @@
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime_api.h>
 #endif
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,10 @@ std::string printable(const std::string& s) {
     out += named ? named : hex;
   }
   return out;
+}
+
+bool has_control_char(const std::string& s) {
+  return std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
 namespace {

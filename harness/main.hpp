@@ -54,6 +54,8 @@ struct AgreedError : JobError {
 // s with every control character escaped ("\\n", "\\x1b"): a path or name from the user or
 // a file is printed through it, so that it can neither move the terminal nor forge a line.
 std::string printable(const std::string& s);
+// Whether s holds a control character (what printable escapes).
+bool has_control_char(const std::string& s);
 
 // The most threads per rank a run may ask for (OMP_NUM_THREADS, --kokkos-threads,
 // --kokkos-num-threads): Kokkos 3.4's OpenMP backend crashes when its thread pool is torn down

@@ -53,10 +53,17 @@ void check_each(const std::string& flag, const std::vector<std::string>& list,
 
 Plan g_plan;
 
-// A table with no row is refused before any work, as minicp refuses a case that cannot run:
-// the first refusal says why.
-void check_some_case_runs(const Plan& p, int ranks) {
-  std::string first;
+// One case of the table: a scheme at one level (attention or layer), mask and K/V head count,
+// with the shape that level runs (attention: --head-dim; layer: --hidden / --heads).
+struct TableCase {
+  std::string scheme, level;
+  fidelity::Mask mask;
+  model::Shape shape;
+};
+
+// The table's cases in the order it is written; the layer level only for schemes that train.
+std::vector<TableCase> table_cases(const Plan& p) {
+  std::vector<TableCase> out;
   for (const std::string& scheme : p.scheme_list)
     for (const fidelity::Mask& mask : fidelity::masks_for(p.seq_len)) {
       if (std::find(p.mask_list.begin(), p.mask_list.end(), mask.name) == p.mask_list.end()) continue;
@@ -64,12 +71,21 @@ void check_some_case_runs(const Plan& p, int ranks) {
         for (const std::string& level : p.level_list) {
           if (level == "layer" && !cp::find(scheme).solves(cp::Problem::Train)) continue;
           const int head_dim = level == "layer" ? p.hidden / p.heads : p.head_dim;
-          const model::Shape shape{p.hidden, p.heads, int(kv), head_dim, p.ffn, p.layers, 10000, 1e-5};
-          const std::string why = fidelity::refusal(scheme, mask, level, p.seq_len, shape, ranks);
-          if (why.empty()) return;
-          if (first.empty()) first = level + " " + scheme + " " + mask.name + ": " + why;
+          out.push_back({scheme, level, mask, {p.hidden, p.heads, int(kv), head_dim, p.ffn, p.layers, 10000, 1e-5}});
         }
     }
+  return out;
+}
+
+// A table with no row is refused before any work, as minicp refuses a case that cannot run:
+// the first refusal says why.
+void check_some_case_runs(const Plan& p, int ranks) {
+  std::string first;
+  for (const TableCase& c : table_cases(p)) {
+    const std::string why = fidelity::refusal(c.scheme, c.mask, c.level, p.seq_len, c.shape, ranks);
+    if (why.empty()) return;
+    if (first.empty()) first = c.level + " " + c.scheme + " " + c.mask.name + ": " + why;
+  }
   throw UsageError("--seq-len " + std::to_string(p.seq_len) + " at " + std::to_string(ranks) +
                    " ranks: no case of the table can run (" + (first.empty() ? "no case selected" : first) + ")");
 }
@@ -138,38 +154,30 @@ int run(const hn::Args& a) {
   hn::remove_old_outputs(a, {{"--out", p.out}});
   auto comm = comm::make_mpi_comm(comm::Progress::Thread);
   hn::Json rows = hn::Json::array(), skipped = hn::Json::array();
-  const auto masks = fidelity::masks_for(p.seq_len);
-  for (const std::string& scheme : p.scheme_list)
-    for (const fidelity::Mask& mask : masks) {
-      if (std::find(p.mask_list.begin(), p.mask_list.end(), mask.name) == p.mask_list.end()) continue;
-      for (int64_t kv : p.kv_heads)
-        for (const std::string& level : p.level_list) {
-          std::vector<fidelity::Row> got;
-          try {
-            if (level == "attention") {
-              got = fidelity::attention_rows(scheme, mask, p.seq_len, p.heads, int(kv), p.head_dim, *comm);
-            } else {
-              if (!cp::find(scheme).solves(cp::Problem::Train)) continue;  // the layer level trains
-              const model::Shape shape{p.hidden, p.heads, int(kv), p.hidden / p.heads, p.ffn, p.layers, 10000, 1e-5};
-              got = fidelity::layer_rows(scheme, mask, p.seq_len, shape, *comm);
-            }
-          } catch (const std::invalid_argument& refused) {  // the scheme's check at this P: the same on every rank
-            skipped.push_back(
-                {{"level", level}, {"scheme", scheme}, {"mask", mask.name}, {"kv_heads", kv}, {"why", refused.what()}});
-            continue;
-          }
-          for (const auto& r : got) rows.push_back(to_json(r));
-          if (a.rank() == 0) {
-            double worst = 0;
-            for (const auto& r : got)
-              if (r.variant == std::string("bf16") && r.none_rel_fro > 0)
-                worst = std::max(worst, r.rel_fro / r.none_rel_fro);
-            std::printf("minicp-fidelity P=%d %-10s %-9s kv_heads %-3lld %-9s bf16 worst ratio to none %.2f\n", P,
-                        scheme.c_str(), mask.name.c_str(), (long long)kv, level.c_str(), worst);
-            std::fflush(stdout);
-          }
-        }
+  for (const TableCase& c : table_cases(p)) {
+    std::vector<fidelity::Row> got;
+    try {
+      got = c.level == "attention" ? fidelity::attention_rows(c.scheme, c.mask, p.seq_len, c.shape.heads,
+                                                              c.shape.kv_heads, c.shape.head_dim, *comm)
+                                   : fidelity::layer_rows(c.scheme, c.mask, p.seq_len, c.shape, *comm);
+    } catch (const std::invalid_argument& refused) {  // the scheme's check at this P: the same on every rank
+      skipped.push_back({{"level", c.level},
+                         {"scheme", c.scheme},
+                         {"mask", c.mask.name},
+                         {"kv_heads", c.shape.kv_heads},
+                         {"why", refused.what()}});
+      continue;
     }
+    for (const auto& r : got) rows.push_back(to_json(r));
+    if (a.rank() == 0) {
+      double worst = 0;
+      for (const auto& r : got)
+        if (r.variant == std::string("bf16") && r.none_rel_fro > 0) worst = std::max(worst, r.rel_fro / r.none_rel_fro);
+      std::printf("minicp-fidelity P=%d %-10s %-9s kv_heads %-3lld %-9s bf16 worst ratio to none %.2f\n", P,
+                  c.scheme.c_str(), c.mask.name.c_str(), (long long)c.shape.kv_heads, c.level.c_str(), worst);
+      std::fflush(stdout);
+    }
+  }
   if (a.rank() == 0) {
     hn::Json doc{{"file_kind", kFileKind},
                  {"ranks", P},

@@ -304,7 +304,7 @@ void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions
     if (!o.dry_run)
       throw UsageError("--rank-memory " + raw.rank_memory + ": only with --dry-run (a run uses the node it has)");
   }
-  if (std::any_of(o.fabric.begin(), o.fabric.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+  if (hn::has_control_char(o.fabric))
     throw UsageError("--fabric " + o.fabric + ": a profile name or file cannot hold a control character");
   check_perf_flags(app, pf, o);
   if (pf.calibrate && pf.calibration.empty()) pf.calibration = "results/calibration.txt";

@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -17,6 +16,7 @@
 #include "harness/fabric.hpp"
 #include "harness/input.hpp"
 #include "harness/output.hpp"
+#include "harness/toml.hpp"
 #include "miniapp/output/dump.hpp"
 #include "miniapp/output/h5.hpp"
 #include "miniapp/output/results.hpp"
@@ -114,40 +114,23 @@ std::string kind_problem(const Options& o) {
   return "";
 }
 
-// "section.key": its line in a resolved deck's TOML text, by key ("" before any section).
-std::map<std::string, std::string> keyed_lines(const std::string& toml) {
+// Each value of a resolved deck by "section.key", written as TOML (harness::format_toml).
+std::map<std::string, std::string> deck_values(const std::string& toml) {
   std::map<std::string, std::string> out;
-  std::string section, line;
-  std::istringstream in(toml);
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line[0] == '[') {
-      section = line.substr(1, line.find(']') - 1);
-      continue;
-    }
-    const size_t eq = line.find('=');
-    std::string key = line.substr(0, eq);
-    while (!key.empty() && key.back() == ' ') key.pop_back();
-    out[(section.empty() ? "" : section + ".") + key] = eq == std::string::npos ? line : line.substr(eq + 1);
-  }
+  for (const auto& [section, table] : hn::parse_toml(toml).table)
+    for (const auto& [key, value] : table.table) out[section + "." + key] = hn::format_toml(value);
   return out;
 }
 
 // Where two resolved decks differ: the first key whose value differs, with both values.
 std::string first_difference(const std::string& theirs, const std::string& ours) {
-  const auto a = keyed_lines(theirs), b = keyed_lines(ours);
+  const auto a = deck_values(theirs), b = deck_values(ours);
   std::set<std::string> keys;
   for (const auto& kv : a) keys.insert(kv.first);
   for (const auto& kv : b) keys.insert(kv.first);
   for (const std::string& k : keys) {
     const auto x = a.find(k), y = b.find(k);
-    auto value = [](const auto& m, const auto& it) {
-      if (it == m.end()) return std::string("not set");
-      std::string v = it->second;
-      while (!v.empty() && v.front() == ' ') v.erase(0, 1);
-      return v;
-    };
-    const std::string in_file = value(a, x), in_run = value(b, y);
+    const std::string in_file = x == a.end() ? "not set" : x->second, in_run = y == b.end() ? "not set" : y->second;
     if (in_file != in_run) return k + " is " + in_file + " in the file and " + in_run + " in this run";
   }
   return "the resolved decks differ in their layout";
