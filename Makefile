@@ -17,7 +17,7 @@
 #                    about 5 minutes), into results/peer.json (PEER_ARGS: more of peer_study.py's flags)
 #   make scaling-study  slurm/submit over 1 and 2 emulated nodes (strong and weak), one study index
 #   make calibrate  the performance model's table (results/calibration.txt) for DECK, RANKS ranks
-#   make model-check  the model's predictions against results/default.h5, results/study.h5 and the fabric study's
+#   make predict-check  the model's predictions against results/default.h5, results/study.h5 and the fabric study's
 #                     files (those present)
 #                     (each with the table its run measured; not the 2x2 layouts: 4 ranks on 2 cores)
 #   make test-long  the tests labelled `long` (kept out of make test's 10-minute budget)
@@ -55,7 +55,7 @@ q = '$(subst ','\'',$(1))'
 qs = $(foreach f,$(1),$(call q,$(f)))
 dq = $(subst `,\`,$(subst $$,\$$,$(subst ",\",$(subst \,\\,$(1)))))
 
-.PHONY: all help deps configure build test test-long run study calibrate model-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots docs format sanitize clean
+.PHONY: all help deps configure build test test-long run study calibrate predict-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots docs format sanitize clean
 
 all: build
 
@@ -83,7 +83,7 @@ help:
 	  "FIDELITY_ARGS" "make fidelity-study: more flags of minicp-fidelity" \
 	  "FABRIC_ARGS" "make fabric-study: more flags of fabric_study.py" \
 	  "SCALING_ARGS" "make scaling-study: more flags of slurm/scaling-study" \
-	  "MODEL_ARGS" "make model-check: more flags of model_check.py" \
+	  "PREDICT_ARGS" "make predict-check: more flags of predict_check.py" \
 	  "REPORT_ARGS, PLOTS_ARGS" "more flags of the analysis' report and plots commands" \
 	  "PEER_S" "make peer-study: tokens [$(call dq,$(PEER_S))]" \
 	  "PEER_ROUNDS" "make peer-study: alternated rounds [$(call dq,$(PEER_ROUNDS))]" \
@@ -164,10 +164,10 @@ calibrate: build
 	$(call q,$(MPIRUN)) -np $(call q,$(RANKS)) $(MPIRUN_FLAGS) $(call q,$(BUILD))/bin/minicp --deck $(call q,$(DECK)) --calibrate --calibration results/calibration.txt
 
 # Those of the two studies that are there.
-MODEL_FILES = $(wildcard results/default.h5 results/study.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
-model-check: build
-	@test -n $(call q,$(strip $(MODEL_FILES))) || { echo "make model-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
-	$(call q,$(PY)) studies/model_check.py --minicp $(call q,$(BUILD))/bin/minicp $(call qs,$(MODEL_FILES)) $(MODEL_ARGS)
+PREDICT_FILES = $(wildcard results/default.h5 results/study.h5) $(filter-out %_2x2.h5,$(wildcard results/fabric/*.h5))
+predict-check: build
+	@test -n $(call q,$(strip $(PREDICT_FILES))) || { echo "make predict-check: no results yet: make run writes results/default.h5, make study results/study.h5, make fabric-study results/fabric/" >&2; exit 2; }
+	$(call q,$(PY)) studies/predict_check.py --minicp $(call q,$(BUILD))/bin/minicp $(call qs,$(PREDICT_FILES)) $(PREDICT_ARGS)
 
 fabric-study: build
 	$(call q,$(PY)) studies/fabric_study.py --build $(call q,$(BUILD)) $(FABRIC_ARGS)

@@ -65,7 +65,7 @@ find_package(OpenMP COMPONENTS CXX)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 
-# Parallel HDF5 (C API) for miniapp/output/: files are written collectively through MPI-IO.
+# Parallel HDF5 (C API) for miniapp/record/: files are written collectively through MPI-IO.
 # Debian installs each flavour under /usr/lib/<arch>/hdf5/<flavour>; the openmpi one is
 # preferred (its h5pcc wrapper first), and a serial HDF5 is refused rather than used.
 set(HDF5_PREFER_PARALLEL TRUE)

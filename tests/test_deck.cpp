@@ -233,7 +233,7 @@ TEST(Figures, EqualStepTimesTakeTheLowestRank) {
   const std::vector<run::Case> cases = run::make_cases(tiny({"sweep.ranks=[2]", "sweep.schemes=[\"ring\"]"}));
   ASSERT_FALSE(cases.empty());
   const run::Case& c = cases.front();
-  run::Measured m;
+  run::CaseResult m;
   m.bytes = m.attn_bytes = {1e6, 1e6};
   m.grad_bytes = {0, 0};
   m.compute = m.exec_flops = {1, 1};
@@ -248,7 +248,7 @@ TEST(Figures, EqualStepTimesTakeTheLowestRank) {
     m.steps.push_back({2, rep, 0, 1 * ms, 3 * ms, 4 * ms, 4 * ms, 4 * ms, 0, 0, 0});
     m.steps.push_back({2, rep, 1, 1 * ms, 2 * ms, 3 * ms, 3 * ms, 3 * ms, 0, 0, 0});
   }
-  const minicp::output::Attrs s = run::figures(c, m, {}, 1);
+  const minicp::record::Attrs s = run::figures(c, m, {}, 1);
   // Rank 0's attention: 6 ms in full mode, 5 ms compute-only, 4 ms comm-only.
   EXPECT_NEAR(s.real.at("attn_overlap"), 1.0 - (6.0 - 5.0) / 4.0, 1e-9);
   EXPECT_NEAR(s.real.at("measured_time_s"), 10.1 * ms, 1e-12);

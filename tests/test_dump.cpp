@@ -1,4 +1,4 @@
-// The HDF5 layer (miniapp/output/h5) and the --dump file (miniapp/output/dump).
+// The HDF5 layer (miniapp/record/h5) and the --dump file (miniapp/record/dump).
 //   H5File.*  at the rank count it runs with: rows given in any order (scrambled, striped,
 //             none on some rank) land at their global index; a file destroyed without
 //             commit() leaves nothing under its final name (and an older file there intact);
@@ -23,8 +23,8 @@
 #include "comm/comm.hpp"
 #include "harness/main.hpp"
 #include "miniapp/model/layer.hpp"
-#include "miniapp/output/dump.hpp"
-#include "miniapp/output/h5.hpp"
+#include "miniapp/record/dump.hpp"
+#include "miniapp/record/h5.hpp"
 #include "tests/mpi_util.hpp"
 #include "tests/view_util.hpp"
 
@@ -72,7 +72,7 @@ std::vector<T> rows_data(const std::vector<int64_t>& rows, int64_t W) {
 
 void expect_all(const std::string& file, const std::string& dset, int64_t R, int64_t W) {
   std::vector<int64_t> dims;
-  const std::vector<double> got = output::read_dataset(file, dset, &dims);
+  const std::vector<double> got = record::read_dataset(file, dset, &dims);
   const std::vector<int64_t> shape = W == 0 ? std::vector<int64_t>{R} : std::vector<int64_t>{R, W};
   ASSERT_EQ(dims, shape) << dset;
   const int64_t w = std::max<int64_t>(W, 1);
@@ -101,7 +101,7 @@ TEST(H5File, RowsInAnyOrderLandAtTheirGlobalIndex) {
     for (int64_t t = part * chunk; t < std::min(R, (part + 1) * chunk); ++t) blocks.push_back(t);
   const std::string file = scratch("h5_rows");
   {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     EXPECT_EQ(f.size(), P);
     f.write_rows("/a/scrambled_f64", R, W, scrambled, rows_data<double>(scrambled, W).data());
     f.write_rows("/a/scrambled_f32", R, W, scrambled, rows_data<float>(scrambled, W).data());
@@ -134,7 +134,7 @@ TEST(H5File, RowsInAnyOrderLandAtTheirGlobalIndex) {
   expect_all(file, "/vector", R, 0);
   expect_all(file, "/int", R, 0);
   std::vector<int64_t> dims;
-  EXPECT_TRUE(output::read_dataset(file, "/empty", &dims).empty());
+  EXPECT_TRUE(record::read_dataset(file, "/empty", &dims).empty());
   EXPECT_EQ(dims, (std::vector<int64_t>{0, W}));
   remove_on_rank0(file);
 }
@@ -143,7 +143,7 @@ TEST(H5File, DestroyedWithoutCommitLeavesNoFile) {
   const std::string file = scratch("h5_uncommitted");
   std::string temp;
   {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     temp = f.temp_path();
     const std::vector<int64_t> rows = test::world_rank() == 0 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{};
     f.write_rows("/x", 2, 3, rows, rows_data<double>(rows, 3).data());
@@ -158,13 +158,13 @@ TEST(H5File, FailedWriteKeepsTheOlderFileAndNamesTheDataset) {
   const int me = test::world_rank();
   const std::vector<int64_t> mine = me == 0 ? std::vector<int64_t>{0, 1, 2} : std::vector<int64_t>{};
   {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     f.write_rows("/old", 3, 2, mine, rows_data<double>(mine, 2).data());
     f.commit();
   }
   std::string temp;
   try {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     temp = f.temp_path();
     // Rank 0 gives rows 0, 1 of 3: row 2 is missing on every rank.
     const std::vector<int64_t> short_rows = me == 0 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{};
@@ -182,7 +182,7 @@ TEST(H5File, FailedWriteKeepsTheOlderFileAndNamesTheDataset) {
   // A row out of range, and a row given twice, are refused too.
   for (const auto& rows : {std::vector<int64_t>{3}, std::vector<int64_t>{0, 0}}) {
     const std::vector<int64_t> r = me == 0 ? rows : std::vector<int64_t>{};
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     EXPECT_THROW(f.write_rows("/bad", 3, 2, r, rows_data<double>(r, 2).data()), std::runtime_error);
   }
   expect_all(file, "/old", 3, 2);
@@ -197,7 +197,7 @@ TEST(H5File, FailureOnOneRankIsEveryRanks) {
   const std::vector<int64_t> mine = me == last ? std::vector<int64_t>{0, 7} : std::vector<int64_t>{};
   std::string temp;
   try {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     temp = f.temp_path();
     f.write_rows("/x", 2, 1, mine, rows_data<double>(mine, 1).data());
     ADD_FAILURE() << "a row out of range must throw";
@@ -213,7 +213,7 @@ TEST(H5File, FailureOnOneRankIsEveryRanks) {
 TEST(H5File, MissingDirectoryIsNamed) {
   const std::string file = "no_such_directory_" + scratch("x") + "/dump.h5";
   try {
-    output::H5File f(file, MPI_COMM_WORLD);
+    record::H5File f(file, MPI_COMM_WORLD);
     ADD_FAILURE() << "creating a file in a missing directory must throw";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
@@ -254,7 +254,7 @@ TEST(Dump, WriteStack) {
   const cp::SchemeInfo& info = cp::find(g_scheme);
   const std::string why = cp::check(info, model::attention_config(cfg));
   ASSERT_TRUE(why.empty()) << why;
-  EXPECT_EQ(output::mask_name(cfg.attn), mask);
+  EXPECT_EQ(record::mask_name(cfg.attn), mask);
 
   remove_on_rank0(file);  // a stale file from an earlier run must not pass the check
   auto world = comm::make_mpi_comm(comm::Progress::None);
@@ -262,7 +262,7 @@ TEST(Dump, WriteStack) {
   cp::Context ctx{*world, model::attention_config(cfg)};
   st.forward(ctx);
   if (pass == model::Pass::Train) st.backward(ctx);
-  output::write_dump(file, st, cfg, g_scheme, *world);
+  record::write_dump(file, st, cfg, g_scheme, *world);
   ASSERT_TRUE(exists_on_rank0(file));
 
   // Each rank finds its own rows at their global index.
@@ -272,7 +272,7 @@ TEST(Dump, WriteStack) {
   std::vector<std::pair<const char*, model::View2<double>>> act = {{"/tensors/x", st.x()}, {"/tensors/y", st.y()}};
   if (pass == model::Pass::Train) act.insert(act.end(), {{"/tensors/dy", st.dy()}, {"/tensors/dx", st.dx()}});
   for (const auto& [name, view] : act) {
-    const std::vector<double> file_data = output::read_dataset(file, name), mine = test::to_vec(view);
+    const std::vector<double> file_data = record::read_dataset(file, name), mine = test::to_vec(view);
     for (size_t i = 0; i < rows.size(); ++i)
       for (int64_t c = 0; c < C; ++c)
         ASSERT_EQ(file_data[size_t((rows[i] - first) * C + c)], mine[i * size_t(C) + size_t(c)])
@@ -280,7 +280,7 @@ TEST(Dump, WriteStack) {
   }
   if (pass == model::Pass::Decode) {
     const int64_t KD = int64_t(cfg.shape.kv_heads) * cfg.shape.head_dim;
-    const std::vector<double> k = output::read_dataset(file, "/tensors/layers/1/cache_k"),
+    const std::vector<double> k = record::read_dataset(file, "/tensors/layers/1/cache_k"),
                               mine = test::to_vec(st.cache_k(1));
     ASSERT_EQ(st.cache_rows().size() * size_t(KD), mine.size());
     for (size_t i = 0; i < st.cache_rows().size(); ++i)
@@ -297,7 +297,7 @@ TEST(Dump, TrainNeedsTheBackward) {
   cp::Context ctx{*world, model::attention_config(cfg)};
   st.forward(ctx);
   const std::string file = scratch("dump_no_backward");
-  EXPECT_THROW(output::write_dump(file, st, cfg, "ring", *world), std::logic_error);
+  EXPECT_THROW(record::write_dump(file, st, cfg, "ring", *world), std::logic_error);
   EXPECT_FALSE(exists_on_rank0(file));
 }
 

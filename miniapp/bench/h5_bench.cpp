@@ -1,4 +1,4 @@
-// minicp-h5-bench: the cost of writing a case of the results file (output::Results) with
+// minicp-h5-bench: the cost of writing a case of the results file (record::Results) with
 // --events events per rank, on as many ranks as mpirun starts: one transaction (copy the
 // file, add the case's tables collectively, rename), as minicp does after every case.
 // Prints the seconds and a MINICP_H5 line.
@@ -10,7 +10,7 @@
 #include "harness/cli.hpp"
 #include "harness/main.hpp"
 #include "harness/output.hpp"
-#include "miniapp/output/results.hpp"
+#include "miniapp/record/results.hpp"
 
 namespace {
 using namespace minicp;
@@ -37,12 +37,12 @@ int main(int argc, char** argv) {
         hn::check_outputs(a, {{"--out", o.out}});
       },
       [&](const hn::Args& a) {
-        output::Attrs root;
+        record::Attrs root;
         root.text["deck"] = "bench";
-        output::Results res(o.out, MPI_COMM_WORLD, root, "", "bench");
+        record::Results res(o.out, MPI_COMM_WORLD, root, "", "bench");
         std::vector<double> secs;
         for (int64_t r = 0; r < o.reps; ++r) {
-          output::CaseData c;
+          record::CaseRecord c;
           c.id = "case" + std::to_string(r);
           c.attrs.text["status"] = "ok";
           c.events.resize(size_t(o.events));

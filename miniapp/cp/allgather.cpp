@@ -265,20 +265,21 @@ class AllGather final : public Scheme<T> {
 // once); the backward gathers again and reduce-scatters chunk c's dK, dV during chunk c+1,
 // the last chunk's after the loop (exposed). Chunk c's keys: piece c of both halves of every
 // rank's zigzag shard.
-static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+static predict::Schedule allgather_schedule(const Config& c, const predict::Topo& t, int r, bool backward,
+                                            size_t elem) {
   const int P = c.ranks;
   const int64_t half = c.seq_len / (2 * P);
   const Chunks ch{half, std::max<int64_t>(1, std::min<int64_t>(c.setting("chunks"), half))};
   const bool inter = t.spans_nodes(0, P, 1);
-  const perf::Spans q = layout::zigzag_spans(c.seq_len, P, r);
+  const predict::Spans q = layout::zigzag_spans(c.seq_len, P, r);
   auto piece = [&](int64_t k, comm::EventKind op) {  // one of the 4 calls per chunk (K, V x 2 halves)
     const size_t e = op == comm::EventKind::ReduceScatter ? dkv_elem(c, elem) : elem;
-    return perf::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * e), P, inter};
+    return predict::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * e), P, inter};
   };
-  perf::Schedule out;
+  predict::Schedule out;
   for (int64_t k = 0; k < ch.count; ++k) {
-    perf::Step st;
-    perf::Spans kv;
+    predict::Step st;
+    predict::Spans kv;
     for (int h = 0; h < 2; ++h)
       for (int i = 0; i < P; ++i) kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
     st.attn.push_back({q, kv, c.heads, c.kv_heads});
@@ -292,7 +293,7 @@ static perf::Schedule allgather_schedule(const Config& c, const perf::Topo& t, i
     out.steps.push_back(st);
   }
   if (backward && P > 1) {
-    perf::Step last;
+    predict::Step last;
     for (int j = 0; j < 4; ++j) last.exposed.push_back(piece(ch.count - 1, comm::EventKind::ReduceScatter));
     out.steps.push_back(last);
   }

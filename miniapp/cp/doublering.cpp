@@ -197,18 +197,19 @@ class DoubleRing final : public Scheme<T> {
 // block after the first step), while the outer transfers (the next outer block; backward also
 // the dK/dV partial going home) run beside it; they are waited for after the inner ring, so
 // the model lays them on its last step. I follows inner_ring_size's rule on the job's layout.
-static perf::Schedule doublering_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+static predict::Schedule doublering_schedule(const Config& c, const predict::Topo& t, int r, bool backward,
+                                             size_t elem) {
   const int P = c.ranks, per_node = std::min(t.ranks_per_node, P);
   const int fewest = std::min(per_node, P - (t.nodes() - 1) * per_node);
   const int set = c.setting("inner_ring");
   const int I = set > 0 ? set : (fewest < P && P % fewest == 0) ? fewest : (P >= 4 && P % 2 == 0) ? 2 : P;
   const int O = P / I, nd = r / I, ir = r % I;
-  const perf::Spans own = layout::zigzag_spans(c.seq_len, P, r);
+  const predict::Spans own = layout::zigzag_spans(c.seq_len, P, r);
   const double block = 2.0 * double(layout::count(own)) * c.kv_heads * c.head_dim;
   const bool inter = !t.same_node(r, ((nd + 1) % O) * I + ir) || !t.same_node(r, ((nd - 1 + O) % O) * I + ir);
-  const perf::CommCall outer{comm::EventKind::SendRecv, int64_t(block * elem), O, inter};
-  const perf::CommCall partial{comm::EventKind::SendRecv, int64_t(block * dkv_elem(c, elem)), O, inter};
-  perf::Schedule out;
+  const predict::CommCall outer{comm::EventKind::SendRecv, int64_t(block * elem), O, inter};
+  const predict::CommCall partial{comm::EventKind::SendRecv, int64_t(block * dkv_elem(c, elem)), O, inter};
+  predict::Schedule out;
   for (int s = 0; s < O; ++s) {
     const int b = backward ? (nd + 1 + s) % O : (nd - s + O) % O;
     auto inner = ring_steps(

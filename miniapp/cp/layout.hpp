@@ -17,7 +17,7 @@ namespace minicp::layout {
 enum class Kind { Contiguous, Zigzag, Striped };
 
 // Positions start, start + stride, ..., count of them: each layout is a few such runs, which
-// is how the performance model (miniapp/perf/) reasons about a rank's rows without listing them.
+// is how the performance model (miniapp/predict/) reasons about a rank's rows without listing them.
 struct Span {
   int64_t start = 0, count = 0, stride = 1;
   int64_t at(int64_t i) const { return start + i * stride; }

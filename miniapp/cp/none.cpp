@@ -56,12 +56,12 @@ SchemeInfo none_scheme() {
       return Workspace{output_accumulators(u, c, double(global_q_tokens(c)), double(c.seq_len)), 0};
     });
   };
-  s.schedule = [](const Config& c, const perf::Topo&, int, bool, size_t) {
-    const perf::Spans all = layout::contiguous_spans(c.seq_len, 1, 0);
-    const perf::Spans q = c.problem == Problem::Decode ? perf::Spans{{c.seq_len, c.decode_tokens, 1}} : all;
-    perf::Step st;
+  s.schedule = [](const Config& c, const predict::Topo&, int, bool, size_t) {
+    const predict::Spans all = layout::contiguous_spans(c.seq_len, 1, 0);
+    const predict::Spans q = c.problem == Problem::Decode ? predict::Spans{{c.seq_len, c.decode_tokens, 1}} : all;
+    predict::Step st;
     st.attn.push_back({q, all, c.heads, c.kv_heads});
-    return perf::Schedule{{st}};
+    return predict::Schedule{{st}};
   };
   return s;
 }

@@ -161,17 +161,17 @@ class PassQ final : public Scheme<T> {
 // The model's view: step s computes Q block (r - s) mod P against the own K, V while the next
 // block travels (forward: Q; backward: Q, dOut, O, LSE); one all-to-all then returns the
 // partials (forward: O, LSE; backward: dQ) to their owners, which merge them.
-static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+static predict::Schedule passq_schedule(const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
   const int P = c.ranks;
   const double n = double(c.seq_len) / P * c.heads * c.head_dim, lse = double(c.seq_len) / P * c.heads;
   const bool inter = !t.same_node(r, (r + 1) % P) || !t.same_node(r, (r - 1 + P) % P);
   const size_t acc = kernels::acc_size(elem);  // the LSE and the partials that go home
-  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
-                            inter};
-  const perf::Spans kv = layout::zigzag_spans(c.seq_len, P, r);
-  perf::Schedule out;
+  const predict::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
+                               inter};
+  const predict::Spans kv = layout::zigzag_spans(c.seq_len, P, r);
+  predict::Schedule out;
   for (int s = 0; s < P; ++s) {
-    perf::Step st;
+    predict::Step st;
     if (s == 0)  // the positions of every Q block
       st.exposed.push_back(
           {comm::EventKind::AllGather, int64_t(layout::count(kv) * sizeof(int64_t)), P, t.spans_nodes(0, P, 1)});
@@ -179,7 +179,7 @@ static perf::Schedule passq_schedule(const Config& c, const perf::Topo& t, int r
     if (s < P - 1) st.overlapped.push_back(pass);
     out.steps.push_back(st);
   }
-  perf::Step home;
+  predict::Step home;
   if (P > 1)
     home.exposed.push_back(
         {comm::EventKind::AllToAll, int64_t((backward ? n : n + lse) * acc), P, t.spans_nodes(0, P, 1)});

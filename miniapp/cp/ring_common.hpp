@@ -240,19 +240,19 @@ inline Workspace ring_workspace(const Units& u, double sq, double skv, int H, in
 // sees them: member i is world rank world(i) and holds rows(i) as queries and keys (equal
 // counts on every member). fetched: the backward fetches its first block (no kept block).
 // own_q: the queries when they are not rows(r) (doublering's inner ring on another node's block).
-inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, int P, int r,
-                                          const std::function<int(int)>& world,
-                                          const std::function<perf::Spans(int)>& rows, int heads, int kv_heads,
-                                          bool backward, size_t elem, bool fetched = false,
-                                          const perf::Spans* own_q = nullptr) {
-  const perf::Spans q = own_q ? *own_q : rows(r);
+inline std::vector<predict::Step> ring_steps(const Config& c, const predict::Topo& t, int P, int r,
+                                             const std::function<int(int)>& world,
+                                             const std::function<predict::Spans(int)>& rows, int heads, int kv_heads,
+                                             bool backward, size_t elem, bool fetched = false,
+                                             const predict::Spans* own_q = nullptr) {
+  const predict::Spans q = own_q ? *own_q : rows(r);
   const double nq = double(layout::count(q)), kv_values = 2 * nq * kv_heads * c.head_dim;
   const bool inter = !t.same_node(world(r), world((r + 1) % P)) || !t.same_node(world(r), world((r - 1 + P) % P));
-  const perf::CommCall pass{comm::EventKind::SendRecv, int64_t(kv_values * elem), P, inter};
-  const perf::CommCall acc_pass{comm::EventKind::SendRecv, int64_t(kv_values * dkv_elem(c, elem)), P, inter};
-  std::vector<perf::Step> steps(static_cast<size_t>(P));
+  const predict::CommCall pass{comm::EventKind::SendRecv, int64_t(kv_values * elem), P, inter};
+  const predict::CommCall acc_pass{comm::EventKind::SendRecv, int64_t(kv_values * dkv_elem(c, elem)), P, inter};
+  std::vector<predict::Step> steps(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
-    perf::Step& st = steps[size_t(s)];
+    predict::Step& st = steps[size_t(s)];
     const int b = backward ? (r + 1 + s) % P : (r - s + P) % P;
     st.attn.push_back({q, rows(b), heads, kv_heads});
     if (!backward) {
@@ -268,10 +268,10 @@ inline std::vector<perf::Step> ring_steps(const Config& c, const perf::Topo& t, 
   bool group_inter = false;
   for (int i = 1; i < P; ++i) group_inter = group_inter || !t.same_node(world(0), world(i));
   if (backward && P > 1)  // the agreement on the kept block (one int64), or the fetch of the first one
-    steps[0].exposed.push_back(fetched ? pass : perf::CommCall{comm::EventKind::AllReduce, 8, P, group_inter});
+    steps[0].exposed.push_back(fetched ? pass : predict::CommCall{comm::EventKind::AllReduce, 8, P, group_inter});
   // Every call gathers the members' key positions first (allgather_positions).
   steps[0].exposed.insert(steps[0].exposed.begin(),
-                          perf::CommCall{comm::EventKind::AllGather, int64_t(nq * sizeof(int64_t)), P, group_inter});
+                          predict::CommCall{comm::EventKind::AllGather, int64_t(nq * sizeof(int64_t)), P, group_inter});
   return steps;
 }
 
@@ -292,8 +292,8 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
       return w;
     });
   };
-  s.schedule = [kind](const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
-    return perf::Schedule{ring_steps(
+  s.schedule = [kind](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
+    return predict::Schedule{ring_steps(
         c, t, c.ranks, r, [](int i) { return i; }, [&](int i) { return layout::spans_of(kind, c.seq_len, c.ranks, i); },
         c.heads, c.kv_heads, backward, elem)};
   };

@@ -1,7 +1,7 @@
 // What a CP scheme does on one rank, step by step, as the performance model sees it: the
 // attention calls it makes (which rows against which keys), the communicator calls it posts
 // and whether they overlap the step's compute. Each scheme describes its own schedule
-// (SchemeInfo::schedule, next to the code it describes); miniapp/perf/predict.cpp turns it
+// (SchemeInfo::schedule, next to the code it describes); miniapp/predict/predict.cpp turns it
 // into time. It is part of the scheme interface, so it sits in cp/: the model depends on the
 // schemes and never the other way. Nothing here runs a kernel or sends a byte.
 #pragma once
@@ -11,7 +11,7 @@
 #include "comm/trace.hpp"
 #include "miniapp/cp/layout.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 using layout::Span;
 using layout::Spans;
@@ -57,4 +57,4 @@ struct Schedule {
   std::vector<Step> steps;
 };
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -184,7 +184,7 @@ struct SchemeInfo {
   // The scheme's steps on world rank r of a job laid out as topo, forward or backward, as the
   // performance model sees them (miniapp/cp/schedule.hpp); elem: bytes per stored value (2
   // for bf16, whose fp32 partials and accumulators travel at 4 bytes per value).
-  std::function<perf::Schedule(const Config&, const perf::Topo&, int r, bool backward, size_t elem)> schedule;
+  std::function<predict::Schedule(const Config&, const predict::Topo&, int r, bool backward, size_t elem)> schedule;
   std::function<std::unique_ptr<Scheme<float>>()> make_f32;
   std::function<std::unique_ptr<Scheme<double>>()> make_f64;
   std::function<std::unique_ptr<Scheme<kernels::bf16>>()> make_bf16;

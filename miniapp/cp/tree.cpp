@@ -109,8 +109,8 @@ SchemeInfo tree_scheme() {
     return Shard{decode_positions(c), layout::contiguous(c.seq_len, c.ranks, r)};
   };
   // One local call on the cache shard, then the two all-reduces (MAX of the LSE, SUM of [w*O | w]).
-  s.schedule = [](const Config& c, const perf::Topo& t, int r, bool, size_t elem) {
-    perf::Step local, combine;
+  s.schedule = [](const Config& c, const predict::Topo& t, int r, bool, size_t elem) {
+    predict::Step local, combine;
     const double rows = double(c.decode_tokens) * c.heads;
     local.attn.push_back(
         {{{c.seq_len, c.decode_tokens, 1}}, layout::contiguous_spans(c.seq_len, c.ranks, r), c.heads, c.kv_heads});
@@ -121,7 +121,7 @@ SchemeInfo tree_scheme() {
                          {comm::EventKind::AllReduce, int64_t(rows * (c.head_dim + 1.0) * acc), c.ranks, inter}};
     }
     combine.aux_values = 2 * rows * (c.head_dim + 1.0);
-    return perf::Schedule{{local, combine}};
+    return predict::Schedule{{local, combine}};
   };
   s.workspace = [](const Config& c) {  // the max LSE and the packed [w*O | w], per call, and a bf16 run's local O
     return by_precision(c, [&](const Units& u) {

@@ -50,13 +50,13 @@ SchemeInfo ulysses_scheme() {
                         [&](const Units& u) { return ulysses_workspace(u, c, c.ranks, double(c.seq_len) / c.ranks); });
   };
   // All-to-alls around one local call: every rank attends all S tokens with its H/P heads.
-  s.schedule = [](const Config& c, const perf::Topo& t, int, bool backward, size_t elem) {
+  s.schedule = [](const Config& c, const predict::Topo& t, int, bool backward, size_t elem) {
     const HeadSplit qs = HeadSplit::query(c.heads, c.ranks), ks = HeadSplit::kv(c.heads, c.kv_heads, c.ranks);
-    perf::Step local;
+    predict::Step local;
     local.attn.push_back(
         {layout::contiguous_spans(c.seq_len, 1, 0), layout::contiguous_spans(c.seq_len, 1, 0), qs.per, ks.per});
     if (backward) local.aux_values = double(c.seq_len) * (qs.per + 2 * ks.per) * c.head_dim;  // zeroing
-    return perf::Schedule{ulysses_steps(c, t, c.ranks, 0, double(c.seq_len) / c.ranks, {local}, backward, elem)};
+    return predict::Schedule{ulysses_steps(c, t, c.ranks, 0, double(c.seq_len) / c.ranks, {local}, backward, elem)};
   };
   return s;
 }

@@ -87,19 +87,19 @@ inline Workspace ulysses_workspace(const Units& u, const Config& c, int U, doubl
 // (world rank base + i for member i) holding n sequence rows each: the all-to-alls into head
 // shards, `middle` (the attention: one local call, or the ring steps across groups), the
 // all-to-alls back. Forward: q, k, v in, o and lse out; backward: dout in, dq, dk, dv out.
-inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& t, int U, int base, double n,
-                                             std::vector<perf::Step> middle, bool backward, size_t elem) {
+inline std::vector<predict::Step> ulysses_steps(const Config& c, const predict::Topo& t, int U, int base, double n,
+                                                std::vector<predict::Step> middle, bool backward, size_t elem) {
   const HeadSplit qs = HeadSplit::query(c.heads, U), ks = HeadSplit::kv(c.heads, c.kv_heads, U);
   const bool inter = t.spans_nodes(base, U, 1);
   // One tensor's exchange: per destination, n rows of `per` heads of `width` values of `e` bytes.
   auto a2a = [&](int per, int width, size_t e) {
-    return perf::CommCall{comm::EventKind::AllToAll, int64_t(n * per * width * e), U, inter};
+    return predict::CommCall{comm::EventKind::AllToAll, int64_t(n * per * width * e), U, inter};
   };
   const size_t dkv = ulysses_dkv_wide(c, ks) ? kernels::acc_size(elem) : elem;
-  perf::Step in, out;
+  predict::Step in, out;
   if (U > 1) {
     if (backward) {
-      in.exposed = {perf::CommCall{comm::EventKind::AllReduce, 8, U, inter}, a2a(qs.per, c.head_dim, elem)};
+      in.exposed = {predict::CommCall{comm::EventKind::AllReduce, 8, U, inter}, a2a(qs.per, c.head_dim, elem)};
       out.exposed = {a2a(qs.per, c.head_dim, elem), a2a(ks.per, c.head_dim, dkv), a2a(ks.per, c.head_dim, dkv)};
     } else {
       in.exposed = {a2a(qs.per, c.head_dim, elem), a2a(ks.per, c.head_dim, elem), a2a(ks.per, c.head_dim, elem)};
@@ -109,7 +109,7 @@ inline std::vector<perf::Step> ulysses_steps(const Config& c, const perf::Topo& 
   const double qv = U * n * qs.per * c.head_dim, kv = U * n * ks.per * c.head_dim;
   in.aux_values = backward ? qv : qv + 2 * kv;  // packing
   out.aux_values = backward ? qv + 2 * kv : qv;
-  std::vector<perf::Step> steps{in};
+  std::vector<predict::Step> steps{in};
   steps.insert(steps.end(), middle.begin(), middle.end());
   steps.push_back(out);
   return steps;

@@ -89,18 +89,18 @@ SchemeInfo usp_scheme() {
   };
   // The Ulysses exchange inside the group of U consecutive ranks, a ring over the R groups on
   // the head-sharded rows (ring member i holds the shards of world ranks i*U .. i*U+U-1).
-  s.schedule = [](const Config& c, const perf::Topo& t, int r, bool backward, size_t elem) {
+  s.schedule = [](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
     const int U = usp_ulysses_size(c), R = c.ranks / U, u = r % U;
     const HeadSplit qs = HeadSplit::query(c.heads, U), ks = HeadSplit::kv(c.heads, c.kv_heads, U);
     auto rows = [&](int i) {
-      perf::Spans out;
+      predict::Spans out;
       for (int w = 0; w < U; ++w)
-        for (const perf::Span& sp : layout::usp_spans(c.seq_len, R, U, i * U + w)) out.push_back(sp);
+        for (const predict::Span& sp : layout::usp_spans(c.seq_len, R, U, i * U + w)) out.push_back(sp);
       return out;
     };
     auto ring = ring_steps(
         c, t, R, r / U, [&](int i) { return i * U + u; }, rows, qs.per, ks.per, backward, elem);
-    return perf::Schedule{ulysses_steps(c, t, U, r - u, double(c.seq_len) / c.ranks, ring, backward, elem)};
+    return predict::Schedule{ulysses_steps(c, t, U, r - u, double(c.seq_len) / c.ranks, ring, backward, elem)};
   };
   return s;
 }

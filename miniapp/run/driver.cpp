@@ -27,9 +27,9 @@
 #include "kernels/gemm.hpp"
 #include "kernels/types.hpp"
 #include "miniapp/model/layer.hpp"
-#include "miniapp/output/dump.hpp"
-#include "miniapp/output/h5.hpp"
-#include "miniapp/output/results.hpp"
+#include "miniapp/record/dump.hpp"
+#include "miniapp/record/h5.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/dtype.hpp"
 #include "miniapp/run/figures.hpp"
 #include "miniapp/run/measure.hpp"
@@ -41,9 +41,9 @@ namespace {
 namespace hn = minicp::harness;
 using hn::UsageError;
 
-// The mask's name (output::mask_name) with its size where it has one.
+// The mask's name (record::mask_name) with its size where it has one.
 std::string mask_of(const cp::Config& a) {
-  const std::string name = output::mask_name(a);
+  const std::string name = record::mask_name(a);
   if (a.window > 0) return name + " " + std::to_string(a.window);
   if (a.doc_len > 0) return name + " of " + std::to_string(a.doc_len);
   return name;
@@ -137,7 +137,7 @@ std::string scheme_list() {
 namespace {
 
 // The flags that only go with one command, and the commands that exclude each other.
-void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
+void check_perf_flags(const CLI::App& app, PredictOptions& pf, const Options& o) {
   if (int(pf.calibrate) + int(pf.predict) + int(pf.advise) + int(o.dry_run) > 1)
     throw UsageError("--calibrate, --predict, --advise and --dry-run: one at a time");
   if (!pf.against.empty() && !pf.predict) throw UsageError("--against " + pf.against + ": only with --predict");
@@ -152,16 +152,16 @@ void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
     if (!unusable.empty())
       throw UsageError("--against " + pf.against + ": " + unusable +
                        (unusable == "no such file" ? " (a results file minicp wrote with --out)" : ""));
-    const std::string why = output::not_a_results_file(pf.against);
+    const std::string why = record::not_a_results_file(pf.against);
     if (!why.empty()) throw UsageError("--against " + pf.against + ": " + why);
     // The layout the file was measured with, unless given.
     if (pf.ranks_per_node == 0) {
-      const double rpn = output::read_number_attr(pf.against, "/", "ranks_per_node");
-      const double world = output::read_number_attr(pf.against, "/", "world_ranks");
+      const double rpn = record::read_number_attr(pf.against, "/", "ranks_per_node");
+      const double world = record::read_number_attr(pf.against, "/", "world_ranks");
       pf.ranks_per_node = std::isfinite(rpn) && rpn >= 1 ? int(rpn) : std::isfinite(world) ? int(world) : 0;
     }
     if (pf.threads == 0) {
-      const double t = output::read_number_attr(pf.against, "/", "kokkos_concurrency");
+      const double t = record::read_number_attr(pf.against, "/", "kokkos_concurrency");
       pf.threads = std::isfinite(t) && t >= 1 ? int(t) : 0;
     }
   }
@@ -170,7 +170,7 @@ void check_perf_flags(const CLI::App& app, PerfOptions& pf, const Options& o) {
 // The resolved deck of a results file (for --against without --deck), read into memory: no
 // file is written for it.
 std::string deck_of_results(const std::string& file) {
-  const std::string text = output::read_string_attr(file, "/", "deck");
+  const std::string text = record::read_string_attr(file, "/", "deck");
   if (text.empty()) throw UsageError("--against " + file + ": holds no deck (root attribute 'deck')");
   return text;
 }
@@ -206,7 +206,7 @@ struct RawFlags {
   bool as_json = false;     // --json
 };
 
-void declare_flags(CLI::App& app, Options& o, PerfOptions& pf, RawFlags& raw) {
+void declare_flags(CLI::App& app, Options& o, PredictOptions& pf, RawFlags& raw) {
   app.add_option("--deck", o.deck, "input deck (TOML), e.g. inputs/tiny.toml (required; no default)")
       ->type_name("FILE");
   app.add_option("--set", o.sets, "override one deck key: section.key=value (a TOML value), repeatable (default: none)")
@@ -277,7 +277,7 @@ void declare_flags(CLI::App& app, Options& o, PerfOptions& pf, RawFlags& raw) {
 
 // The flags against each other (and --list-schemes, which prints and stops); throws
 // UsageError or HelpShown.
-void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions& pf, const RawFlags& raw) {
+void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PredictOptions& pf, const RawFlags& raw) {
   const std::pair<const char*, const std::string*> files[] = {
       {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
   for (const auto& [flag, path] : files)
@@ -317,7 +317,7 @@ void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PerfOptions
 // deck and a resume's check record it), and the calibration table it reads checked against it.
 void load_plan_deck(Plan& p, const hn::Args& a, bool predicting) {
   Options& o = p.o;
-  const PerfOptions& pf = p.perf;
+  const PredictOptions& pf = p.predict_opts;
   std::vector<std::string> sets = o.sets;
   if (!o.fabric.empty()) {
     for (const std::string& s : sets)
@@ -335,7 +335,7 @@ void load_plan_deck(Plan& p, const hn::Args& a, bool predicting) {
   }
   if (const FileArg table = calibration_input(p); !table.path.empty()) {
     try {
-      machine_for(p.deck, perf::read_calibration(table.path), 0, 1);
+      machine_for(p.deck, predict::read_calibration(table.path), 0, 1);
     } catch (const UsageError& e) {
       // machine_for names the table --calibration; here it may be the deck's run.calibration
       const std::string what = e.what(), own = "--calibration ";
@@ -385,7 +385,7 @@ void dry_run_table(const Plan& p, const hn::Args& a, int64_t most, const std::st
 Plan parse(const hn::Args& a) {
   Plan p;
   Options& o = p.o;
-  PerfOptions& pf = p.perf;
+  PredictOptions& pf = p.predict_opts;
   CLI::App app{
       "minicp: Llama-style decoder layers, forward and backward, on every context-parallel scheme, "
       "driven by an input deck (TOML)"};
@@ -437,10 +437,10 @@ std::string spot_words(const Plan& p, const hn::Watchdog::Spot& spot) {
 // the resumed cases, and in the last round (the only one of run.rounds = 1) every case before
 // the one rank 0 is in (a case is written after its last round). results and round: null
 // for a job that writes no results file (--calibrate).
-hn::Watchdog::Where stall_where(const Plan& p, const std::atomic<output::Results*>* results,
+hn::Watchdog::Where stall_where(const Plan& p, const std::atomic<record::Results*>* results,
                                 const std::atomic<int>* round) {
   return [&p, results, round](const hn::Watchdog::Spot& spot, int64_t root_case) {
-    const output::Results* file = results ? results->load() : nullptr;
+    const record::Results* file = results ? results->load() : nullptr;
     const bool last = round && round->load() == p.deck.rounds - 1;
     int kept = 0;
     for (const Case& c : p.cases) kept += (last && c.index < root_case) || (file && file->has_case(c.id)) ? 1 : 0;
@@ -492,9 +492,9 @@ void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, d
 
 // Events onto rank 0's clock (the offsets measured at the start and now, interpolated);
 // sets the bound of the alignment on summary (rank 0). Collective.
-void align_events(const hn::ClockSync& clock0, std::vector<output::EventRow>& events, output::Attrs& summary) {
+void align_events(const hn::ClockSync& clock0, std::vector<record::EventRow>& events, record::Attrs& summary) {
   hn::ClockModel clock{clock0, hn::measure_offset(MPI_COMM_WORLD)};
-  for (output::EventRow& e : events) e.t_begin = clock.to_root(e.t_begin), e.t_end = clock.to_root(e.t_end);
+  for (record::EventRow& e : events) e.t_begin = clock.to_root(e.t_begin), e.t_end = clock.to_root(e.t_end);
   double err[2] = {clock.uncertainty_s(), std::abs(clock.drift())};  // the worst rank's
   MPI_Allreduce(MPI_IN_PLACE, err, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   summary.real["clock_uncertainty_s"] = err[0];  // of the events' t_begin / t_end
@@ -520,9 +520,9 @@ struct RunState {
   hn::ClockSync clock0;
   CeilingCache ceiling;
   NoneTimes none;
-  std::atomic<output::Results*> results{nullptr};  // (the stall watchdog reads it)
-  perf::Machine model;  // the performance model's machine (the table, this job's links and layout)
-  std::vector<perf::LayerTime> layer_samples;  // the layer rows measured again in each round (rank 0)
+  std::atomic<record::Results*> results{nullptr};  // (the stall watchdog reads it)
+  predict::Machine model;  // the performance model's machine (the table, this job's links and layout)
+  std::vector<predict::LayerTime> layer_samples;  // the layer rows measured again in each round (rank 0)
   double write_s = 0;
   std::string summary;        // the tokens of the closing MINICP line
   std::atomic<int> round{0};  // the round in progress (run.rounds; the stall watchdog reads it)
@@ -530,16 +530,16 @@ struct RunState {
 
 // One round of one case, measured on its group (the other ranks wait); after its last round
 // the figures on rank 0 and one transaction. A refused case is written in the first round.
-void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
+void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
   const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
-  output::CaseData data;
-  data.id = c.id;
-  data.mode_names = mode_names(), data.phase_names = phase_names(), data.kind_names = kind_names();
+  record::CaseRecord& rec = run.record;
+  rec.id = c.id;
+  rec.mode_names = mode_names(), rec.phase_names = phase_names(), rec.kind_names = kind_names();
   if (!c.refused.empty()) {
     if (round > 0) return;
-    data.attrs = case_attrs(c, rs.p.deck, rs.p.topo);
+    rec.attrs = case_attrs(c, rs.p.deck, rs.p.topo);
     if (world_rank == 0 && !rs.p.o.quiet) std::printf("  refused: %s\n", c.refused.c_str());
-    if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
+    if (record::Results* file = rs.results) rs.write_s += file->add_case(rec);
     return;
   }
   auto comm = case_comm(rs.prog, P);
@@ -549,28 +549,24 @@ void run_one(RunState& rs, const Case& c, int round, CaseRun& run) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (round < rs.p.deck.rounds - 1) return;
   at(Stage::Gathering);
-  data.attrs = case_attrs(c, rs.p.deck, comm->topology());
-  align_events(rs.clock0, run.data.events, data.summary);
-  data.timing = std::move(run.data.timing);
-  data.steps = std::move(run.data.steps);
-  data.memory = std::move(run.data.memory);
-  data.events = std::move(run.data.events);
+  rec.attrs = case_attrs(c, rs.p.deck, comm->topology());
+  align_events(rs.clock0, rec.events, rec.summary);
   if (world_rank == 0) {
-    const double clock_err = data.summary.real["clock_uncertainty_s"], drift = data.summary.real["clock_drift"];
-    data.summary = figures(c, run.m, rs.none, int(kernels::Exec().concurrency()));
-    message_sizes(data.summary, c, elem_size(rs.p.deck.dtype));
-    data.summary.real["clock_uncertainty_s"] = clock_err, data.summary.real["clock_drift"] = drift;
-    data.attrs.text["start_time"] = run.m.start_utc, data.attrs.text["end_time"] = run.m.end_utc;
-    if (c.scheme == std::string("none")) rs.none[none_key(c)] = data.summary.real["measured_time_s"];
-    model::PhaseTimes phases = run.m.fwd_phases;
-    phases += run.m.bwd_phases;
-    prediction_figures(data.summary, c, rs.model, rs.p.deck, phases.s, data.summary.real["sgemm_flops_per_s"]);
+    const double clock_err = rec.summary.real["clock_uncertainty_s"], drift = rec.summary.real["clock_drift"];
+    rec.summary = figures(c, run, rs.none, int(kernels::Exec().concurrency()));
+    message_sizes(rec.summary, c, elem_size(rs.p.deck.dtype));
+    rec.summary.real["clock_uncertainty_s"] = clock_err, rec.summary.real["clock_drift"] = drift;
+    rec.attrs.text["start_time"] = run.start_utc, rec.attrs.text["end_time"] = run.end_utc;
+    if (c.scheme == std::string("none")) rs.none[none_key(c)] = rec.summary.real["measured_time_s"];
+    model::PhaseTimes phases = run.fwd_phases;
+    phases += run.bwd_phases;
+    prediction_figures(rec.summary, c, rs.model, rs.p.deck, phases.s, rec.summary.real["sgemm_flops_per_s"]);
   }
   at(Stage::Writing);
-  if (output::Results* file = rs.results) rs.write_s += file->add_case(data);
+  if (record::Results* file = rs.results) rs.write_s += file->add_case(rec);
   if (world_rank != 0) return;
-  if (!rs.p.o.quiet) print_case(c, data.summary, run.m);
-  rs.summary += " " + summary_token(c, data.summary);
+  if (!rs.p.o.quiet) print_case(c, rec.summary, run);
+  rs.summary += " " + summary_token(c, rec.summary);
 }
 
 }  // namespace
@@ -579,21 +575,21 @@ namespace {
 
 // The performance model of this run: the --calibration table, else one measured now on this
 // job (the deck's shapes, every rank at once, this fabric's links); the job's layout.
-perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& world) {
-  perf::Calibration cal;
-  const std::string from = !p.perf.calibration.empty() ? p.perf.calibration : p.deck.calibration;
+predict::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& world) {
+  predict::Calibration cal;
+  const std::string from = !p.predict_opts.calibration.empty() ? p.predict_opts.calibration : p.deck.calibration;
   if (from.empty()) {
     cal.source = "none";
-    return perf::Machine{cal, {}, {}, 1, 1, {}};
+    return predict::Machine{cal, {}, {}, 1, 1, {}};
   }
   if (from != "measure") {
-    cal = perf::read_calibration(from);
+    cal = predict::read_calibration(from);
   } else {
     if (a.rank() == 0 && !p.o.quiet)
       std::printf("minicp: calibrating the performance model (run.calibration = \"measure\")\n");
     std::fflush(stdout);
     at(Stage::Calibrating);
-    cal = perf::measure_calibration(calibration_plan(p.deck, p.cases, p.topo.local_size), world, false);
+    cal = predict::measure_calibration(calibration_plan(p.deck, p.cases, p.topo.local_size), world, false);
     measure_layer_rows(p, world, cal);
     cal.source = "measured at start-up";
     cal.of_the_run = true;
@@ -602,9 +598,9 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
     return machine_for(p.deck, cal, int(kernels::Exec().concurrency()), p.topo.local_size);
   } catch (const std::exception& e) {  // e.g. a table of other thread counts: no prediction, said once
     if (a.rank() == 0) std::fprintf(stderr, "minicp: WARNING: no predictions: %s\n", e.what());
-    perf::Calibration none;
+    predict::Calibration none;
     none.source = from + " (unusable: " + e.what() + ")";
-    return perf::Machine{none, {}, {}, 1, 1, {}};
+    return predict::Machine{none, {}, {}, 1, 1, {}};
   }
 }
 
@@ -614,7 +610,7 @@ perf::Machine start_model(const hn::Args& a, const Plan& p, comm::Communicator& 
 // decode step, streaming the weights from memory, 3.8-5.0 ms per layer over three runs where
 // its cases read 11.9-12.0 ms a step). The cases' reps are spread over the rounds; so are the
 // rows' samples, and each row becomes the median of the start-up row and the rounds'
-// (perf::median_layer_rows), in place before the last round's cases are predicted. The
+// (predict::median_layer_rows), in place before the last round's cases are predicted. The
 // file's table is written again at the end.
 void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round) {
   const Plan& p = rs.p;
@@ -622,14 +618,14 @@ void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round
   if (rs.a.rank() == 0 && !p.o.quiet) std::printf("minicp: measuring the layer rows again (round %d)\n", round + 1);
   std::fflush(stdout);
   at(Stage::LayerRows);
-  perf::Calibration again;
+  predict::Calibration again;
   measure_layer_rows(p, world, again, 1);
   if (rs.a.rank() != 0) return;
   rs.layer_samples.insert(rs.layer_samples.end(), again.layers.begin(), again.layers.end());
   if (round < p.deck.rounds - 1) return;
-  std::vector<perf::LayerTime> all = rs.model.cal.layers;
+  std::vector<predict::LayerTime> all = rs.model.cal.layers;
   all.insert(all.end(), rs.layer_samples.begin(), rs.layer_samples.end());
-  rs.model.cal.layers = perf::median_layer_rows(all);
+  rs.model.cal.layers = predict::median_layer_rows(all);
   rs.model.cal.info.push_back({"layer_rows_rounds", std::to_string(p.deck.rounds)});
 }
 
@@ -638,10 +634,10 @@ void measure_layer_rows_again(RunState& rs, comm::Communicator& world, int round
 namespace {
 
 // --predict, --advise (rank 0; nothing else runs) or --calibrate (every rank, watched).
-int run_model_command(const hn::Args& a, const Plan& p) {
-  if (a.rank() == 0 && p.perf.predict) run_predict(p);
-  if (a.rank() == 0 && p.perf.advise) run_advise(p);
-  if (p.perf.calibrate) {
+int run_predict_command(const hn::Args& a, const Plan& p) {
+  if (a.rank() == 0 && p.predict_opts.predict) run_predict(p);
+  if (a.rank() == 0 && p.predict_opts.advise) run_advise(p);
+  if (p.predict_opts.calibrate) {
     hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, nullptr, nullptr), a.prog());
     at(Stage::Calibrate);
     run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
@@ -657,7 +653,7 @@ double run_rounds(RunState& rs, const std::vector<const Case*>& todo, comm::Comm
   const int R = rs.p.deck.rounds;
   std::vector<const Case*> all_rounds;
   for (int r = 0; r < R; ++r) all_rounds.insert(all_rounds.end(), todo.begin(), todo.end());
-  std::vector<CaseRun> runs(R > 1 ? todo.size() : 1);
+  std::vector<CaseResult> runs(R > 1 ? todo.size() : 1);
   Eta eta(rs.p, all_rounds);
   const double t_start = MPI_Wtime();
   for (int round = 0; round < R; ++round) {
@@ -672,9 +668,9 @@ double run_rounds(RunState& rs, const std::vector<const Case*>& todo, comm::Comm
                     elapsed, left.c_str());
       std::fflush(stdout);
       hn::Watchdog::instance().progress(todo[i]->index, -1, int64_t(Stage::SettingUp));
-      CaseRun& run = runs[R > 1 ? i : 0];
+      CaseResult& run = runs[R > 1 ? i : 0];
       run_one(rs, *todo[i], round, run);
-      if (R == 1 || round == R - 1) run = CaseRun{};  // written: its rows are freed
+      if (R == 1 || round == R - 1) run = CaseResult{};  // written: its rows are freed
     }
   }
   return MPI_Wtime() - t_start;
@@ -697,7 +693,7 @@ void print_end(const Plan& p, const RunState& rs, const hn::BlasInfo& blas, doub
 void say_on_stop(const hn::Args& a, const Plan& p) {
   if (a.rank() != 0) return;
   std::string after = " (the output locks are removed)";
-  if (!p.o.out.empty() && !p.perf.any())
+  if (!p.o.out.empty() && !p.predict_opts.any())
     after = "; the output lock is removed and the complete cases are kept in " + hn::printable(p.o.out) +
             ": run the same command with --resume " + hn::printable(p.o.out) + " to finish";
   hn::on_stop_signal(a.prog() + ": stopped by ", after);
@@ -707,17 +703,17 @@ void say_on_stop(const hn::Args& a, const Plan& p) {
 
 int execute(const hn::Args& a, const Plan& p) {
   say_on_stop(a, p);
-  if (p.perf.any()) return run_model_command(a, p);
+  if (p.predict_opts.any()) return run_predict_command(a, p);
   const bool say = a.rank() == 0 && !p.o.quiet;
   RunState rs(a, p);
-  std::unique_ptr<output::Results> results;  // outlives the watchdog, which reads it
+  std::unique_ptr<record::Results> results;  // outlives the watchdog, which reads it
   // Watched from before the run's first collective (the deck's limit is known once parsed).
   hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, &rs.results, &rs.round), a.prog());
   at(Stage::StartUp);
   hn::MemTracker::instance().start();
   if (p.o.resume.empty()) hn::remove_old_outputs(a, {{"--out", p.o.out}, {"--dump", p.o.dump}});
   for (const std::string& f : {p.o.out, p.o.dump})  // this run holds their locks: no live run wrote these
-    if (a.rank() == 0 && !f.empty()) output::remove_stale_temporaries(f);
+    if (a.rank() == 0 && !f.empty()) record::remove_stale_temporaries(f);
   rs.none = p.resumed_none_time;  // cases resumed after their `none` keep cp_efficiency_core_scaled
   // Staged as the cases' MPI communicator is, so that its backend() names theirs.
   auto world = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::staging_for(kernels::kHostMemory));
@@ -731,14 +727,14 @@ int execute(const hn::Args& a, const Plan& p) {
   double sgemm = rs.ceiling.get(MPI_COMM_WORLD, a.size(), {}).rates.blas_square;
   MPI_Allreduce(MPI_IN_PLACE, &sgemm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   sgemm /= a.size();
-  output::Attrs root = platform_attrs(a, p, *world, blas, rs.prog);
+  record::Attrs root = platform_attrs(a, p, *world, blas, rs.prog);
   root.real["sgemm_flops_per_s_per_rank"] = sgemm;
   rs.model = start_model(a, p, *world);
   root.text["calibration"] = rs.model.cal.text();
   root.text["calibration_source"] = rs.model.cal.source;
   at(Stage::OpeningFile);
   if (!p.o.out.empty())
-    results = std::make_unique<output::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);
+    results = std::make_unique<record::Results>(p.o.out, MPI_COMM_WORLD, root, p.o.resume, p.deck.resolved);
   rs.results = results.get();
   if (say) print_startup(a, p, blas, sgemm, results ? results->done().size() : 0);
   if (a.rank() == 0 && !blas.warning.empty()) std::fprintf(stderr, "minicp: WARNING: %s\n", blas.warning.c_str());
@@ -748,7 +744,7 @@ int execute(const hn::Args& a, const Plan& p) {
   const double run_s = run_rounds(rs, todo, *world, say);
   at(Stage::Finishing);
   if (results) {
-    output::Attrs end;
+    record::Attrs end;
     end.text["end_time"] = iso_time_utc();
     end.real["run_time_s"] = run_s;
     end.real["results_write_time_s"] = rs.write_s;

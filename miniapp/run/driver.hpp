@@ -12,7 +12,7 @@
 #include "harness/lock.hpp"
 #include "harness/main.hpp"
 #include "miniapp/run/deck.hpp"
-#include "miniapp/run/perf_cmds.hpp"
+#include "miniapp/run/predict_cmds.hpp"
 
 namespace minicp::run {
 
@@ -40,7 +40,7 @@ struct Plan {
   std::vector<std::shared_ptr<harness::OutputLock>> locks;
   // Rank 0, --resume: measured_time_s of the file's complete `none` cases by none_key.
   std::map<std::string, double> resumed_none_time;
-  PerfOptions perf;  // --calibrate, --predict, --advise and their settings
+  PredictOptions predict_opts;  // --calibrate, --predict, --advise and their settings
 };
 
 // Throws harness::UsageError on bad input; prints and throws harness::HelpShown for --help,

@@ -30,9 +30,9 @@ struct Rep {
   double grad_busy = 0;  // the collective thread's time on the all-reduces (NaN: none ran them)
 };
 
-std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<output::StepRow>& rows) {
+std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<record::StepRow>& rows) {
   std::map<std::pair<int, int>, Rep> by;  // (mode, rep)
-  for (const output::StepRow& r : rows) {
+  for (const record::StepRow& r : rows) {
     Rep& x = by[{r.mode, r.rep}];
     if (x.rank < 0 || r.step_s > x.step || (r.step_s == x.step && r.rank < x.rank))
       x.rank = r.rank, x.step = r.step_s, x.fwd = r.forward_s, x.bwd = r.backward_s, x.phases = r.phases_s,
@@ -65,7 +65,7 @@ double mean_of(const std::vector<double>& v) {
 // One overlap figure (prefix "" for the whole step, "attn_", "grad_allreduce_") from the
 // three modes' reps of one part of the step; NaN with the reason when it cannot be measured.
 // comm_part: the part's time in comm-only mode (default: part itself).
-void overlap_figures(output::Attrs& s, const std::string& prefix, const std::map<cp::Mode, std::vector<Rep>>& by,
+void overlap_figures(record::Attrs& s, const std::string& prefix, const std::map<cp::Mode, std::vector<Rep>>& by,
                      double (*part)(const Rep&), bool talks, double (*comm_part)(const Rep&) = nullptr) {
   hn::Overlap ov = hn::not_measured(talks ? "needs the full, compute-only and comm-only modes" : "");
   const bool three = by.count(cp::Mode::Full) && by.count(cp::Mode::ComputeOnly) && by.count(cp::Mode::CommOnly);
@@ -88,7 +88,7 @@ void overlap_figures(output::Attrs& s, const std::string& prefix, const std::map
   s.text[prefix + "overlap_note"] = note;
 }
 
-void time_figures(output::Attrs& s, const Case& c, const std::map<cp::Mode, std::vector<Rep>>& by) {
+void time_figures(record::Attrs& s, const Case& c, const std::map<cp::Mode, std::vector<Rep>>& by) {
   const std::vector<Rep> full = by.count(cp::Mode::Full) ? by.at(cp::Mode::Full) : std::vector<Rep>{};
   const std::vector<double> steps = field(full, [](const Rep& r) { return r.step; });
   const double t = hn::median(steps);
@@ -117,7 +117,7 @@ double bf16_ceiling(const kernels::Bf16GemmCeiling& x, const kernels::GemmCeilin
   return std::max({x.square, x.layer, x.tile > 0 ? x.tile : f32.tile});
 }
 
-void ceiling_figures(output::Attrs& s, const Measured& m, double t) {
+void ceiling_figures(record::Attrs& s, const CaseResult& m, double t) {
   const kernels::GemmCeiling& b = m.before;
   const kernels::GemmCeiling& a = m.after;
   const double before = m.bf16 ? bf16_ceiling(m.bf16_before, b) : b.best();
@@ -138,7 +138,7 @@ void ceiling_figures(output::Attrs& s, const Measured& m, double t) {
   s.real["layer_efficiency"] = m.useful_flops / t / ceiling;
 }
 
-void cp_efficiency(output::Attrs& s, const Case& c, const NoneTimes& none, int threads, double t) {
+void cp_efficiency(record::Attrs& s, const Case& c, const NoneTimes& none, int threads, double t) {
   // Against `none` of the same problem in this sweep (none_key): on the same total cores only (else
   // NaN); cp_efficiency_core_scaled assumes none would speed up linearly.
   double cpe = kNaN, scaled = kNaN;
@@ -163,15 +163,15 @@ std::string none_key(const Case& c) {
   return none_key(model::to_string(c.stack.pass), c.stack.attn.seq_len, c.stack.attn.decode_tokens);
 }
 
-void message_sizes(output::Attrs& s, const Case& c, size_t elem) {
+void message_sizes(record::Attrs& s, const Case& c, size_t elem) {
   s.integer["block_bytes_per_value"] = int64_t(elem);
   s.integer["partial_bytes_per_value"] = int64_t(kernels::acc_size(elem));
   s.integer["dkv_bytes_per_value"] = int64_t(cp::dkv_elem(c.stack.attn, elem));
   s.integer["grad_allreduce_bytes_per_value"] = int64_t(model::grad_allreduce_elem(c.stack, elem));
 }
 
-output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads) {
-  output::Attrs s;
+record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none, int threads) {
+  record::Attrs s;
   auto& r = s.real;
   const auto by = reps_by_mode(m.steps);
   time_figures(s, c, by);
@@ -361,7 +361,7 @@ std::string figure_catalog_text() {
   return out;
 }
 
-std::string check_ranges(output::Attrs& s) {
+std::string check_ranges(record::Attrs& s) {
   // "a=-0.5, b=-0.7 (below [0, 1]: why); c=1.2 (above [0, 1]: why)": figures that are out
   // for the same reason share it.
   std::vector<std::pair<std::string, std::string>> groups;  // (bound and reason, figures)

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "miniapp/output/results.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/measure.hpp"
 
 namespace minicp::run {
@@ -21,11 +21,11 @@ std::string none_key(const Case& c);
 
 // Every figure (NaN where not measured; a *_note text says why an overlap that could have
 // been measured was not resolved), then check_ranges.
-output::Attrs figures(const Case& c, const Measured& m, const NoneTimes& none, int threads);
+record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none, int threads);
 
 // The bytes per value of each kind of message of case c in a run of elem-byte stored values
 // (block_, partial_, dkv_, grad_allreduce_bytes_per_value).
-void message_sizes(output::Attrs& s, const Case& c, size_t elem);
+void message_sizes(record::Attrs& s, const Case& c, size_t elem);
 
 // A figure with a range: outside [lo, hi] it is a defect of the measurement, for the reason
 // below or above names (docs/figures-of-merit.md).
@@ -57,6 +57,6 @@ std::string figure_catalog_text();
 
 // Checks every figure that has a range (NaN passes) and sets `out_of_range` ("" or
 // "name=value (allowed [lo, hi]: why); ...") and `figures_in_range` (1 or 0). Returns the text.
-std::string check_ranges(output::Attrs& summary);
+std::string check_ranges(record::Attrs& summary);
 
 }  // namespace minicp::run

@@ -17,10 +17,10 @@
 #include "harness/input.hpp"
 #include "harness/output.hpp"
 #include "harness/toml.hpp"
-#include "miniapp/output/dump.hpp"
-#include "miniapp/output/h5.hpp"
-#include "miniapp/output/results.hpp"
-#include "miniapp/perf/calibration.hpp"
+#include "miniapp/predict/calibration.hpp"
+#include "miniapp/record/dump.hpp"
+#include "miniapp/record/h5.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/driver.hpp"
 #include "miniapp/run/figures.hpp"
 
@@ -32,8 +32,8 @@ namespace hn = minicp::harness;
 // The files this run writes: the table of --calibrate, else --out and --dump (a prediction
 // writes none).
 std::vector<FileArg> outputs_of(const Plan& p) {
-  if (p.perf.calibrate) return {{"--calibration", p.perf.calibration}};
-  if (p.perf.any()) return {};
+  if (p.predict_opts.calibrate) return {{"--calibration", p.predict_opts.calibration}};
+  if (p.predict_opts.any()) return {};
   return {{p.o.out_flag, p.o.out}, {"--dump", p.o.dump}};
 }
 
@@ -45,7 +45,7 @@ std::vector<FileArg> inputs_of(const Plan& p) {
   return {{"--deck", p.o.deck},
           calibration_input(p),
           {"--resume", p.o.resume},
-          {"--against", p.perf.against},
+          {"--against", p.predict_opts.against},
           {p.o.fabric.empty() ? "run.fabric" : "--fabric", fabric ? fabric->path : ""}};
 }
 
@@ -103,7 +103,7 @@ std::string kind_problem(const Options& o) {
   if (o.overwrite) return "";
   const std::string out_kind = o.resume.empty() || !hn::same_file(o.out, o.resume) ? o.out : "";
   const std::pair<FileArg, std::string (*)(const std::string&)> outs[] = {
-      {{o.out_flag, out_kind}, output::not_a_results_file}, {{"--dump", o.dump}, output::not_a_dump_file}};
+      {{o.out_flag, out_kind}, record::not_a_results_file}, {{"--dump", o.dump}, record::not_a_dump_file}};
   for (const auto& [n, problem] : outs) {
     if (!exists(n.path)) continue;
     const std::string why = problem(n.path);
@@ -143,14 +143,14 @@ std::string first_difference(const std::string& theirs, const std::string& ours)
 std::string resume_problem(Plan& p, bool& complete) {
   const Options& o = p.o;
   const std::string at = "--resume " + o.resume + ": ";
-  const std::string why = output::not_a_results_file(o.resume);
+  const std::string why = record::not_a_results_file(o.resume);
   if (!why.empty()) return at + "not a minicp results file (" + why + "); give the results file of a run of this deck";
   try {
-    const std::string theirs = output::read_string_attr(o.resume, "/", "deck");
+    const std::string theirs = record::read_string_attr(o.resume, "/", "deck");
     if (theirs != p.deck.resolved)
       return at + "the file was written by another deck (" + first_difference(theirs, p.deck.resolved) + ")";
     std::set<std::string> stored;
-    for (const output::StoredCase& c : output::stored_cases(o.resume)) {
+    for (const record::StoredCase& c : record::stored_cases(o.resume)) {
       if (!o.dump.empty() && !p.cases.empty() && c.id == p.cases.front().id)
         return "--dump " + o.dump + " with --resume " + o.resume + ": the first case (" + c.id +
                "), the one --dump writes, is complete in the file and would not run again; dump without --resume";
@@ -159,7 +159,7 @@ std::string resume_problem(Plan& p, bool& complete) {
     }
     // Finished as well: a run stopped after its last case but before its end record is resumed
     // to write that record (else the file would read as partial for ever).
-    complete = output::read_string_attr(o.resume, "/", "complete") == "yes";
+    complete = record::read_string_attr(o.resume, "/", "complete") == "yes";
     for (const Case& c : p.cases) complete = complete && stored.count(c.id) > 0;
   } catch (const std::runtime_error& e) {
     return at + "cannot be read: " + e.what();
@@ -172,7 +172,7 @@ std::string resume_problem(Plan& p, bool& complete) {
 std::string table_problem(const std::string& path) {
   if (!exists(path)) return "";
   try {
-    perf::read_calibration(path);
+    predict::read_calibration(path);
   } catch (const std::exception& e) {
     return "--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")";
   }
@@ -182,8 +182,9 @@ std::string table_problem(const std::string& path) {
 // What each output path names when it is a symbolic link (harness::output_target): the run
 // locks and writes that file, and the link stays. Looked at by rank 0, for every rank.
 void follow_output_links(const hn::Args& a, Plan& p) {
-  const std::vector<std::string*> outs = p.perf.calibrate ? std::vector<std::string*>{&p.perf.calibration}
-                                                          : std::vector<std::string*>{&p.o.out, &p.o.dump};
+  const std::vector<std::string*> outs = p.predict_opts.calibrate
+                                             ? std::vector<std::string*>{&p.predict_opts.calibration}
+                                             : std::vector<std::string*>{&p.o.out, &p.o.dump};
   for (std::string* path : outs)
     *path = hn::bcast_string(a.rank() == 0 && !path->empty() ? hn::output_target(*path) : *path, MPI_COMM_WORLD);
 }
@@ -203,8 +204,8 @@ std::string common_problem(const hn::Args& a, Plan& p) {
 }  // namespace
 
 FileArg calibration_input(const Plan& p) {
-  if (p.perf.calibrate) return {"--calibration", ""};
-  if (!p.perf.calibration.empty()) return {"--calibration", p.perf.calibration};
+  if (p.predict_opts.calibrate) return {"--calibration", ""};
+  if (!p.predict_opts.calibration.empty()) return {"--calibration", p.predict_opts.calibration};
   return {"run.calibration", p.deck.calibration == "measure" ? "" : p.deck.calibration};
 }
 
@@ -213,8 +214,8 @@ void claim_outputs(const hn::Args& a, Plan& p) {
   bool complete = false;
   hn::check_on_root(a, [&] {
     std::string why = common_problem(a, p);
-    if (why.empty() && p.perf.calibrate) why = table_problem(p.perf.calibration);
-    if (why.empty() && !p.perf.any()) why = kind_problem(p.o);
+    if (why.empty() && p.predict_opts.calibrate) why = table_problem(p.predict_opts.calibration);
+    if (why.empty() && !p.predict_opts.any()) why = kind_problem(p.o);
     if (why.empty() && !p.o.resume.empty()) why = resume_problem(p, complete);
     if (!why.empty()) p.locks.clear();  // a refused run leaves nothing behind, lock files included
     return why;

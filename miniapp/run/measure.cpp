@@ -13,9 +13,9 @@
 #include "harness/watchdog.hpp"
 #include "miniapp/cp/common.hpp"
 #include "miniapp/model/layer.hpp"
-#include "miniapp/output/dump.hpp"
+#include "miniapp/record/dump.hpp"
 #include "miniapp/run/dtype.hpp"
-#include "miniapp/run/perf_cmds.hpp"
+#include "miniapp/run/predict_cmds.hpp"
 
 namespace minicp::run {
 
@@ -124,12 +124,12 @@ std::vector<double> gather_median(const std::vector<double>& x, MPI_Comm g) {
 }
 
 // Every rank's step rows on the group's rank 0 (each rank has as many).
-std::vector<output::StepRow> gather_steps(const std::vector<output::StepRow>& mine, MPI_Comm g) {
+std::vector<record::StepRow> gather_steps(const std::vector<record::StepRow>& mine, MPI_Comm g) {
   int size = 1, rank = 0;
   MPI_Comm_size(g, &size);
   MPI_Comm_rank(g, &rank);
-  const int bytes = int(mine.size() * sizeof(output::StepRow));
-  std::vector<output::StepRow> all(rank == 0 ? mine.size() * size_t(size) : 0);
+  const int bytes = int(mine.size() * sizeof(record::StepRow));
+  std::vector<record::StepRow> all(rank == 0 ? mine.size() * size_t(size) : 0);
   MPI_Gather(mine.data(), bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, 0, g);
   return all;
 }
@@ -144,9 +144,9 @@ kernels::GemmShape largest_gemm(const Case& c) {
 
 template <class T>
 void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
-                const double t[3], CaseRun& out) {
+                const double t[3], CaseResult& out) {
   const bool bwd = train && mode != cp::Mode::ComputeOnly && ctx.comm.world().size > 1;
-  output::StepRow row{mode_code(mode),
+  record::StepRow row{mode_code(mode),
                       rep,
                       rank,
                       t[0],
@@ -158,27 +158,26 @@ void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, 
                       st.grad_allreduce_exposed_s(),
                       bwd ? st.grad_allreduce_busy_s() : 0.0};
   constexpr int kTotal = model::kPhases;  // the "total" row of a layer (the sum of its phases)
-  if (mode == cp::Mode::Full) out.m.fwd_phases = {}, out.m.bwd_phases = {};  // the last full rep's
+  if (mode == cp::Mode::Full) out.fwd_phases = {}, out.bwd_phases = {};  // the last full rep's
   for (int l = 0; l < L; ++l)
     for (int dir = 0; dir < (train ? 2 : 1); ++dir) {
       const model::PhaseTimes& ph = dir == 0 ? st.forward_times(l) : st.backward_times(l);
       for (int i = 0; i < model::kPhases; ++i)
-        out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, i, ph.s[i]});
-      out.data.timing.push_back({mode_code(mode), rep, rank, l, dir, kTotal, ph.total()});
+        out.record.timing.push_back({mode_code(mode), rep, rank, l, dir, i, ph.s[i]});
+      out.record.timing.push_back({mode_code(mode), rep, rank, l, dir, kTotal, ph.total()});
       row.phases_s += ph.total();
       row.attn_s += ph.s[int(model::Phase::AttnCompute)] + ph.s[int(model::Phase::AttnComm)];
-      if (mode == cp::Mode::Full) (dir == 0 ? out.m.fwd_phases : out.m.bwd_phases) += ph;
+      if (mode == cp::Mode::Full) (dir == 0 ? out.fwd_phases : out.bwd_phases) += ph;
     }
-  out.data.steps.push_back(row);
+  out.record.steps.push_back(row);
 }
 
 // The reps of one round of a case: warm-up, then reps x modes interleaved, recording every
-// rank's step row and per-layer phases into out, and its full-mode samples into out.fs; rep
+// rank's step row and per-layer phases into out, and its full-mode samples into out.rep_*; rep
 // numbers start at first.
 template <class T>
-void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank, CaseRun& out,
-              int first) {
-  FullSamples& fs = out.fs;
+void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ctx, MPI_Comm g, int rank,
+              CaseResult& out, int first) {
   const int L = c.stack.shape.layers;
   const bool train = c.stack.pass == model::Pass::Train;
   comm::Trace& trace = ctx.comm.trace();
@@ -208,16 +207,16 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
       const double t[3] = {t1 - t0, t2 - t1, t2 - t0};
       record_rep(st, ctx, L, train, mode, r, rank, t, out);
       if (mode != cp::Mode::Full) continue;
-      const output::StepRow& row = out.data.steps.back();
-      fs.compute.push_back(row.phases_s - row.attn_comm_wait_s - row.grad_allreduce_s);
-      fs.flops.push_back(ctx.stats.flops + gemm_flops_step);
-      fs.bytes.push_back(double(ctx.bytes_sent()));
-      fs.grad_bytes.push_back(double(st.grad_allreduce_bytes()));
+      const record::StepRow& row = out.record.steps.back();
+      out.rep_compute.push_back(row.phases_s - row.attn_comm_wait_s - row.grad_allreduce_s);
+      out.rep_flops.push_back(ctx.stats.flops + gemm_flops_step);
+      out.rep_bytes.push_back(double(ctx.bytes_sent()));
+      out.rep_grad_bytes.push_back(double(st.grad_allreduce_bytes()));
     }
 }
 
 // The group's ceilings before and after the case: summed over its ranks.
-void sum_ceilings(Measured& m, MPI_Comm g) {
+void sum_ceilings(CaseResult& m, MPI_Comm g) {
   for (kernels::GemmCeiling* x : {&m.before, &m.after}) {
     double v[3] = {x->blas_square, x->blas_layer, x->tile};
     MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_DOUBLE, MPI_SUM, g);
@@ -232,12 +231,12 @@ void sum_ceilings(Measured& m, MPI_Comm g) {
 
 template <class T>
 void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                   CeilingCache& ceiling, CaseRun& out, int round) {
+                   CeilingCache& ceiling, CaseResult& out, int round) {
   const cp::SchemeInfo& info = *c.info;
   MPI_Comm g = comm::mpi_of(comm.world());
   const int rank = comm.world().rank, P = c.stack.attn.ranks;
   const bool last = round == p.deck.rounds - 1;
-  Measured& m = out.m;
+  CaseResult& m = out;
   hn::MemTracker& mem = hn::MemTracker::instance();
   // The ceiling first: its buffers must not count as the case's memory.
   const kernels::GemmShape shape = largest_gemm(c);
@@ -263,10 +262,10 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   trace.clear();
   run_reps(p, c, st, ctx, g, rank, out, round * p.deck.reps);
   const size_t elem = sizeof(T);
-  const output::MemoryRow mine{rank, mem.peak_bytes() - base, mem.peak_bytes(space) - space_base, hn::peak_rss_bytes(),
+  const record::MemoryRow mine{rank, mem.peak_bytes() - base, mem.peak_bytes(space) - space_base, hn::peak_rss_bytes(),
                                model::predicted_stack_bytes(c.stack, info, elem)};
-  if (out.data.memory.empty()) out.data.memory.push_back(mine);
-  output::MemoryRow& high = out.data.memory.front();  // the highest of the rounds
+  if (out.record.memory.empty()) out.record.memory.push_back(mine);
+  record::MemoryRow& high = out.record.memory.front();  // the highest of the rounds
   high.kokkos_peak_bytes = std::max(high.kokkos_peak_bytes, mine.kokkos_peak_bytes);
   high.space_peak_bytes = std::max(high.space_peak_bytes, mine.space_peak_bytes);
   high.rss_peak_bytes = std::max(high.rss_peak_bytes, mine.rss_peak_bytes);
@@ -278,22 +277,21 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
     trace.set_enabled(false);
     st.forward(ctx);
     if (train) st.backward(ctx);
-    output::write_dump(dump, st, c.stack, c.scheme, comm);
+    record::write_dump(dump, st, c.stack, c.scheme, comm);
   }
   for (const comm::Event& e : trace.events())
-    out.data.events.push_back({rank, e.rep, e.mode, e.layer, e.pass, e.step, int32_t(e.kind), e.peer, e.group, e.label,
-                               e.bytes, e.flops, e.t_begin, e.t_end});
+    out.record.events.push_back({rank, e.rep, e.mode, e.layer, e.pass, e.step, int32_t(e.kind), e.peer, e.group,
+                                 e.label, e.bytes, e.flops, e.t_begin, e.t_end});
   trace.clear();
   trace.set_enabled(false);
   cp::release_scratch();
   if (!last) return;
   at(Stage::Gathering);
-  const FullSamples& fs = out.fs;
-  m.steps = gather_steps(out.data.steps, g);
-  m.compute = gather_median(fs.compute, g);
-  m.exec_flops = gather_median(fs.flops, g);
-  m.bytes = gather_median(fs.bytes, g);
-  m.grad_bytes = gather_median(fs.grad_bytes, g);
+  m.steps = gather_steps(out.record.steps, g);
+  m.compute = gather_median(out.rep_compute, g);
+  m.exec_flops = gather_median(out.rep_flops, g);
+  m.bytes = gather_median(out.rep_bytes, g);
+  m.grad_bytes = gather_median(out.rep_grad_bytes, g);
   for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i]);
   m.useful_flops = step_useful_flops(c);
   m.tokens = double(cp::global_q_tokens(ctx.cfg));
@@ -306,14 +304,14 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 
 // One layer's phases other than attention, as the stack runs them (forward, backward; backward
 // 0 for decode), the slowest rank's, over the same layer's GEMMs each in its own loop
-// (perf::layer_gemm_seconds), in pieces (3 at start-up): a piece runs layer steps, then the GEMMs, so
+// (predict::layer_gemm_seconds), in pieces (3 at start-up): a piece runs layer steps, then the GEMMs, so
 // that both are read in the same seconds. After a warm-up step, a piece runs at least 2 steps,
 // more while they add up to under 0.25 s (a decode step of a few ms: its rank-to-rank jitter
 // needs more samples than a training step's). Each pass keeps the piece whose layer over its
 // GEMMs is the median of the pieces: a slow spell of the host that covers one piece's steps
 // and not its GEMMs (or the reverse) skews that piece only.
 template <class T>
-perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
+predict::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
   MPI_Comm g = comm::mpi_of(world.world());
   model::Stack<T> st(c.stack, *c.info, world);
   cp::Context ctx{world, c.stack.attn};
@@ -349,7 +347,7 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
   step(t);  // warm-up
   const model::Shape& s = c.stack.shape;
   const int threads = int(Kokkos::DefaultHostExecutionSpace().concurrency());
-  std::vector<perf::LayerTime> pieces;
+  std::vector<predict::LayerTime> pieces;
   for (int k = 0; k < npieces; ++k) {
     std::vector<double> fwd, bwd;
     double spent = 0;
@@ -357,17 +355,17 @@ perf::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Commu
       step(t);
       fwd.push_back(t[0]), bwd.push_back(t[1]), spent += t[2];
     }
-    const auto [gf, gb] = perf::layer_gemm_seconds(s, rows, dtype, train, world);
+    const auto [gf, gb] = predict::layer_gemm_seconds(s, rows, dtype, train, world);
     pieces.push_back({dtype, threads, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
                       rows, hn::median(fwd), hn::median(bwd), gf, gb, world.world().size});
   }
   cp::release_scratch();
-  return perf::median_layer_rows(pieces).front();
+  return predict::median_layer_rows(pieces).front();
 }
 
 }  // namespace
 
-void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out, int pieces) {
+void measure_layer_rows(const Plan& p, comm::Communicator& world, predict::Calibration& out, int pieces) {
   // Per row count and ranks of the cases (the ranks computing at once: a layer on one rank of
   // an idle host runs faster than on each rank of a full one), the first training case, else
   // the first decode case (forward only). Ranks beyond a case's wait.
@@ -384,7 +382,7 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
                      : comm::make_mpi_comm(comm::Progress::None, 0, {}, comm::staging_for(kernels::kHostMemory), P);
     comm::Communicator& on = group ? *group : world;
     if (rank < P) {
-      const perf::LayerTime l =
+      const predict::LayerTime l =
           with_dtype(p.deck.dtype, [&](auto t) { return time_layer<decltype(t)>(*c, rows, pieces, on); });
       if (rank == 0) out.layers.push_back(l);
     }
@@ -393,7 +391,7 @@ void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibrat
 }
 
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                  CeilingCache& ceiling, CaseRun& out, int round) {
+                  CeilingCache& ceiling, CaseResult& out, int round) {
   with_dtype(p.deck.dtype, [&](auto t) { measure_typed<decltype(t)>(p, c, comm, dump, ceiling, out, round); });
 }
 

@@ -13,8 +13,8 @@
 
 #include "comm/comm.hpp"
 #include "kernels/ceiling.hpp"
-#include "miniapp/output/results.hpp"
-#include "miniapp/perf/calibration.hpp"
+#include "miniapp/predict/calibration.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/driver.hpp"
 
 namespace minicp::run {
@@ -76,9 +76,13 @@ class CeilingCache {
   std::map<std::vector<int64_t>, Timed> cache_;
 };
 
-// What the group measured, on the group's rank 0 (other ranks: their own rows only).
-struct Measured {
-  std::vector<output::StepRow> steps;                                      // every rank's (gathered)
+// One case's results. Every rank: its own rows, as the results file records them, and its
+// full-mode samples; the group's rank 0, after the last round: the group's gathered inputs of
+// the figures (figures.hpp).
+struct CaseResult {
+  record::CaseRecord record;                                               // this rank's rows
+  std::vector<double> rep_compute, rep_flops, rep_bytes, rep_grad_bytes;   // this rank's, one per full-mode rep
+  std::vector<record::StepRow> steps;                                      // every rank's (gathered)
   std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
   double useful_flops = 0, tokens = 0;
   kernels::GemmCeiling before, after;                // summed over the group's ranks (FLOP/s)
@@ -89,32 +93,21 @@ struct Measured {
   std::string start_utc, end_utc;
 };
 
-// This rank's full-mode samples, one per rep, reduced to medians when the case is done.
-struct FullSamples {
-  std::vector<double> compute, flops, bytes, grad_bytes;
-};
-
-struct CaseRun {
-  Measured m;
-  output::CaseData data;  // this rank's rows
-  FullSamples fs;
-};
-
 // Runs round `round` (0 .. run.rounds-1) of case c on comm (the case's CP group; every member
 // calls), appending its reps to out (rep numbers continue over the rounds); the last round
 // also reduces them to the figures' inputs. dump: when not empty, one more full-mode step
 // written there (--dump) after the first round.
 void measure_case(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
-                  CeilingCache& ceiling, CaseRun& out, int round);
+                  CeilingCache& ceiling, CaseResult& out, int round);
 
-// The calibration's layer rows (perf::LayerTime): for each row count and rank count P of the
+// The calibration's layer rows (predict::LayerTime): for each row count and rank count P of the
 // plan's cases, one such case's layers in compute-only mode on the first P ranks of `world`
 // at once (collective over world; the others wait): the seconds of a layer's phases other
 // than attention, forward and backward, of the slowest rank, and the seconds of the layer's
 // GEMMs each in its own loop, timed between those steps, in `pieces` pieces whose median
 // layer-over-GEMMs ratio is kept. Decode cases give forward-only rows (backward 0) at their
 // decode_tokens rows. Appended to `out` on rank 0.
-void measure_layer_rows(const Plan& p, comm::Communicator& world, perf::Calibration& out, int pieces = 3);
+void measure_layer_rows(const Plan& p, comm::Communicator& world, predict::Calibration& out, int pieces = 3);
 
 // Useful FLOPs of one step of a case over the whole problem (docs/figures-of-merit.md): what the
 // layer efficiency and the ETA weigh a case by.

@@ -16,7 +16,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/gemm.hpp"
-#include "miniapp/output/dump.hpp"
+#include "miniapp/record/dump.hpp"
 #include "miniapp/run/figures.hpp"
 #include "minicp_gitinfo.hpp"
 
@@ -78,7 +78,7 @@ void launcher(std::string& name, std::string& cmdline) {
   while (!cmdline.empty() && cmdline.back() == ' ') cmdline.pop_back();
 }
 
-void build_attrs(output::Attrs& r) {
+void build_attrs(record::Attrs& r) {
   r.text["minicp_version"] = MINICP_VERSION;
   r.text["git_sha"] = MINICP_GIT_SHA;
   r.text["git_dirty"] = MINICP_GIT_DIRTY;
@@ -95,7 +95,7 @@ void build_attrs(output::Attrs& r) {
   r.text["attention_isa"] = kernels::attention_isa();
 }
 
-void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
+void blas_attrs(record::Attrs& r, const harness::BlasInfo& b) {
   r.text["blas"] = b.name;
   r.text["blas_library"] = b.library;
   r.text["blas_version"] = b.version;
@@ -109,7 +109,7 @@ void blas_attrs(output::Attrs& r, const harness::BlasInfo& b) {
 }
 
 // The Slurm job this run belongs to ("" / -1 outside Slurm).
-void slurm_attrs(output::Attrs& r) {
+void slurm_attrs(record::Attrs& r) {
   const std::pair<const char*, const char*> text[] = {{"SLURM_JOB_ID", "slurm_job_id"},
                                                       {"SLURM_ARRAY_JOB_ID", "slurm_array_job_id"},
                                                       {"SLURM_ARRAY_TASK_ID", "slurm_array_task_id"},
@@ -125,7 +125,7 @@ void slurm_attrs(output::Attrs& r) {
 }
 
 // The fabric profile asked for and what MPI selected.
-void fabric_attrs(output::Attrs& r, const harness::MpiSelection& sel) {
+void fabric_attrs(record::Attrs& r, const harness::MpiSelection& sel) {
   const harness::FabricProfile* f = harness::applied_fabric();
   r.text["fabric"] = f ? f->name : "";
   r.text["fabric_kind"] = f ? f->kind : "";
@@ -144,7 +144,7 @@ void fabric_attrs(output::Attrs& r, const harness::MpiSelection& sel) {
 // The deck keys whose rows are case attributes (run.dtype, the model's shape, run.reps, ...):
 // the deck's value, the same in every case. The sweep's lists are not among them: each case
 // writes its own value of those (seq_len, ranks, the scheme settings).
-void deck_attrs(output::Attrs& a, const Deck& d) {
+void deck_attrs(record::Attrs& a, const Deck& d) {
   for (const DeckKey& k : deck_keys()) {
     if (!k.case_attr) continue;
     std::visit(
@@ -163,9 +163,9 @@ void deck_attrs(output::Attrs& a, const Deck& d) {
 
 }  // namespace
 
-output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
+record::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
                              const harness::BlasInfo& blas, const ProgressSettings& prog) {
-  output::Attrs r;
+  record::Attrs r;
   build_attrs(r);
   blas_attrs(r, blas);
   r.text["comm_backend"] = wants_nccl() ? "nccl" : world.backend();  // the cases' communicator (case_comm)
@@ -204,12 +204,12 @@ output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   return r;
 }
 
-output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo) {
-  output::Attrs a;
+record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo) {
+  record::Attrs a;
   const cp::Config& cfg = c.stack.attn;
   a.text["scheme"] = c.scheme;
   a.text["pass"] = model::to_string(c.stack.pass);
-  a.text["mask"] = output::mask_name(cfg);
+  a.text["mask"] = record::mask_name(cfg);
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
   a.integer["decode_tokens"] = cfg.decode_tokens;
@@ -222,7 +222,7 @@ output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   return a;
 }
 
-void print_case(const Case& c, const output::Attrs& summary, const Measured& m) {
+void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m) {
   const auto& f = summary.real;
   const int L = c.stack.shape.layers;
   auto opt = [&](const char* k, double scale = 1) {
@@ -258,7 +258,7 @@ void print_case(const Case& c, const output::Attrs& summary, const Measured& m) 
         slow, slow * f.at("measured_time_s"));
 }
 
-std::string summary_token(const Case& c, const output::Attrs& summary) {
+std::string summary_token(const Case& c, const record::Attrs& summary) {
   return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
          "_P" + std::to_string(c.stack.attn.ranks) + "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
 }

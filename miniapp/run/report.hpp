@@ -7,7 +7,7 @@
 #include "comm/comm.hpp"
 #include "harness/blas.hpp"
 #include "harness/main.hpp"
-#include "miniapp/output/results.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/driver.hpp"
 #include "miniapp/run/measure.hpp"
 
@@ -22,19 +22,19 @@ struct ProgressSettings {
 
 // The root attributes: build, BLAS, CPU, environment, binding, launcher, MPI, hosts, deck.
 // Collective over MPI_COMM_WORLD (every rank's CPU affinity is gathered).
-output::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
+record::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::Communicator& world,
                              const harness::BlasInfo& blas, const ProgressSettings& prog);
 
 // A case's attributes: scheme, pass, mask, status, seq_len, ranks, every setting of its scheme
 // as it ran (a default rule resolved on the case's communicator topology), and the deck keys
 // whose rows are case attributes (deck_keys(): dtype, the shape, reps, warmup, ...).
-output::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo);
+record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo);
 
 // The case's lines of the human table (rank 0).
-void print_case(const Case& c, const output::Attrs& summary, const Measured& m);
+void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m);
 
 // One token of the closing MINICP line: "<pass>_<scheme>_S<S>_P<P>=<layer efficiency>".
-std::string summary_token(const Case& c, const output::Attrs& summary);
+std::string summary_token(const Case& c, const record::Attrs& summary);
 
 // Remaining time, weighting each case by its useful FLOPs x reps x modes (the time model a
 // case's cost follows) and scaling by the seconds the cases done so far took.

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "harness/main.hpp"
-#include "miniapp/output/results.hpp"
-#include "miniapp/perf/calibration_measure.hpp"
-#include "miniapp/perf/predict.hpp"
+#include "miniapp/predict/calibration_measure.hpp"
+#include "miniapp/predict/predict.hpp"
+#include "miniapp/record/results.hpp"
 #include "miniapp/run/deck.hpp"
 
 namespace minicp::comm {
@@ -18,7 +18,7 @@ namespace minicp::run {
 
 struct Plan;
 
-struct PerfOptions {
+struct PredictOptions {
   bool calibrate = false, predict = false, advise = false;
   std::string calibration;  // --calibration FILE: the table read (or, with --calibrate, written)
   std::string against;      // --against FILE.h5: compare the predictions with a results file
@@ -32,12 +32,12 @@ int64_t rows_of(const Case& c);
 
 // What the calibration of a deck measures: its shape, rows per rank and precision, and the
 // blocking collectives its cases' schedules wait for, laid out ranks_per_node to a node.
-perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int ranks_per_node);
+predict::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int ranks_per_node);
 
 // The machine a deck's cases are predicted on: the table's rates at `threads`, the links of
 // the deck's fabric (the table's rows for it, else the profile's [link] figures), the ranks
 // laid out ranks_per_node to a node. Throws harness::UsageError naming what is missing.
-perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threads, int ranks_per_node);
+predict::Machine machine_for(const Deck& d, const predict::Calibration& cal, int threads, int ranks_per_node);
 
 // The commands: each prints on rank 0 and returns (the caller ends the program).
 void run_calibrate(const harness::Args& a, const Plan& p, comm::Communicator& world);
@@ -46,7 +46,7 @@ void run_advise(const Plan& p);
 
 // A case's prediction as summary attributes (predicted_time_s, predicted_<phase>_s, ...)
 // beside the measured ones; NaN with prediction_note when the table cannot predict it.
-void prediction_figures(output::Attrs& s, const Case& c, const perf::Machine& m, const Deck& d,
+void prediction_figures(record::Attrs& s, const Case& c, const predict::Machine& m, const Deck& d,
                         const double measured_phase_s[], double group_sgemm_flops_per_s);
 
 }  // namespace minicp::run

@@ -1,6 +1,6 @@
 // The calibration table: its text form, parsing and lookups (see calibration.hpp); the
 // measurement that fills one is calibration_measure.cpp.
-#include "miniapp/perf/calibration.hpp"
+#include "miniapp/predict/calibration.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "comm/trace.hpp"
 #include "harness/input.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 namespace {
 
@@ -250,7 +250,7 @@ Calibration parse_calibration(const std::string& text, const std::string& source
     if (!(ls >> kind)) continue;
     auto bad = [&](const std::string& why) {
       return std::runtime_error(source + ":" + std::to_string(no) + ": " + why + " (row '" + kind +
-                                "'; see the header of miniapp/perf/calibration.hpp)");
+                                "'; see the header of miniapp/predict/calibration.hpp)");
     };
     if (kind == "info") {
       std::string k, v;
@@ -302,4 +302,4 @@ std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples) 
   return out;
 }
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -1,5 +1,5 @@
 // The performance model (see predict.hpp).
-#include "miniapp/perf/predict.hpp"
+#include "miniapp/predict/predict.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 using model::Phase;
 
@@ -318,7 +318,7 @@ PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Mach
 
 }  // namespace
 
-Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& m, size_t elem) {
+Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& m, size_t elem) {
   if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
   Prediction out;
   const cp::Config c = model::attention_config(cfg);
@@ -413,4 +413,4 @@ std::string explain(const Prediction& p) {
   return s;
 }
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -28,9 +28,9 @@
 #include "miniapp/cp/schedule.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "miniapp/model/layer.hpp"
-#include "miniapp/perf/calibration.hpp"
+#include "miniapp/predict/calibration.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 // One kernel of a layer: a GEMM (ops "NN", "NT", "TN"; C[m,n] += op(A)[m,k] op(B)[k,n]) or
 // an element-wise kernel over `values` values. Listed in the order model::Stack runs them.
@@ -123,9 +123,9 @@ struct Prediction {
 
 // Throws std::runtime_error when the table lacks what the case needs (no GEMM rate at all for
 // its dtype and threads, no attention rate), naming it.
-Prediction predict(const model::StackConfig& cfg, const cp::SchemeInfo& scheme, const Machine& m, size_t elem);
+Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& scheme, const Machine& m, size_t elem);
 
 // One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
 std::string explain(const Prediction& p);
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "miniapp/perf/predict.hpp"
+#include "miniapp/predict/predict.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 namespace {
 
@@ -368,4 +368,4 @@ TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kern
   return {double(full), double(partial), double(full_area) / whole, double(partial_area) / whole};
 }
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -16,10 +16,10 @@
 #include "comm/comm.hpp"
 #include "miniapp/model/layer.hpp"
 
-namespace minicp::output {
+namespace minicp::record {
 
 // Writes the dump of `st` (after its forward; train: after its backward too) to `path`,
-// atomically (output::H5File). Collective over comm's world; the datasets have the stack's
+// atomically (record::H5File). Collective over comm's world; the datasets have the stack's
 // type T. `scheme` is the CP scheme's name, recorded as an attribute. Throws
 // std::runtime_error naming the path (and the dataset) when the file cannot be written,
 // std::logic_error when a train stack has not run its backward.
@@ -29,7 +29,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
 
 // The root attribute file_kind of a dump (dumps written before it are known by their
 // rope_convention), and "" when the existing file at path is a dump, else what it is instead
-// (see output::kind_mismatch). Serial.
+// (see record::kind_mismatch). Serial.
 constexpr const char* kDumpKind = "minicp dump";
 std::string not_a_dump_file(const std::string& path);
 
@@ -41,4 +41,4 @@ std::string mask_name(const cp::Config& attn);
 // which it is built over).
 MPI_Comm mpi_world(const comm::Communicator& comm);
 
-}  // namespace minicp::output
+}  // namespace minicp::record

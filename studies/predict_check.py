@@ -8,7 +8,7 @@ for a local profile, inter-node for an emulated one. Prints, per file and in all
 predicted / measured ratio, and how often the scheme the model ranks first is the measured
 best or within 5% of it; writes the per-case ratios as CSV.
 
-  /usr/bin/python3 studies/model_check.py --minicp build/bin/minicp \\
+  /usr/bin/python3 studies/predict_check.py --minicp build/bin/minicp \\
       results/study.h5 results/fabric/*.h5
 """
 import argparse
@@ -39,7 +39,7 @@ def check(minicp, table, path):
     cmd = [minicp, "--predict", "--against", path] + (["--calibration", table] if table else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
-        sys.exit(f"model_check: minicp --predict --against {path} failed:\n{out.stderr}{out.stdout}")
+        sys.exit(f"predict_check: minicp --predict --against {path} failed:\n{out.stderr}{out.stdout}")
     cases = []
     for line in out.stdout.splitlines():
         f = line.split()
@@ -59,7 +59,7 @@ def main():
     ap.add_argument("--fabric-csv", default="results/fabric/fabric_study.csv",
                     help="the fabric study's alpha/beta per profile, for the links (default: %(default)s; "
                          "skipped when absent)")
-    ap.add_argument("--csv", default="results/model_check.csv", help="per-case output (default: %(default)s)")
+    ap.add_argument("--csv", default="results/predict_check.csv", help="per-case output (default: %(default)s)")
     a = ap.parse_args()
     table = ""
     if a.table:
@@ -93,7 +93,7 @@ def main():
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-        print(f"model_check: per-case ratios in {a.csv}")
+        print(f"predict_check: per-case ratios in {a.csv}")
     finally:
         if table:
             os.unlink(table)

@@ -1,5 +1,5 @@
-// The --dump file (see dump.hpp), written through output::H5File.
-#include "miniapp/output/dump.hpp"
+// The --dump file (see dump.hpp), written through record::H5File.
+#include "miniapp/record/dump.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -7,9 +7,9 @@
 
 #include "comm/mpi_group.hpp"
 #include "kernels/convert.hpp"
-#include "miniapp/output/h5.hpp"
+#include "miniapp/record/h5.hpp"
 
-namespace minicp::output {
+namespace minicp::record {
 
 namespace {
 
@@ -124,4 +124,4 @@ template void write_dump<double>(const std::string&, const model::Stack<double>&
 template void write_dump<kernels::bf16>(const std::string&, const model::Stack<kernels::bf16>&,
                                         const model::StackConfig&, const std::string&, comm::Communicator&);
 
-}  // namespace minicp::output
+}  // namespace minicp::record

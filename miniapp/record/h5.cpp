@@ -1,5 +1,5 @@
 // The HDF5 writer (see h5.hpp): parallel HDF5 C API through MPI-IO, collective data writes.
-#include "miniapp/output/h5.hpp"
+#include "miniapp/record/h5.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@
 #include "harness/main.hpp"
 #include "harness/output.hpp"
 
-namespace minicp::output {
+namespace minicp::record {
 
 static_assert(std::is_same<hid_t, int64_t>::value, "h5.hpp stores hid_t as int64_t (HDF5 >= 1.10)");
 
@@ -769,4 +769,4 @@ template void H5File::write_replicated<float>(const std::string&, int64_t, int64
 template void H5File::write_replicated<double>(const std::string&, int64_t, int64_t, const double*);
 template void H5File::write_replicated<int64_t>(const std::string&, int64_t, int64_t, const int64_t*);
 
-}  // namespace minicp::output
+}  // namespace minicp::record

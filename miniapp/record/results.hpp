@@ -1,5 +1,5 @@
 // The results file of a minicp run (--out FILE.h5): everything measured, every case, every
-// rank, through output::H5File. Layout and units: docs/results-file.md.
+// rank, through record::H5File. Layout and units: docs/results-file.md.
 //   /                      attributes: version, build, platform, run (deck text, command line)
 //   /cases/<id>/           attributes: the case (scheme, settings, shape, pass, mask, status)
 //   /cases/<id>/timing     table: mode, rep, rank, layer, pass, phase, seconds
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace minicp::output {
+namespace minicp::record {
 
 // Attributes of one object.
 struct Attrs {
@@ -56,7 +56,7 @@ struct EventRow {
   double flops, t_begin, t_end;
 };
 
-struct CaseData {
+struct CaseRecord {
   std::string id;
   Attrs attrs, summary;
   std::vector<TimingRow> timing;
@@ -78,7 +78,7 @@ class Results {
   const std::vector<std::string>& done() const { return done_; }
   bool has_case(const std::string& id) const;
   // Adds one case as a transaction. Collective. Returns the seconds it took.
-  double add_case(const CaseData& c);
+  double add_case(const CaseRecord& c);
   // Marks the file complete and sets the end-of-run attributes. Collective.
   void finish(const Attrs& root_end);
   const std::string& path() const { return path_; }
@@ -95,7 +95,7 @@ class Results {
 constexpr const char* kResultsKind = "minicp results";
 
 // "" when the existing file at path is a minicp results file, else what it is instead (see
-// output::kind_mismatch). Serial.
+// record::kind_mismatch). Serial.
 std::string not_a_results_file(const std::string& path);
 
 // A complete case of an existing results file, as --resume needs it. Serial (one rank).
@@ -110,4 +110,4 @@ std::vector<StoredCase> stored_cases(const std::string& path);
 // and its resolved deck (rank 0 reads; every rank gets the answer). Collective.
 std::vector<std::string> complete_cases(const std::string& file, MPI_Comm comm, std::string* deck);
 
-}  // namespace minicp::output
+}  // namespace minicp::record

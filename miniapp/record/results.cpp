@@ -1,14 +1,14 @@
 // The results file (see results.hpp).
-#include "miniapp/output/results.hpp"
+#include "miniapp/record/results.hpp"
 
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
 
 #include "harness/main.hpp"
-#include "miniapp/output/h5.hpp"
+#include "miniapp/record/h5.hpp"
 
-namespace minicp::output {
+namespace minicp::record {
 namespace {
 
 void write_attrs(H5File& f, const std::string& object, const Attrs& a) {
@@ -123,7 +123,7 @@ bool Results::has_case(const std::string& id) const {
   return false;
 }
 
-double Results::add_case(const CaseData& c) {
+double Results::add_case(const CaseRecord& c) {
   const double t0 = MPI_Wtime();
   H5File f(path_, comm_, path_);
   const std::string g = "/cases/" + c.id;
@@ -199,4 +199,4 @@ void Results::finish(const Attrs& root_end) {
   f.commit();
 }
 
-}  // namespace minicp::output
+}  // namespace minicp::record

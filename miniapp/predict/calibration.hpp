@@ -70,7 +70,7 @@
 #include "miniapp/cp/schedule.hpp"
 #include "miniapp/model/model.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 struct GemmRate {
   std::string dtype, ops;  // "f32", "NN"
@@ -191,4 +191,4 @@ Calibration read_calibration(const std::string& path);
 // row of a typical one.
 std::vector<LayerTime> median_layer_rows(const std::vector<LayerTime>& samples);
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

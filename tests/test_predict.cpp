@@ -16,7 +16,7 @@
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
 #include "miniapp/cp/layout.hpp"
-#include "miniapp/perf/predict.hpp"
+#include "miniapp/predict/predict.hpp"
 #include "tests/mpi_util.hpp"
 
 namespace {
@@ -26,8 +26,8 @@ TEST(PerfModel, LayerOpsMatchLayerFlops) {
   for (const model::Preset& p : model::presets()) {
     for (int64_t N : {1, 64, 1000}) {
       double fwd = 0, bwd = 0;
-      for (const perf::LayerOp& op : perf::layer_ops(p.shape, N, false)) fwd += op.flops();
-      for (const perf::LayerOp& op : perf::layer_ops(p.shape, N, true)) bwd += op.flops();
+      for (const predict::LayerOp& op : predict::layer_ops(p.shape, N, false)) fwd += op.flops();
+      for (const predict::LayerOp& op : predict::layer_ops(p.shape, N, true)) bwd += op.flops();
       const double want_fwd = model::layer_flops(p.shape, double(N), double(N), true, false, false).gemm;
       const double want_train = model::layer_flops(p.shape, double(N), double(N), true, true, false).gemm;
       EXPECT_DOUBLE_EQ(fwd, want_fwd) << p.name << " N=" << N;
@@ -40,7 +40,7 @@ TEST(PerfModel, LayerOpsMatchLayerFlops) {
 TEST(PerfModel, TileCountsMatchTheKernel) {
   struct Case {
     const char* name;
-    perf::Spans q, kv;
+    predict::Spans q, kv;
     bool causal;
     int64_t window, doc_len;
   };
@@ -68,8 +68,8 @@ TEST(PerfModel, TileCountsMatchTheKernel) {
     const kernels::AttnMask mask = cp::make_mask(cfg, qp, kp);
     const kernels::AttnStats f = kernels::attention_fwd<double>(q, k, v, mask, o, lse);
     const kernels::AttnStats b = kernels::attention_bwd<double>(q, k, v, o, lse, o, mask, dq, dk, dv);
-    const perf::TileCount tf = perf::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(false));
-    const perf::TileCount tb = perf::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(true));
+    const predict::TileCount tf = predict::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(false));
+    const predict::TileCount tb = predict::count_tiles(cfg, c.q, c.kv, kernels::attention_default_tiles(true));
     EXPECT_EQ(double(f.blocks_computed), (tf.full + tf.partial) * H) << c.name << " forward";
     EXPECT_EQ(double(b.blocks_computed), (tb.full + tb.partial) * H) << c.name << " backward";
   }
@@ -81,12 +81,12 @@ namespace tile_by_tile {
 struct Bounds {
   int64_t pmin, pmax, dmin, dmax, rows;
 };
-std::vector<Bounds> tile_bounds(const perf::Spans& rows, int b, int64_t doc_len) {
+std::vector<Bounds> tile_bounds(const predict::Spans& rows, int b, int64_t doc_len) {
   std::vector<Bounds> out;
   Bounds cur{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, 0};
   int64_t in_tile = 0;
   auto doc = [&](int64_t p) { return doc_len > 0 ? p / doc_len : 0; };
-  for (const perf::Span& sp : rows) {
+  for (const predict::Span& sp : rows) {
     int64_t i = 0;
     while (i < sp.count) {
       const int64_t take = std::min<int64_t>(b - in_tile, sp.count - i);
@@ -100,11 +100,12 @@ std::vector<Bounds> tile_bounds(const perf::Spans& rows, int b, int64_t doc_len)
   if (in_tile > 0) out.push_back(cur);
   return out;
 }
-perf::TileCount count(const cp::Config& c, const perf::Spans& q, const perf::Spans& kv, kernels::AttnTiles tiles) {
+predict::TileCount count(const cp::Config& c, const predict::Spans& q, const predict::Spans& kv,
+                         kernels::AttnTiles tiles) {
   const bool causal = c.causal || c.window > 0;
   const int64_t W = c.window;
   const double whole = double(tiles.q) * tiles.k;
-  perf::TileCount n;
+  predict::TileCount n;
   for (const Bounds& a : tile_bounds(q, tiles.q, c.doc_len))
     for (const Bounds& k : tile_bounds(kv, tiles.k, c.doc_len)) {
       if (causal && k.pmin > a.pmax) continue;
@@ -119,25 +120,25 @@ perf::TileCount count(const cp::Config& c, const perf::Spans& q, const perf::Spa
 }
 }  // namespace tile_by_tile
 
-bool same_count(const perf::TileCount& a, const perf::TileCount& b) {
+bool same_count(const predict::TileCount& a, const predict::TileCount& b) {
   auto near = [](double x, double y) { return std::abs(x - y) <= 1e-12 * std::max(1.0, std::abs(y)); };
   return near(a.full, b.full) && near(a.partial, b.partial) && near(a.full_area, b.full_area) &&
          near(a.partial_area, b.partial_area);
 }
-std::string describe(const perf::TileCount& t) {
+std::string describe(const predict::TileCount& t) {
   return std::to_string(t.full) + " full, " + std::to_string(t.partial) + " partial, areas " +
          std::to_string(t.full_area) + " / " + std::to_string(t.partial_area);
 }
-std::string describe(const perf::Spans& s) {
+std::string describe(const predict::Spans& s) {
   std::string out;
-  for (const perf::Span& sp : s)
+  for (const predict::Span& sp : s)
     out += "{" + std::to_string(sp.start) + "," + std::to_string(sp.count) + "," + std::to_string(sp.stride) + "}";
   return out;
 }
 
 // The rows of a call: a rank's rows in one of the layouts, an all-gather chunk of every
 // rank's, a decode step's, or a few spans of random start, stride (negative and 0 too) and count.
-perf::Spans random_rows(std::mt19937_64& g) {
+predict::Spans random_rows(std::mt19937_64& g) {
   auto U = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(g); };
   const int64_t S = U(1, 600);
   const int P = int(U(1, 5)), r = int(U(0, P - 1));
@@ -151,7 +152,7 @@ perf::Spans random_rows(std::mt19937_64& g) {
     }
     case 4: {  // all-gather's chunk k of every rank's two zigzag chunks
       const int64_t half = S / 2 + 1, size = U(1, half), begin = U(0, half - size);
-      perf::Spans kv;
+      predict::Spans kv;
       for (int h = 0; h < 2; ++h)
         for (int i = 0; i < P; ++i) kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + begin, size, 1});
       return kv;
@@ -159,7 +160,7 @@ perf::Spans random_rows(std::mt19937_64& g) {
     case 5: return {{S, U(1, 9), 1}};
     default: break;
   }
-  perf::Spans s;
+  predict::Spans s;
   for (int64_t i = 0, n = U(0, 4); i < n; ++i) {
     const int64_t stride = U(0, 9) == 0 ? 0 : U(-3, 9), count = U(0, 150);
     s.push_back({U(0, 1500) + (stride < 0 ? -stride * count : 0), count, stride});
@@ -173,11 +174,12 @@ perf::Spans random_rows(std::mt19937_64& g) {
 TEST(PerfModel, TileCountsEqualTheTileByTileCount) {
   std::mt19937_64 g(20240613);
   auto U = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(g); };
-  const perf::TileCut cuts[] = {perf::TileCut::Cheapest, perf::TileCut::QueryResidues, perf::TileCut::KeyResidues,
-                                perf::TileCut::QueryDocuments, perf::TileCut::KeyDocuments};
+  const predict::TileCut cuts[] = {predict::TileCut::Cheapest, predict::TileCut::QueryResidues,
+                                   predict::TileCut::KeyResidues, predict::TileCut::QueryDocuments,
+                                   predict::TileCut::KeyDocuments};
   int failures = 0;
   for (int it = 0; it < 3000 && failures < 5; ++it) {
-    const perf::Spans q = random_rows(g), kv = random_rows(g);
+    const predict::Spans q = random_rows(g), kv = random_rows(g);
     cp::Config c;
     c.causal = U(0, 2) > 0;
     const int64_t w = U(0, 4), d = U(0, 4);
@@ -185,14 +187,15 @@ TEST(PerfModel, TileCountsEqualTheTileByTileCount) {
     c.doc_len = d == 1 ? U(1, 20) : d == 2 ? U(1, 3000) : d == 3 ? (U(0, 4) == 0 ? INT64_MAX : U(100, 400)) : 0;
     const kernels::AttnTiles t = U(0, 3) == 0 ? kernels::AttnTiles{int(U(1, 4)), int(U(1, 4))}
                                               : kernels::AttnTiles{int(U(1, 70)), int(U(1, 70))};
-    const perf::TileCount want = tile_by_tile::count(c, q, kv, t);
+    const predict::TileCount want = tile_by_tile::count(c, q, kv, t);
     const int64_t far = (int64_t(1) << 61) + U(0, 1 << 20), shift = c.doc_len > 0 ? far / c.doc_len * c.doc_len : far;
-    perf::Spans q2 = q, kv2 = kv;
-    for (perf::Span& s : q2) s.start += shift;
-    for (perf::Span& s : kv2) s.start += shift;
-    for (const perf::TileCut cut : cuts)
+    predict::Spans q2 = q, kv2 = kv;
+    for (predict::Span& s : q2) s.start += shift;
+    for (predict::Span& s : kv2) s.start += shift;
+    for (const predict::TileCut cut : cuts)
       for (const bool moved : {false, true}) {
-        const perf::TileCount got = moved ? perf::count_tiles(c, q2, kv2, t, cut) : perf::count_tiles(c, q, kv, t, cut);
+        const predict::TileCount got =
+            moved ? predict::count_tiles(c, q2, kv2, t, cut) : predict::count_tiles(c, q, kv, t, cut);
         if (same_count(got, want)) continue;
         ++failures;
         ADD_FAILURE() << "q " << describe(q) << " kv " << describe(kv) << " tiles " << t.q << "x" << t.k << " causal "
@@ -218,10 +221,10 @@ TEST(PerfModel, TileCountsOfA2To40Sequence) {
     cp::Config c;
     c.causal = true, c.doc_len = doc_len;
     for (int r = 0; r < P; ++r) {
-      perf::TileCount got;
+      predict::TileCount got;
       for (int s = 0; s < P; ++s) {
-        const perf::TileCount t =
-            perf::count_tiles(c, layout::zigzag_spans(S, P, r), layout::zigzag_spans(S, P, s), {int(b), int(b)});
+        const predict::TileCount t =
+            predict::count_tiles(c, layout::zigzag_spans(S, P, r), layout::zigzag_spans(S, P, s), {int(b), int(b)});
         got.full += t.full, got.partial += t.partial, got.full_area += t.full_area, got.partial_area += t.partial_area;
       }
       i128 full = 0, visible = 0;
@@ -231,7 +234,7 @@ TEST(PerfModel, TileCountsOfA2To40Sequence) {
         const i128 q0 = m0 * b, q1 = m1 * b;  // sum of q + 1 over [q0, q1)
         visible += (q0 + 1 + q1) * (q1 - q0) / 2;
       }
-      const perf::TileCount want{double(full), double(2 * C), double(full), double(2 * C)};
+      const predict::TileCount want{double(full), double(2 * C), double(full), double(2 * C)};
       EXPECT_TRUE(same_count(got, want)) << "rank " << r << " doc_len " << doc_len << ": " << describe(got)
                                          << ", expected " << describe(want);
       if (doc_len == 0) {
@@ -246,11 +249,11 @@ TEST(PerfModel, TileCountsOfA2To40Sequence) {
 }
 
 // Bytes of every call a schedule lists, by the one definition.
-int64_t schedule_bytes(const perf::Schedule& s) {
+int64_t schedule_bytes(const predict::Schedule& s) {
   int64_t b = 0;
-  for (const perf::Step& st : s.steps)
+  for (const predict::Step& st : s.steps)
     for (const auto* calls : {&st.overlapped, &st.exposed})
-      for (const perf::CommCall& c : *calls) b += comm::bytes_leaving(c.op, c.payload, c.group);
+      for (const predict::CommCall& c : *calls) b += comm::bytes_leaving(c.op, c.payload, c.group);
   return b;
 }
 
@@ -278,7 +281,7 @@ void schedules_send_what_the_schemes_send(bool bf16_dkv) {
     Kokkos::deep_copy(q, T(0.1)), Kokkos::deep_copy(k, T(0.2)), Kokkos::deep_copy(v, T(0.3));
     cp::Context ctx{*comm, cfg};
     auto scheme = cp::make_scheme<T>(info);
-    const perf::Topo topo{P, P};
+    const predict::Topo topo{P, P};
     scheme->forward(ctx, q, k, v, o, lse);
     EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(T))))
         << info.name << " forward, rank " << r << ", " << what;
@@ -318,8 +321,8 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
       "coll default intra alltoall 2 1048576 6.6e-4\n"
       "layer f32 1 1024 1024 256 2816 512 0.145 0.275\n"
       "info host vm\n";
-  const perf::Calibration c = perf::parse_calibration(text, "t.txt");
-  const perf::Calibration back = perf::parse_calibration(c.text(), "again");
+  const predict::Calibration c = predict::parse_calibration(text, "t.txt");
+  const predict::Calibration back = predict::parse_calibration(c.text(), "again");
   EXPECT_EQ(back.text(), c.text());
   ASSERT_NE(back.find_gemm("f32", 1, "NT", 600, 1000, 3000), nullptr);  // nearest shape
   EXPECT_EQ(back.find_gemm("f64", 1, "NN", 512, 1024, 2816), nullptr);
@@ -327,26 +330,26 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   ASSERT_NE(back.find_busy("default", "intra", "allreduce"), nullptr);
   EXPECT_EQ(back.find_busy("default", "intra", "allreduce")->cpu_Bps, 1.3e9);
   EXPECT_EQ(back.find_busy("default", "intra", "p2p"), nullptr);
-  EXPECT_THROW(perf::parse_calibration("busy default intra ring 6e8 1e9\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("busy default intra ring 6e8 1e9\n", "x"), std::runtime_error);
   ASSERT_EQ(back.colls.size(), 1u);
   EXPECT_EQ(back.colls[0].op, "alltoall");
   EXPECT_EQ(back.colls[0].payload, 1048576);
   EXPECT_EQ(back.colls[0].seconds, 6.6e-4);
-  EXPECT_THROW(perf::parse_calibration("coll default intra sendrecv 2 1024 1e-5\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 1 1024 1e-5\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("coll default intra alltoall 2 1024 0\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("coll default intra sendrecv 2 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("coll default intra alltoall 1 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("coll default intra alltoall 2 1024 0\n", "x"), std::runtime_error);
   // Posted rows: all-gathers and reduce-scatters, 0 s (all hidden) allowed; kept apart from
   // the blocking rows and written back as posted.
-  const perf::Calibration nb = perf::parse_calibration(
+  const predict::Calibration nb = predict::parse_calibration(
       "posted default intra allgather 2 32768 1.5e-3\nposted default intra reduce_scatter 2 32768 0\n", "nb");
   ASSERT_EQ(nb.colls.size(), 2u);
   EXPECT_TRUE(nb.colls[0].posted && nb.colls[1].posted);
   EXPECT_EQ(nb.colls[1].seconds, 0.0);
-  EXPECT_EQ(perf::parse_calibration(nb.text(), "again").text(), nb.text());
+  EXPECT_EQ(predict::parse_calibration(nb.text(), "again").text(), nb.text());
   EXPECT_NE(nb.text().find("posted default intra allgather 2 32768"), std::string::npos);
   EXPECT_FALSE(back.colls[0].posted);
-  EXPECT_THROW(perf::parse_calibration("posted default intra alltoall 2 1024 1e-5\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("posted default intra allgather 2 1024 -1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("posted default intra alltoall 2 1024 1e-5\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("posted default intra allgather 2 1024 -1e-5\n", "x"), std::runtime_error);
   ASSERT_EQ(back.layers.size(), 1u);
   EXPECT_EQ(back.layers[0].rows, 512);
   EXPECT_EQ(back.layers[0].backward_s, 0.275);
@@ -357,48 +360,48 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   EXPECT_EQ(back.find_layer("f32", 2, small, 512), nullptr);
   small.ffn = 4096;
   EXPECT_EQ(back.find_layer("f32", 1, small, 512), nullptr);  // another shape
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0 0.2\n", "x"), std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 0 0.1 0.2\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("layer f32 1 1024 1024 256 2816 512 0 0.2\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("layer f32 1 1024 1024 256 2816 0 0.1 0.2\n", "x"), std::runtime_error);
   // The optional GEMM seconds timed beside the layer: kept, written back; both or none.
-  const perf::Calibration g =
-      perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24\n", "g");
+  const predict::Calibration g =
+      predict::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24\n", "g");
   ASSERT_EQ(g.layers.size(), 1u);
   EXPECT_EQ(g.layers[0].gemm_forward_s, 0.12);
   EXPECT_EQ(g.layers[0].gemm_backward_s, 0.24);
-  EXPECT_EQ(perf::parse_calibration(g.text(), "again").text(), g.text());
+  EXPECT_EQ(predict::parse_calibration(g.text(), "again").text(), g.text());
   EXPECT_EQ(back.layers[0].gemm_forward_s, 0.0);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"),
+  EXPECT_THROW(predict::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12\n", "x"),
                std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"),
+  EXPECT_THROW(predict::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0 0.2\n", "x"),
                std::runtime_error);
-  EXPECT_THROW(perf::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"),
+  EXPECT_THROW(predict::parse_calibration("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 x\n", "x"),
                std::runtime_error);
   // The optional ranks computing at once: kept, written back; a positive integer. The row of
   // the asked ranks wins over a nearer row count of other ranks; a row without ranks matches any.
-  const perf::Calibration r = perf::parse_calibration(
+  const predict::Calibration r = predict::parse_calibration(
       "layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.12 0.24 2\n"
       "layer f32 1 1024 1024 256 2816 1024 0.3 0.6 0.25 0.5 1\n",
       "r");
   ASSERT_EQ(r.layers.size(), 2u);
   EXPECT_EQ(r.layers[0].ranks, 2);
-  EXPECT_EQ(perf::parse_calibration(r.text(), "again").text(), r.text());
+  EXPECT_EQ(predict::parse_calibration(r.text(), "again").text(), r.text());
   EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 1), &r.layers[1]);
   EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 900, 2), &r.layers[0]);
   EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 4), &r.layers[0]);  // the nearest ranks
   EXPECT_EQ(r.find_layer("f32", 1, small_ffn(), 600, 0), &r.layers[0]);  // any ranks: the nearest rows
   EXPECT_EQ(back.find_layer("f32", 1, small_ffn(), 512, 1), &back.layers[0]);
   for (const char* bad : {"0", "1.5", "x", "2 3"})
-    EXPECT_THROW(perf::parse_calibration(
+    EXPECT_THROW(predict::parse_calibration(
                      std::string("layer f32 1 1024 1024 256 2816 512 0.145 0.275 0.1 0.2 ") + bad + "\n", "x"),
                  std::runtime_error)
         << bad;
   try {
-    perf::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
+    predict::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.txt:2"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(perf::parse_calibration("gemmm f32\n", "x"), std::runtime_error);
+  EXPECT_THROW(predict::parse_calibration("gemmm f32\n", "x"), std::runtime_error);
 }
 
 // The overlap rule: with an instant link the step is the compute alone, a slower link never
@@ -406,12 +409,12 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
 // The tiny layers' training step at S = 4096 on P ranks of one node, with a small table.
 struct TinyCase {
   model::StackConfig sc;
-  perf::Machine m;
+  predict::Machine m;
   explicit TinyCase(int P) {
     sc.shape = *model::find_preset("tiny");
     sc.pass = model::Pass::Train;
     sc.attn.seq_len = 4096, sc.attn.ranks = P;
-    m.cal = perf::parse_calibration(
+    m.cal = predict::parse_calibration(
         "sgemm 1 1e11\ngemm f32 1 NN 64 64 64 1e10\nattn f32 1 fwd 16 256 128 1e-6 2e-6 1e-6\n"
         "attn f32 1 bwd 16 128 128 2e-6 3e-6 1e-6\nelem f32 1 copy 1e-9\n",
         "t");
@@ -424,7 +427,7 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
   auto& [sc, m] = tiny;
   auto step = [&](double alpha, double beta, double cpu) {
     m.intra = m.inter = {alpha, beta, cpu, "t", 0, {}, {}, {}};
-    return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
+    return predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
   };
   const double instant = step(0, 1e30, 0), fast = step(1e-6, 1e10, 0), slow = step(1e-5, 1e8, 0);
   EXPECT_LE(instant, fast);
@@ -433,12 +436,12 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
   // Beside compute (busy rows): a slower wire or a costlier one never makes a step faster.
   auto busy = [&](double wire, double cpu) {
     m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {wire, cpu}, {wire, cpu}, {}};
-    return perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
+    return predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float)).step_s;
   };
   EXPECT_NEAR(busy(1e10, 0), fast, 1e-9 * fast);  // as fast as alone, and free: the link alone
   EXPECT_LT(busy(1e10, 0), busy(1e8, 0));
   EXPECT_LT(busy(1e10, 0), busy(1e10, 1e8));
-  const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  const predict::Prediction p = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float));
   double phases = 0;
   for (double s : p.phase_s) phases += s;
   EXPECT_NEAR(phases, p.step_s, 1e-9 * p.step_s);  // the phases account for the step
@@ -448,15 +451,15 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
 // loss; the rest moves after at the link's own rate.
 TEST(PerfModel, TransferBesideComputeCostsItsShare) {
   // Covered: 1 s of compute, 0.5 s of transfer beside it costing 0.2 s of compute.
-  auto [c1, w1] = perf::overlap(1.0, 0.1, {0.5, 0.2});
+  auto [c1, w1] = predict::overlap(1.0, 0.1, {0.5, 0.2});
   EXPECT_DOUBLE_EQ(c1, 1.2);
   EXPECT_DOUBLE_EQ(w1, 0.5);
   // Not covered: a quarter moves beside 1 s of compute (0.25 x 0.4 s lost), the other three
   // quarters after, at 0.8 s for the whole alone.
-  auto [c2, w2] = perf::overlap(1.0, 0.8, {4.0, 0.4});
+  auto [c2, w2] = predict::overlap(1.0, 0.8, {4.0, 0.4});
   EXPECT_DOUBLE_EQ(c2, 1.1);
   EXPECT_DOUBLE_EQ(w2, 1.1 + 0.75 * 0.8);
-  auto [c3, w3] = perf::overlap(1.0, 0, {0, 0});  // nothing to move
+  auto [c3, w3] = predict::overlap(1.0, 0, {0, 0});  // nothing to move
   EXPECT_DOUBLE_EQ(c3, 1.0);
   EXPECT_DOUBLE_EQ(w3, 0.0);
 }
@@ -465,28 +468,28 @@ TEST(PerfModel, TransferBesideComputeCostsItsShare) {
 // two measured sizes, scaled as alpha-beta scales it beyond them, alpha-beta without rows of
 // its op and group; the last row of one size wins.
 TEST(PerfModel, ExposedCallsTakeTheirMeasuredTime) {
-  perf::Link l{1e-5, 1e9, 1e9, "t", 0, {}, {}, {}};
-  const perf::CommCall a2a{comm::EventKind::AllToAll, 1 << 20, 2, false};
-  const double ab = perf::comm_seconds(a2a, l);
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), ab);  // no rows
+  predict::Link l{1e-5, 1e9, 1e9, "t", 0, {}, {}, {}};
+  const predict::CommCall a2a{comm::EventKind::AllToAll, 1 << 20, 2, false};
+  const double ab = predict::comm_seconds(a2a, l);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(a2a, l), ab);  // no rows
   l.colls = {{"f", "intra", "alltoall", 2, 1 << 18, 2e-4},
              {"f", "intra", "alltoall", 2, 1 << 20, 9e-4},
              {"f", "intra", "alltoall", 4, 1 << 20, 5e-3},
              {"f", "intra", "allgather", 2, 1 << 20, 7e-3}};
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 9e-4);
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds({comm::EventKind::AllToAll, 1 << 20, 4, false}, l), 5e-3);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(a2a, l), 9e-4);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds({comm::EventKind::AllToAll, 1 << 20, 4, false}, l), 5e-3);
   const int64_t mid = (1 << 18) + ((1 << 20) - (1 << 18)) / 4;  // a quarter of the way
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds({comm::EventKind::AllToAll, mid, 2, false}, l), 2e-4 + 0.25 * 7e-4);
-  const perf::CommCall big{comm::EventKind::AllToAll, 1 << 22, 2, false};
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(big, l), 9e-4 * perf::comm_seconds(big, l) / ab);
-  const perf::CommCall rs{comm::EventKind::ReduceScatter, 1 << 20, 2, false};
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(rs, l), perf::comm_seconds(rs, l));
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds({comm::EventKind::AllToAll, mid, 2, false}, l), 2e-4 + 0.25 * 7e-4);
+  const predict::CommCall big{comm::EventKind::AllToAll, 1 << 22, 2, false};
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(big, l), 9e-4 * predict::comm_seconds(big, l) / ab);
+  const predict::CommCall rs{comm::EventKind::ReduceScatter, 1 << 20, 2, false};
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(rs, l), predict::comm_seconds(rs, l));
   l.colls.push_back({"f", "intra", "alltoall", 2, 1 << 20, 1.5e-3});  // measured again
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(a2a, l), 1.5e-3);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(a2a, l), 1.5e-3);
 }
 
 // The predicted phases of the layer's kernels other than attention.
-double layer_kernels_s(const perf::Prediction& p) {
+double layer_kernels_s(const predict::Prediction& p) {
   return p.phase_s[int(model::Phase::Mlp)] + p.phase_s[int(model::Phase::Qkv)] + p.phase_s[int(model::Phase::Norm)] +
          p.phase_s[int(model::Phase::Rope)] + p.phase_s[int(model::Phase::OutProj)];
 }
@@ -499,62 +502,62 @@ TEST(PerfModel, LayerRowsScaleTheLayerKernels) {
   m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
   const int64_t N = sc.attn.seq_len / sc.attn.ranks;
   const model::Shape& s = sc.shape;
-  const perf::Prediction plain = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  const predict::Prediction plain = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float));
   double own[2] = {0, 0}, elem[2] = {0, 0};  // one layer's kernels at the table's own rates; its element-wise part
   for (int b = 0; b < 2; ++b)
-    for (const perf::LayerOp& op : perf::layer_ops(s, N, b == 1))
+    for (const predict::LayerOp& op : predict::layer_ops(s, N, b == 1))
       if (op.ops.empty()) {
-        const perf::ElemRate* e = m.cal.find_elem("f32", 1, op.elem);  // the model's 0 s when the table has none
+        const predict::ElemRate* e = m.cal.find_elem("f32", 1, op.elem);  // the model's 0 s when the table has none
         own[b] += e ? e->s_per_value * op.values : 0.0;
         elem[b] += e ? e->s_per_value * op.values : 0.0;
       } else {
         own[b] += op.flops() / m.cal.find_gemm("f32", 1, op.ops, op.m, op.n, op.k)->flops_per_s;
       }
   auto with_row = [&](int64_t rows, double fwd_x, double bwd_x) {
-    perf::Machine r = m;
+    predict::Machine r = m;
     r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
                             rows, fwd_x * own[0], bwd_x * own[1]});
     return r;
   };
-  const perf::Machine twice = with_row(N, 2.0, 1.5);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, 0, twice, sizeof(float)), 2.0);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, true, 0, twice, sizeof(float)), 1.5);
-  const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), twice, sizeof(float));
+  const predict::Machine twice = with_row(N, 2.0, 1.5);
+  EXPECT_DOUBLE_EQ(predict::layer_factor(s, N, false, 0, twice, sizeof(float)), 2.0);
+  EXPECT_DOUBLE_EQ(predict::layer_factor(s, N, true, 0, twice, sizeof(float)), 1.5);
+  const predict::Prediction p = predict::predict_step(sc, cp::find("zigzag"), twice, sizeof(float));
   const double kernels = s.layers * (own[0] + own[1]);
   EXPECT_NEAR(layer_kernels_s(plain), kernels, 1e-9 * kernels);
   EXPECT_NEAR(p.step_s - plain.step_s, s.layers * (own[0] + 0.5 * own[1]), 1e-6 * p.step_s);
   EXPECT_DOUBLE_EQ(p.attn_compute_s, plain.attn_compute_s);
   // A row more than 2x away in rows is not used.
-  EXPECT_DOUBLE_EQ(perf::predict(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s,
+  EXPECT_DOUBLE_EQ(predict::predict_step(sc, cp::find("zigzag"), with_row(4 * N, 2.0, 2.0), sizeof(float)).step_s,
                    plain.step_s);
-  EXPECT_DOUBLE_EQ(perf::layer_factor(s, N, false, 0, m, sizeof(float)), 1.0);
+  EXPECT_DOUBLE_EQ(predict::layer_factor(s, N, false, 0, m, sizeof(float)), 1.0);
   // With the GEMMs timed beside the layer, the factor is the layer over those GEMMs and the
   // element-wise kernels at the table's rates, whatever the table's GEMM rates say: a row
   // measured while the host ran 1.6x slower gives the factor of its own moment.
   const double gemm[2] = {own[0] - elem[0], own[1] - elem[1]};
   ASSERT_GT(gemm[0], 0);
   for (double slow : {1.0, 1.6}) {
-    perf::Machine r = m;
+    predict::Machine r = m;
     r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn,
                             N, 1.2 * (slow * gemm[0] + elem[0]), 0.9 * (slow * gemm[1] + elem[1]), slow * gemm[0],
                             slow * gemm[1]});
-    EXPECT_NEAR(perf::layer_factor(s, N, false, 0, r, sizeof(float)), 1.2, 1e-12) << "host " << slow << "x slower";
-    EXPECT_NEAR(perf::layer_factor(s, N, true, 0, r, sizeof(float)), 0.9, 1e-12) << "host " << slow << "x slower";
+    EXPECT_NEAR(predict::layer_factor(s, N, false, 0, r, sizeof(float)), 1.2, 1e-12) << "host " << slow << "x slower";
+    EXPECT_NEAR(predict::layer_factor(s, N, true, 0, r, sizeof(float)), 0.9, 1e-12) << "host " << slow << "x slower";
   }
   // Rows measured with 1 and with 2 ranks computing: a case takes the row of the ranks that
   // compute at once on its host (its ranks, at most the ranks per node).
-  perf::Machine two = m;
+  predict::Machine two = m;
   auto add = [&](double x, int ranks) {
     two.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim,
                               s.ffn, N, x * own[0], x * own[1], gemm[0], gemm[1], ranks});
   };
   add(1.0, 1), add(2.0, 2);
-  const double f1 = perf::layer_factor(s, N, false, 1, two, sizeof(float));
-  const double f2 = perf::layer_factor(s, N, false, 2, two, sizeof(float));
+  const double f1 = predict::layer_factor(s, N, false, 1, two, sizeof(float));
+  const double f2 = predict::layer_factor(s, N, false, 2, two, sizeof(float));
   EXPECT_NEAR(f2, 2 * f1, 1e-12);
-  const double on_two = perf::predict(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
+  const double on_two = predict::predict_step(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
   two.topo.ranks_per_node = 1;  // the same 2 ranks, one per node: one computes on each host
-  const double on_one = perf::predict(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
+  const double on_one = predict::predict_step(sc, cp::find("zigzag"), two, sizeof(float)).step_s;
   EXPECT_GT(on_two - on_one, 0.9 * s.layers * (f2 - f1) * gemm[0]);
 }
 
@@ -567,25 +570,25 @@ TEST(PerfModel, PostedCallsCostTheirRowsPerCall) {
   auto& [sc, m] = tiny;
   m.intra = m.inter = {1e-6, 1e10, 0, "t", 0, {}, {}, {}};
   const cp::SchemeInfo& ag = cp::find("allgather");
-  const perf::Prediction plain = perf::predict(sc, ag, m, sizeof(float));
+  const predict::Prediction plain = predict::predict_step(sc, ag, m, sizeof(float));
   int calls[2] = {0, 0};  // posted calls per layer, forward and backward, rank 0's schedule
   const cp::Config c = model::attention_config(sc);
   for (int b = 0; b < 2; ++b)
-    for (const perf::Step& st : ag.schedule(c, m.topo, 0, b == 1, sizeof(float)).steps)
-      for (const perf::CommCall& cc : st.overlapped) calls[b] += perf::posted_op(cc.op) ? 1 : 0;
+    for (const predict::Step& st : ag.schedule(c, m.topo, 0, b == 1, sizeof(float)).steps)
+      for (const predict::CommCall& cc : st.overlapped) calls[b] += predict::posted_op(cc.op) ? 1 : 0;
   EXPECT_EQ(calls[0], 4 * (c.setting("chunks") - 1));
   EXPECT_EQ(calls[1], 8 * (c.setting("chunks") - 1));
   auto with = [&](double ag_s, double rs_s, bool posted) {
-    perf::Machine r = m;
+    predict::Machine r = m;
     for (const int64_t payload : {int64_t(1), int64_t(1) << 40})  // every call's size between two rows
       for (auto [op, s] : {std::pair{"allgather", ag_s}, std::pair{"reduce_scatter", rs_s}}) {
-        perf::CollTime t{"t", "intra", op, 2, payload, s};
+        predict::CollTime t{"t", "intra", op, 2, payload, s};
         t.posted = posted;
         r.intra.colls.push_back(t);
       }
-    return perf::predict(sc, ag, r, sizeof(float));
+    return predict::predict_step(sc, ag, r, sizeof(float));
   };
-  const perf::Prediction zero = with(0, 0, true), some = with(1e-3, 2e-3, true);
+  const predict::Prediction zero = with(0, 0, true), some = with(1e-3, 2e-3, true);
   const int L = sc.shape.layers;
   // The gathers of the backward's steps before the last: as many as the reduce-scatters.
   EXPECT_NEAR(some.forward_s - zero.forward_s, L * calls[0] * 1e-3, 1e-9);
@@ -593,17 +596,17 @@ TEST(PerfModel, PostedCallsCostTheirRowsPerCall) {
   EXPECT_LE(zero.step_s, plain.step_s + 1e-12);  // with rows of 0 s nothing moves beside compute
   EXPECT_GT(some.exposed_attn_comm_s, zero.exposed_attn_comm_s);
   // Blocking rows (the exposed calls') leave the overlapped ones beside compute.
-  perf::Link blocking = m.intra;
+  predict::Link blocking = m.intra;
   blocking.colls.push_back({"t", "intra", "allgather", 2, 1024, 1e-3});
-  const perf::CommCall gather{comm::EventKind::AllGather, 1024, 2, false};
-  EXPECT_EQ(perf::posted_seconds(gather, blocking), -1.0);
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(gather, blocking), 1e-3);
-  perf::CollTime posted{"t", "intra", "allgather", 2, 1024, 4e-4};
+  const predict::CommCall gather{comm::EventKind::AllGather, 1024, 2, false};
+  EXPECT_EQ(predict::posted_seconds(gather, blocking), -1.0);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(gather, blocking), 1e-3);
+  predict::CollTime posted{"t", "intra", "allgather", 2, 1024, 4e-4};
   posted.posted = true;
   blocking.colls.push_back(posted);
-  EXPECT_DOUBLE_EQ(perf::posted_seconds(gather, blocking), 4e-4);
-  EXPECT_DOUBLE_EQ(perf::exposed_seconds(gather, blocking), 1e-3);
-  EXPECT_EQ(perf::posted_seconds({comm::EventKind::SendRecv, 1024, 2, false}, blocking), -1.0);
+  EXPECT_DOUBLE_EQ(predict::posted_seconds(gather, blocking), 4e-4);
+  EXPECT_DOUBLE_EQ(predict::exposed_seconds(gather, blocking), 1e-3);
+  EXPECT_EQ(predict::posted_seconds({comm::EventKind::SendRecv, 1024, 2, false}, blocking), -1.0);
 }
 
 // Rows of the run's own table hold the run's speed: at the row's N the layer's kernels take
@@ -617,45 +620,47 @@ TEST(PerfModel, RowsOfTheRunKeepTheRunsSpeed) {
   const int64_t N = sc.attn.seq_len / sc.attn.ranks;
   const model::Shape& s = sc.shape;
   const double row[2] = {3e-3, 7e-3};  // one layer, forward and backward, as the run measured it
-  perf::Machine r = m;
+  predict::Machine r = m;
   r.cal.layers.push_back({"f32", 1, s.hidden, int64_t(s.heads) * s.head_dim, int64_t(s.kv_heads) * s.head_dim, s.ffn, N,
                           row[0], row[1], 1e-3, 2e-3, 2});
   r.cal.of_the_run = true;
-  for (perf::GemmRate& g : r.cal.gemm)
+  for (predict::GemmRate& g : r.cal.gemm)
     if (g.ops == "NN") g.flops_per_s /= 2;  // a reading at a slow moment
   for (double scale : {1.0, 1.12}) {
     r.rate_scale = scale;
-    const perf::Prediction p = perf::predict(sc, cp::find("zigzag"), r, sizeof(float));
+    const predict::Prediction p = predict::predict_step(sc, cp::find("zigzag"), r, sizeof(float));
     EXPECT_NEAR(layer_kernels_s(p), s.layers * (row[0] + row[1]), 1e-9) << "drift scale " << scale;
   }
   // Twice the rows: the row scaled as the table's kernels scale from N to 2N.
   r.rate_scale = 1;
   model::StackConfig twice = sc;
   twice.attn.seq_len *= 2;
-  const double own_n = perf::predict(sc, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
-  const double own_2n = perf::predict(twice, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
-  const double mlp_n = perf::predict(sc, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
-  const double mlp_2n = perf::predict(twice, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double own_n = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double own_2n =
+      predict::predict_step(twice, cp::find("zigzag"), m, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double mlp_n = predict::predict_step(sc, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
+  const double mlp_2n =
+      predict::predict_step(twice, cp::find("zigzag"), r, sizeof(float)).phase_s[int(model::Phase::Mlp)];
   EXPECT_NEAR(mlp_2n / mlp_n, own_2n / own_n, 1e-9);
   // Another run's table: the drift scale applies to its rows.
   r.cal.of_the_run = false;
   r.rate_scale = 1;
-  const double at1 = layer_kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float)));
+  const double at1 = layer_kernels_s(predict::predict_step(sc, cp::find("zigzag"), r, sizeof(float)));
   r.rate_scale = 1.25;
-  EXPECT_NEAR(layer_kernels_s(perf::predict(sc, cp::find("zigzag"), r, sizeof(float))), at1 / 1.25, 1e-9 * at1);
+  EXPECT_NEAR(layer_kernels_s(predict::predict_step(sc, cp::find("zigzag"), r, sizeof(float))), at1 / 1.25, 1e-9 * at1);
 }
 
 // Samples of one row (pieces, rounds) become one row per shape, rows and ranks: per pass the
 // sample whose layer over its GEMMs is the median, whatever the host's speed of each sample.
 TEST(PerfModel, MedianLayerRowsTakeTheMedianRatioPerPass) {
   auto row = [](int64_t rows, int ranks, double fwd, double bwd, double gf, double gb) {
-    return perf::LayerTime{"f32", 1, 1024, 1024, 256, 2816, rows, fwd, bwd, gf, gb, ranks};
+    return predict::LayerTime{"f32", 1, 1024, 1024, 256, 2816, rows, fwd, bwd, gf, gb, ranks};
   };
   // Forward ratios 1.5, 1.1 (at half speed), 1.2: the median 1.2; backward 1.0, 1.3, 2.0: 1.3.
-  const std::vector<perf::LayerTime> samples = {row(512, 2, 0.15, 0.2, 0.1, 0.2), row(4, 2, 0.004, 0, 0.004, 0),
-                                                row(512, 2, 0.44, 0.52, 0.4, 0.4), row(512, 1, 0.1, 0.2, 0.1, 0.2),
-                                                row(512, 2, 0.12, 0.4, 0.1, 0.2)};
-  const std::vector<perf::LayerTime> m = perf::median_layer_rows(samples);
+  const std::vector<predict::LayerTime> samples = {row(512, 2, 0.15, 0.2, 0.1, 0.2), row(4, 2, 0.004, 0, 0.004, 0),
+                                                   row(512, 2, 0.44, 0.52, 0.4, 0.4), row(512, 1, 0.1, 0.2, 0.1, 0.2),
+                                                   row(512, 2, 0.12, 0.4, 0.1, 0.2)};
+  const std::vector<predict::LayerTime> m = predict::median_layer_rows(samples);
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m[0].rows, 512);
   EXPECT_EQ(m[0].ranks, 2);
@@ -681,7 +686,7 @@ TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
     for (const char* op : {"alltoall", "allreduce"})
       for (int64_t b : {8, 1 << 10, 1 << 20}) m.intra.colls.push_back({"t", "intra", op, 2, b, per_call});
     m.inter = m.intra;
-    return perf::predict(sc, cp::find(scheme), m, sizeof(float)).step_s;
+    return predict::predict_step(sc, cp::find(scheme), m, sizeof(float)).step_s;
   };
   const double fast = step("ulysses", 1e-5), slow = step("ulysses", 1e-3);
   EXPECT_GT(slow, fast);
@@ -692,14 +697,14 @@ TEST(PerfModel, SlowerCollectivesSlowTheirSchemesOnly) {
 }
 
 // The tiny table of TinyCase with bf16 rows `x` times as fast as its f32 ones.
-perf::Calibration with_bf16_rows(const perf::Calibration& f32, double x) {
-  perf::Calibration c = f32;
-  for (perf::GemmRate g : f32.gemm) g.dtype = "bf16", g.flops_per_s *= x, c.gemm.push_back(g);
-  for (perf::AttnRate a : f32.attn) {
+predict::Calibration with_bf16_rows(const predict::Calibration& f32, double x) {
+  predict::Calibration c = f32;
+  for (predict::GemmRate g : f32.gemm) g.dtype = "bf16", g.flops_per_s *= x, c.gemm.push_back(g);
+  for (predict::AttnRate a : f32.attn) {
     a.dtype = "bf16", a.full_s /= x, a.partial_s /= x, a.call_s /= x, a.tile_s /= x;
     c.attn.push_back(a);
   }
-  for (perf::ElemRate e : f32.elem) e.dtype = "bf16", e.s_per_value /= x, c.elem.push_back(e);
+  for (predict::ElemRate e : f32.elem) e.dtype = "bf16", e.s_per_value /= x, c.elem.push_back(e);
   return c;
 }
 
@@ -710,8 +715,8 @@ TEST(PerfModel, Bf16CasesTakeTheBf16Rows) {
   auto& [sc, m] = tiny;
   m.intra = m.inter = {0, 1e30, 0, "t", 0, {}, {}, {}};  // an instant link: compute alone
   m.cal = with_bf16_rows(m.cal, 2.0);
-  const perf::Prediction f32 = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
-  const perf::Prediction bf16 = perf::predict(sc, cp::find("zigzag"), m, sizeof(kernels::bf16));
+  const predict::Prediction f32 = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float));
+  const predict::Prediction bf16 = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(kernels::bf16));
   ASSERT_GT(f32.attn_compute_s, 0);
   EXPECT_NEAR(layer_kernels_s(bf16), 0.5 * layer_kernels_s(f32), 1e-9 * layer_kernels_s(f32));
   EXPECT_NEAR(bf16.attn_compute_s, 0.5 * f32.attn_compute_s, 1e-9 * f32.attn_compute_s);
@@ -734,8 +739,8 @@ TEST(PerfModel, Bf16CasesMoveBf16ValuesAndFp32Sums) {
   // dK/dV accumulators of the P - 1 blocks not its own, going home.
   auto sends = [&](const cp::Config& cfg, bool backward, size_t elem) {
     std::vector<int64_t> out;
-    for (const perf::Step& st : cp::find("ring").schedule(cfg, m.topo, 0, backward, elem).steps)
-      for (const perf::CommCall& cc : st.overlapped)
+    for (const predict::Step& st : cp::find("ring").schedule(cfg, m.topo, 0, backward, elem).steps)
+      for (const predict::CommCall& cc : st.overlapped)
         if (cc.op == comm::EventKind::SendRecv) out.push_back(cc.payload);
     return out;
   };
@@ -758,7 +763,7 @@ TEST(PerfModel, Bf16CasesMoveBf16ValuesAndFp32Sums) {
   auto grads = [&](size_t elem, bool bf16_grads) {
     model::StackConfig s = sc;
     s.bf16_grad_allreduce = bf16_grads;
-    return perf::predict(s, cp::find("zigzag"), m, elem).grad_allreduce_exposed_s;
+    return predict::predict_step(s, cp::find("zigzag"), m, elem).grad_allreduce_exposed_s;
   };
   const double g32 = grads(4, false);
   ASSERT_GT(g32, 0);
@@ -773,28 +778,28 @@ TEST(PerfModel, AnotherHeadDimTakesTheNearestRowsAndSaysSo) {
   TinyCase tiny(2);
   auto& [sc, m] = tiny;
   m.intra = m.inter = {0, 1e30, 0, "t", 0, {}, {}, {}};
-  auto head_dim_notes = [](const perf::Prediction& p) {
+  auto head_dim_notes = [](const predict::Prediction& p) {
     int n = 0;
     for (const std::string& s : p.notes) n += s.find("head_dim") != std::string::npos ? 1 : 0;
     return n;
   };
   ASSERT_EQ(sc.shape.head_dim, 16);  // the table's head_dim
-  const perf::Prediction own = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  const predict::Prediction own = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float));
   EXPECT_EQ(head_dim_notes(own), 0);
   sc.shape.head_dim = 64;
-  const perf::Prediction other = perf::predict(sc, cp::find("zigzag"), m, sizeof(float));
+  const predict::Prediction other = predict::predict_step(sc, cp::find("zigzag"), m, sizeof(float));
   EXPECT_EQ(head_dim_notes(other), 2) << "one per pass";
   bool named = false;
   for (const std::string& s : other.notes)
     named = named || s.find("attention forward at head_dim 64 not in the table: the rates of head_dim 16") == 0;
   EXPECT_TRUE(named);
   // Rows of head_dim 64 (3x the time of 16's per tile and head): taken, no note.
-  perf::Machine more = m;
-  for (perf::AttnRate a : m.cal.attn) {
+  predict::Machine more = m;
+  for (predict::AttnRate a : m.cal.attn) {
     a.head_dim = 64, a.full_s *= 3, a.partial_s *= 3, a.tile_s *= 3;
     more.cal.attn.push_back(a);
   }
-  const perf::Prediction taken = perf::predict(sc, cp::find("zigzag"), more, sizeof(float));
+  const predict::Prediction taken = predict::predict_step(sc, cp::find("zigzag"), more, sizeof(float));
   EXPECT_EQ(head_dim_notes(taken), 0);
   EXPECT_LT(taken.attn_compute_s, other.attn_compute_s);  // 3x, where the scaled rows said 4x
 }

@@ -26,7 +26,7 @@ run.calibration = "measure", against the file itself and against `minicp --predi
   - `minicp --advise` on the file's deck and table (as run, and at S = 2048 where schemes tie):
     each group ranked by predicted step with its percentage over the first, one line per refused
     case, and the schemes within 5% of the first named as a tie, exactly those.
-Usage: check_model_file.py --minicp BIN --file FILE.h5"""
+Usage: check_prediction_file.py --minicp BIN --file FILE.h5"""
 import argparse
 import math
 import os

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-namespace minicp::output {
+namespace minicp::record {
 
 // A column of a table (an HDF5 compound dataset): its name, type and byte offset in the
 // row struct the caller writes.
@@ -153,4 +153,4 @@ double read_number_attr(const std::string& file, const std::string& object, cons
 std::vector<double> read_dataset(const std::string& file, const std::string& dset,
                                  std::vector<int64_t>* dims = nullptr);
 
-}  // namespace minicp::output
+}  // namespace minicp::record

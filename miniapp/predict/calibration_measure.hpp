@@ -7,13 +7,13 @@
 #include <utility>
 #include <vector>
 
-#include "miniapp/perf/calibration.hpp"
+#include "miniapp/predict/calibration.hpp"
 
 namespace minicp::comm {
 class Communicator;
 }
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 // What to measure: the layer shapes (attention at each one's head_dim) and rows per rank of a
 // deck, in the precisions it runs (f32, f64, bf16).
@@ -44,4 +44,4 @@ Calibration measure_calibration(const CalibrationPlan& plan, comm::Communicator&
 std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, const std::string& dtype, bool backward,
                                              comm::Communicator& comm);
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict

@@ -1,5 +1,5 @@
-// The performance model's commands (see perf_cmds.hpp).
-#include "miniapp/run/perf_cmds.hpp"
+// The performance model's commands (see predict_cmds.hpp).
+#include "miniapp/run/predict_cmds.hpp"
 
 #include <mpi.h>
 
@@ -19,7 +19,7 @@
 #include "harness/fabric.hpp"
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
-#include "miniapp/output/h5.hpp"
+#include "miniapp/record/h5.hpp"
 #include "miniapp/run/driver.hpp"
 #include "miniapp/run/dtype.hpp"
 #include "miniapp/run/measure.hpp"
@@ -73,16 +73,16 @@ std::string gbs(double Bps) {
   return b;
 }
 
-perf::Calibration table_of(const PerfOptions& o) {
+predict::Calibration table_of(const PredictOptions& o) {
   if (o.calibration.empty() && !o.against.empty()) {  // the table the run itself used
-    const std::string text = output::read_string_attr(o.against, "/", "calibration");
+    const std::string text = record::read_string_attr(o.against, "/", "calibration");
     if (text.empty())
       throw UsageError("--against " + o.against +
                        ": the file holds no calibration table (run.calibration was unset); "
                        "give one with --calibration");
     try {
-      perf::Calibration cal = perf::parse_calibration(text, o.against + " (its calibration attribute)");
-      cal.of_the_run = output::read_string_attr(o.against, "/", "calibration_source") == "measured at start-up";
+      predict::Calibration cal = predict::parse_calibration(text, o.against + " (its calibration attribute)");
+      cal.of_the_run = record::read_string_attr(o.against, "/", "calibration_source") == "measured at start-up";
       return cal;
     } catch (const std::exception& e) {
       throw UsageError(std::string("--against ") + e.what());
@@ -93,7 +93,7 @@ perf::Calibration table_of(const PerfOptions& o) {
         "--calibration: required by --predict and --advise (a table written by minicp --calibrate, "
         "e.g. --calibration results/calibration.txt; with --against, default: the file's own)");
   try {
-    return perf::read_calibration(o.calibration);
+    return predict::read_calibration(o.calibration);
   } catch (const std::exception& e) {
     throw UsageError(std::string("--calibration ") + e.what());
   }
@@ -101,9 +101,9 @@ perf::Calibration table_of(const PerfOptions& o) {
 
 // A deck is predicted from rates of its own precision: another's would time other kernels
 // (bf16's GEMMs and attention run other code than fp32's, at other speeds).
-void require_dtype(const Deck& d, const perf::Calibration& cal, int threads) {
+void require_dtype(const Deck& d, const predict::Calibration& cal, int threads) {
   std::set<std::string> have;  // the precisions of the table's GEMM rates at these threads
-  for (const perf::GemmRate& g : cal.gemm)
+  for (const predict::GemmRate& g : cal.gemm)
     if (g.threads == threads) have.insert(g.dtype);
   if (have.count(d.dtype)) return;
   std::string list;
@@ -116,7 +116,7 @@ void require_dtype(const Deck& d, const perf::Calibration& cal, int threads) {
 
 // A prediction times attention at the table's rates: a table without them is refused before
 // any case is predicted, naming the row it lacks.
-void require_attention(const Plan& p, const perf::Machine& m) {
+void require_attention(const Plan& p, const predict::Machine& m) {
   const bool trains =
       std::any_of(p.cases.begin(), p.cases.end(), [](const Case& c) { return c.stack.pass == model::Pass::Train; });
   for (const bool backward : {false, true}) {
@@ -136,8 +136,8 @@ int64_t rows_of(const Case& c) {
   return c.stack.pass == model::Pass::Decode ? a.decode_tokens : a.seq_len / a.ranks;
 }
 
-perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int rpn) {
-  perf::CalibrationPlan plan;
+predict::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int rpn) {
+  predict::CalibrationPlan plan;
   plan.shapes = {d.shape};
   std::set<int64_t> rows;
   for (const Case& c : cases)
@@ -153,15 +153,15 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
     if (!c.refused.empty()) continue;
     const cp::SchemeInfo& s = *c.info;
     if (!s.schedule) continue;
-    const perf::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
+    const predict::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
     const cp::Config& cfg = c.stack.attn;
     for (bool bwd : {false, true}) {
       if (bwd && c.stack.pass != model::Pass::Train) continue;
-      for (const perf::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps) {
-        for (const perf::CommCall& e : st.exposed)
+      for (const predict::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps) {
+        for (const predict::CommCall& e : st.exposed)
           if (seen.insert({int(e.op), e.payload, e.group, e.inter}).second) plan.exposed.push_back(e);
-        for (const perf::CommCall& e : st.overlapped)
-          if (perf::posted_op(e.op) && seen_posted.insert({int(e.op), e.payload, e.group, e.inter}).second)
+        for (const predict::CommCall& e : st.overlapped)
+          if (predict::posted_op(e.op) && seen_posted.insert({int(e.op), e.payload, e.group, e.inter}).second)
             plan.posted.push_back(e);
       }
     }
@@ -169,8 +169,8 @@ perf::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& c
   return plan;
 }
 
-perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threads, int rpn) {
-  perf::Machine m;
+predict::Machine machine_for(const Deck& d, const predict::Calibration& cal, int threads, int rpn) {
+  predict::Machine m;
   m.cal = cal;
   const std::vector<int> have = cal.threads();
   if (have.empty()) throw UsageError("--calibration " + cal.source + ": the table has no GEMM rates");
@@ -188,9 +188,9 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
   const std::string name = fabric_name(d);
   const auto prof = profile_of(d);
   bool have_intra = false, have_inter = false;
-  if (const perf::LinkRate* l = cal.find_link(name, "intra"))
+  if (const predict::LinkRate* l = cal.find_link(name, "intra"))
     m.intra = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}, {}}, have_intra = true;
-  if (const perf::LinkRate* l = cal.find_link(name, "inter"))
+  if (const predict::LinkRate* l = cal.find_link(name, "inter"))
     m.inter = {l->alpha_s, l->beta_Bps, l->cpu_Bps, "the table", l->allreduce_Bps, {}, {}, {}}, have_inter = true;
   if (!have_inter && prof && prof->bandwidth_gbit_s > 0) {
     const double alpha = prof->latency_us > 0 ? prof->latency_us * 1e-6 : have_intra ? m.intra.alpha_s : 0;
@@ -206,10 +206,10 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
     have_inter = alpha > 0;
   }
   for (auto [link, scope] : {std::pair{&m.intra, "intra"}, std::pair{&m.inter, "inter"}}) {
-    if (const perf::BusyRate* b = cal.find_busy(name, scope, "p2p")) link->busy_p2p = {b->wire_Bps, b->cpu_Bps};
-    if (const perf::BusyRate* b = cal.find_busy(name, scope, "allreduce"))
+    if (const predict::BusyRate* b = cal.find_busy(name, scope, "p2p")) link->busy_p2p = {b->wire_Bps, b->cpu_Bps};
+    if (const predict::BusyRate* b = cal.find_busy(name, scope, "allreduce"))
       link->busy_allreduce = {b->wire_Bps, b->cpu_Bps};
-    for (const perf::CollTime& t : cal.colls)
+    for (const predict::CollTime& t : cal.colls)
       if (t.fabric == name && t.scope == scope) link->colls.push_back(t);
   }
   if (!have_intra && have_inter) m.intra = m.inter, have_intra = true;
@@ -223,13 +223,13 @@ perf::Machine machine_for(const Deck& d, const perf::Calibration& cal, int threa
 
 namespace {
 
-perf::Prediction predict_case(const Case& c, perf::Machine m, const Deck& d, int rpn_flag) {
+predict::Prediction predict_case(const Case& c, predict::Machine m, const Deck& d, int rpn_flag) {
   m.topo.ranks = c.stack.attn.ranks;
   m.topo.ranks_per_node = m.topo.ranks_per_node > 0 ? m.topo.ranks_per_node : ranks_per_node(d, m.topo.ranks, rpn_flag);
-  return perf::predict(c.stack, *c.info, m, elem_of(d));
+  return predict::predict_step(c.stack, *c.info, m, elem_of(d));
 }
 
-void print_header(const Plan& p, const perf::Machine& m, const char* what) {
+void print_header(const Plan& p, const predict::Machine& m, const char* what) {
   const std::string fabric = fabric_name(p.deck);
   std::printf("minicp %s: %s, %zu cases, table %s (%d threads per rank), fabric %s\n", what,
               hn::printable(p.o.deck).c_str(), p.cases.size(), hn::printable(m.cal.source).c_str(), m.threads,
@@ -239,12 +239,12 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
               us(m.inter.alpha_s).c_str(), gbs(m.inter.beta_Bps).c_str(), m.inter.source.c_str());
   for (const char* scope : {"intra", "inter"})
     for (auto [kind, what] : {std::pair{"p2p", "exchange"}, std::pair{"allreduce", "all-reduce"}})
-      if (const perf::BusyRate* b = m.cal.find_busy(fabric, scope, kind))
+      if (const predict::BusyRate* b = m.cal.find_busy(fabric, scope, kind))
         std::printf("  beside compute, %s-node %s: %s; compute loses %s\n", scope, what, gbs(b->wire_Bps).c_str(),
                     b->cpu_Bps > 0 ? ("1 s per " + num(b->cpu_Bps / 1e9) + " GB moved").c_str() : "nothing measurable");
   // The collectives timed, one line per kind, scope, op and group: the smallest and the largest size.
-  std::map<std::tuple<bool, std::string, std::string, int>, std::pair<perf::CollTime, perf::CollTime>> span;
-  for (const perf::CollTime& t : m.cal.colls) {
+  std::map<std::tuple<bool, std::string, std::string, int>, std::pair<predict::CollTime, predict::CollTime>> span;
+  for (const predict::CollTime& t : m.cal.colls) {
     if (t.fabric != fabric) continue;
     auto& [lo, hi] = span.insert({{t.posted, t.scope, t.op, t.group}, {t, t}}).first->second;
     if (t.payload < lo.payload) lo = t;
@@ -260,14 +260,14 @@ void print_header(const Plan& p, const perf::Machine& m, const char* what) {
     std::printf(lo.posted ? " per call not hidden (measured)\n" : " per call (measured)\n");
   }
   // The layer rows of the deck's shape: how much slower the kernels run in a layer than alone.
-  for (const perf::LayerTime& l : m.cal.layers) {
+  for (const predict::LayerTime& l : m.cal.layers) {
     if (m.cal.find_layer(l.dtype, m.threads, p.deck.shape, l.rows, l.ranks) != &l || l.dtype != p.deck.dtype) continue;
     const size_t elem = elem_of(p.deck);
     const std::string on =
         l.ranks > 0 ? ", " + std::to_string(l.ranks) + " rank" + (l.ranks > 1 ? "s" : "") + " computing" : "";
     std::printf("  layer kernels as run at %lld rows%s: %.3fx forward, %.3fx backward their own rates (measured)\n",
-                (long long)l.rows, on.c_str(), perf::layer_factor(p.deck.shape, l.rows, false, l.ranks, m, elem),
-                perf::layer_factor(p.deck.shape, l.rows, true, l.ranks, m, elem));
+                (long long)l.rows, on.c_str(), predict::layer_factor(p.deck.shape, l.rows, false, l.ranks, m, elem),
+                predict::layer_factor(p.deck.shape, l.rows, true, l.ranks, m, elem));
   }
 }
 
@@ -280,8 +280,8 @@ std::map<std::string, FileCase> measured_of(const std::string& file, const std::
   for (const Case& c : cases) {
     const std::string g = "/cases/" + c.id + "/summary";
     FileCase m;
-    m.time_s = output::read_number_attr(file, g, "measured_time_s");
-    m.sgemm_per_rank = output::read_number_attr(file, g, "sgemm_flops_per_s") / c.stack.attn.ranks;
+    m.time_s = record::read_number_attr(file, g, "measured_time_s");
+    m.sgemm_per_rank = record::read_number_attr(file, g, "sgemm_flops_per_s") / c.stack.attn.ranks;
     out[c.id] = m;
   }
   return out;
@@ -290,24 +290,24 @@ std::map<std::string, FileCase> measured_of(const std::string& file, const std::
 }  // namespace
 
 void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) {
-  const PerfOptions& o = p.perf;
+  const PredictOptions& o = p.predict_opts;
   const std::string& path = o.calibration;  // checked and locked in the parse step (claim_outputs)
-  const perf::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
+  const predict::CalibrationPlan plan = calibration_plan(p.deck, p.cases, world.topology().local_size);
   if (a.rank() == 0)
     std::printf("minicp --calibrate: %s, %zu row counts per rank, %d ranks x %d threads, fabric %s\n",
                 hn::printable(p.o.deck).c_str(), plan.rows.size(), a.size(),
                 int(Kokkos::DefaultHostExecutionSpace().concurrency()), hn::printable(plan.fabric).c_str());
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  perf::Calibration fresh = perf::measure_calibration(plan, world, a.rank() == 0);
+  predict::Calibration fresh = predict::measure_calibration(plan, world, a.rank() == 0);
   measure_layer_rows(p, world, fresh);
   if (a.rank() != 0) return;
   // Rows of an existing table that this measurement does not replace (other shapes, thread
   // counts, precisions, head dims, fabrics) are kept: decks calibrated in turn add up.
-  perf::Calibration out;
+  predict::Calibration out;
   if (std::filesystem::exists(path)) {
     try {
-      const perf::Calibration old = perf::read_calibration(path);
+      const predict::Calibration old = predict::read_calibration(path);
       auto kept = [](const auto& rows, const auto& fresh_rows, auto key) {
         std::set<decltype(key(rows.front()))> taken;
         for (const auto& r : fresh_rows) taken.insert(key(r));
@@ -318,25 +318,26 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
       };
       out.sgemm = old.sgemm;
       if (!old.gemm.empty())
-        out.gemm = kept(old.gemm, fresh.gemm, [](const perf::GemmRate& g) {
+        out.gemm = kept(old.gemm, fresh.gemm, [](const predict::GemmRate& g) {
           return std::make_tuple(g.dtype, g.threads, g.ops, g.m, g.n, g.k);
         });
       if (!old.attn.empty())
-        out.attn = kept(old.attn, fresh.attn, [](const perf::AttnRate& a) {
+        out.attn = kept(old.attn, fresh.attn, [](const predict::AttnRate& a) {
           return std::make_tuple(a.dtype, a.threads, a.backward, a.head_dim);
         });
       if (!old.elem.empty())
         out.elem = kept(old.elem, fresh.elem,
-                        [](const perf::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
+                        [](const predict::ElemRate& e) { return std::make_tuple(e.dtype, e.threads, e.op); });
       if (!old.links.empty())
         out.links =
-            kept(old.links, fresh.links, [](const perf::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
+            kept(old.links, fresh.links, [](const predict::LinkRate& l) { return std::make_tuple(l.fabric, l.scope); });
       if (!old.busy.empty())
         out.busy = kept(old.busy, fresh.busy,
-                        [](const perf::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
-      if (!old.colls.empty()) out.colls = kept(old.colls, fresh.colls, [](const perf::CollTime& t) { return t.key(); });
+                        [](const predict::BusyRate& b) { return std::make_tuple(b.fabric, b.scope, b.kind); });
+      if (!old.colls.empty())
+        out.colls = kept(old.colls, fresh.colls, [](const predict::CollTime& t) { return t.key(); });
       if (!old.layers.empty())
-        out.layers = kept(old.layers, fresh.layers, [](const perf::LayerTime& l) { return l.key(); });
+        out.layers = kept(old.layers, fresh.layers, [](const predict::LayerTime& l) { return l.key(); });
       out.info = old.info;
     } catch (const std::exception& e) {
       throw UsageError("--calibration " + path + ": exists and is not a calibration table (" + e.what() + ")");
@@ -354,10 +355,10 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
 }
 
 void run_predict(const Plan& p) {
-  const PerfOptions& o = p.perf;
-  const perf::Calibration cal = table_of(o);
+  const PredictOptions& o = p.predict_opts;
+  const predict::Calibration cal = table_of(o);
   const auto t0 = std::chrono::steady_clock::now();
-  perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  predict::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
   require_attention(p, base);
   base.topo.ranks_per_node = o.ranks_per_node;
   std::map<std::string, FileCase> meas;
@@ -379,12 +380,12 @@ void run_predict(const Plan& p) {
       if (rows) std::printf("%-40s %-10s refused: %s\n", c.id.c_str(), c.scheme.c_str(), c.refused.c_str());
       continue;
     }
-    perf::Machine m = base;
+    predict::Machine m = base;
     const auto it = meas.find(c.id);
     const auto sg = m.cal.sgemm.find(m.threads);
     if (it != meas.end() && std::isfinite(it->second.sgemm_per_rank) && sg != m.cal.sgemm.end())
       m.rate_scale = it->second.sgemm_per_rank / sg->second;
-    const perf::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
+    const predict::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
     const double tokens = c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens : c.stack.attn.seq_len;
     if (rows)
       std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
@@ -429,9 +430,9 @@ void run_predict(const Plan& p) {
 }
 
 void run_advise(const Plan& p) {
-  const PerfOptions& o = p.perf;
-  const perf::Calibration cal = table_of(o);
-  perf::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
+  const PredictOptions& o = p.predict_opts;
+  const predict::Calibration cal = table_of(o);
+  predict::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
   require_attention(p, base);
   base.topo.ranks_per_node = o.ranks_per_node;
   print_header(p, base, "--advise");
@@ -447,7 +448,7 @@ void run_advise(const Plan& p) {
   }
   for (const std::string& key : order) {
     std::printf("%s:\n", key.c_str());
-    std::vector<std::pair<perf::Prediction, const Case*>> ok;
+    std::vector<std::pair<predict::Prediction, const Case*>> ok;
     std::vector<const Case*> refused;
     for (const Case* c : groups[key]) {
       if (!c->refused.empty()) {
@@ -459,7 +460,7 @@ void run_advise(const Plan& p) {
     std::sort(ok.begin(), ok.end(), [](auto& x, auto& y) { return x.first.step_s < y.first.step_s; });
     for (size_t i = 0; i < ok.size(); ++i)
       std::printf("  %zu. %-10s %10.4g s/step  %+6.1f%%  %s\n", i + 1, ok[i].second->scheme.c_str(), ok[i].first.step_s,
-                  100 * (ok[i].first.step_s / ok[0].first.step_s - 1), perf::explain(ok[i].first).c_str());
+                  100 * (ok[i].first.step_s / ok[0].first.step_s - 1), predict::explain(ok[i].first).c_str());
     // Closer than the model's own accuracy (docs/measurements.md): not a ranking to act on.
     std::string close;
     for (size_t i = 1; i < ok.size(); ++i)
@@ -471,15 +472,15 @@ void run_advise(const Plan& p) {
   }
 }
 
-void prediction_figures(output::Attrs& s, const Case& c, const perf::Machine& base, const Deck& d,
+void prediction_figures(record::Attrs& s, const Case& c, const predict::Machine& base, const Deck& d,
                         const double measured_phase_s[], double group_sgemm) {
-  perf::Machine m = base;
+  predict::Machine m = base;
   const auto sg = m.cal.sgemm.find(m.threads);
   if (std::isfinite(group_sgemm) && group_sgemm > 0 && sg != m.cal.sgemm.end())
     m.rate_scale = group_sgemm / c.stack.attn.ranks / sg->second;
   s.real["prediction_rate_scale"] = m.rate_scale;
   std::string note;
-  perf::Prediction r;
+  predict::Prediction r;
   bool ok = !m.cal.gemm.empty();
   if (!ok) note = "no calibration table (run.calibration or --calibration)";
   if (ok) try {

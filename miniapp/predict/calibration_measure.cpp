@@ -1,6 +1,6 @@
 // The measurement that fills a calibration table on this job (see calibration_measure.hpp);
 // the table's format and look-ups are calibration.cpp.
-#include "miniapp/perf/calibration_measure.hpp"
+#include "miniapp/predict/calibration_measure.hpp"
 
 #include <mpi.h>
 
@@ -26,10 +26,10 @@
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
 #include "miniapp/cp/scheme.hpp"
-#include "miniapp/perf/predict.hpp"
+#include "miniapp/predict/predict.hpp"
 #include "miniapp/run/dtype.hpp"
 
-namespace minicp::perf {
+namespace minicp::predict {
 
 namespace {
 
@@ -333,7 +333,7 @@ struct GemmLoop {
 // (medians of 3-7 interleaved pairs, after one that sets up the connections); the transfer ends when
 // the trace says it completed (the progress thread finds it done while the loop runs). When it
 // outlasts the loop, the rest is taken to have moved at the link's own rate after it (the
-// model's rule, perf::overlap), so the rates are those of the part that moved beside compute.
+// model's rule, predict::overlap), so the rates are those of the part that moved beside compute.
 // Rank 0's figures are returned; every rank calls it.
 std::pair<double, double> busy_link(comm::Communicator& c, const Ranks& world, int rank, int peer, int buckets,
                                     double isolated_Bps, GemmLoop& loop) {
@@ -671,4 +671,4 @@ std::pair<double, double> layer_gemm_seconds(const model::Shape& s, int64_t N, c
   return {t[0], t[1]};
 }
 
-}  // namespace minicp::perf
+}  // namespace minicp::predict
