@@ -2,6 +2,7 @@
 // softmax-backward row term shared by both implementations.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +10,41 @@
 #include "kernels/convert.hpp"
 
 namespace minicp::kernels {
+
+namespace {
+// The bf16 dot-product extension, asked of the CPU this process runs on.
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : (defined(__GNUC__) && __GNUC__ >= 10))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+std::string attention_isa() {
+  constexpr const char* kVar = "MINICP_ATTENTION_ISA";
+  const char* env = std::getenv(kVar);
+  if (env == nullptr || *env == '\0') return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
+  const std::string v = env;
+  if (v == "plain") return "plain";
+  // The value a results file records: accepted where the CPU can run it.
+  if (v == "avx512_bf16" && cpu_has_avx512_bf16()) return v;
+  if (v == "avx512_bf16")
+    throw std::invalid_argument(std::string(kVar) + "=\"" + v + "\": this CPU has no avx512_bf16 (use plain)");
+  throw std::invalid_argument(std::string(kVar) + "=\"" + v +
+                              "\": not one of plain, avx512_bf16 (unset: the path is chosen from the CPU flags)");
+}
+
+std::string attention_isa_error() {
+  try {
+    attention_isa();
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
 
 void attention_check_shapes(const char* who, int64_t Sq, int64_t H, int64_t D, int64_t Sk, int64_t Hkv, int64_t Dk,
                             int64_t Dv, int64_t Skv, int64_t Hv, const AttnMask& mask) {
@@ -33,7 +69,8 @@ T resolve_scale(const AttnOptions& opt, int64_t D) {
   return opt.scale != 0.0 ? T(opt.scale) : T(1.0 / std::sqrt(double(D)));
 }
 
-// The implementation a call runs: Auto is tiled on the host, team on a device.
+// The implementation a call runs: Auto is tiled on the host, team on a device (whose build
+// has no tiled kernels: attention_no_tiles.cpp).
 AttnImpl resolve_impl(const AttnOptions& opt) {
   if (opt.impl == AttnImpl::Tiled && !kHostExec)
     throw std::invalid_argument("attention: the tiled implementation needs a host execution space");

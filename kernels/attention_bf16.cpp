@@ -3,13 +3,11 @@
 // bf16 pair dot product (vdpbf16ps) accumulated in fp32. P and dS are rounded to bf16 before
 // their products, as FlashAttention does; the scores, softmax statistics, LSE and all
 // accumulators stay fp32. Only the functions marked MINICP_AVX512BF16 use the extension, so
-// the file builds for any x86-64 target, and they run only where attention_isa() says the
-// CPU has it. Future work: Intel's AMX tiles ("amx", amx_bf16) would take the register
-// blocks' place on CPUs that have them; not written, as no host here has AMX to test it on.
-#include <cstdlib>
+// the file builds for any x86-64 target, and they run only where attention_isa()
+// (attention.cpp) says the CPU has it. A host build's alone (kernels/CMakeLists.txt). Future work: Intel's AMX tiles
+// ("amx", amx_bf16) would take the register blocks' place on CPUs that have them; not written, as no host here has AMX
+// to test it on.
 #include <cstring>
-#include <stdexcept>
-#include <string>
 
 #include "kernels/attention_tiled.hpp"
 
@@ -18,44 +16,6 @@
 #include <immintrin.h>
 #define MINICP_AVX512BF16 __attribute__((target("avx512bf16,avx512f,avx512bw,avx512vl")))
 #endif
-
-namespace minicp::kernels {
-
-namespace {
-bool cpu_has_avx512_bf16() {
-#ifdef MINICP_HAVE_AVX512BF16
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-#else
-  return false;
-#endif
-}
-}  // namespace
-
-std::string attention_isa() {
-  constexpr const char* kVar = "MINICP_ATTENTION_ISA";
-  const char* env = std::getenv(kVar);
-  if (env == nullptr || *env == '\0') return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
-  const std::string v = env;
-  if (v == "plain") return "plain";
-  // The value a results file records: accepted where the CPU can run it.
-  if (v == "avx512_bf16" && cpu_has_avx512_bf16()) return v;
-  if (v == "avx512_bf16")
-    throw std::invalid_argument(std::string(kVar) + "=\"" + v + "\": this CPU has no avx512_bf16 (use plain)");
-  throw std::invalid_argument(std::string(kVar) + "=\"" + v +
-                              "\": not one of plain, avx512_bf16 (unset: the path is chosen from the CPU flags)");
-}
-
-std::string attention_isa_error() {
-  try {
-    attention_isa();
-    return "";
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-}
-
-}  // namespace minicp::kernels
 
 #ifdef MINICP_HAVE_AVX512BF16
 namespace minicp::kernels::detail::tiled {

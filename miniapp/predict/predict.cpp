@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <future>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -136,54 +135,105 @@ std::string dtype_of(size_t elem) {
   return kernels::dtype_name<float>();
 }
 
-struct Rates {
-  const Machine& m;
-  std::string dtype;
-  std::vector<std::string>& notes;
-  std::mutex* notes_lock;
+// The notes of one prediction, each once.
+void add_note(std::vector<std::string>& notes, const std::string& n) {
+  if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
+}
 
-  // Adds a note once (workers of attention_pass call this too).
-  void note(const std::string& n) const {
-    const std::lock_guard<std::mutex> lock(*notes_lock);
-    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
-  }
-  double gemm(const LayerOp& op) const {
-    const GemmRate* r = m.cal.find_gemm(dtype, m.threads, op.ops, op.m, op.n, op.k);
+// Seconds of one kernel of the layer at the table's rates (unscaled by the drift scale).
+double table_seconds(const Machine& m, const std::string& dtype, const LayerOp& op, std::vector<std::string>& notes) {
+  if (op.ops.empty()) {
+    const ElemRate* r = m.cal.find_elem(dtype, m.threads, op.elem);
     if (!r)
-      throw std::runtime_error("the calibration table (" + m.cal.source + ") has no GEMM rate for " + dtype + " at " +
-                               std::to_string(m.threads) + " threads per rank");
-    if (r->m != op.m || r->n != op.n || r->k != op.k || r->ops != op.ops) {
-      note("GEMM " + op.ops + " " + std::to_string(op.m) + "x" + std::to_string(op.n) + "x" + std::to_string(op.k) +
-           " not in the table: the rate of " + r->ops + " " + std::to_string(r->m) + "x" + std::to_string(r->n) + "x" +
-           std::to_string(r->k));
-    }
-    return op.flops() / (r->flops_per_s * m.rate_scale);
+      add_note(notes, "no rate for " + op.elem + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s");
+    return r ? op.values * r->s_per_value : 0.0;
   }
-  double elem(const std::string& op, double values) const {
-    const ElemRate* r = m.cal.find_elem(dtype, m.threads, op);
-    if (!r) {
-      note("no rate for " + op + " (" + dtype + ", " + std::to_string(m.threads) + " threads): 0 s");
-      return 0;
+  const GemmRate* r = m.cal.find_gemm(dtype, m.threads, op.ops, op.m, op.n, op.k);
+  if (!r)
+    throw std::runtime_error("the calibration table (" + m.cal.source + ") has no GEMM rate for " + dtype + " at " +
+                             std::to_string(m.threads) + " threads per rank");
+  if (r->m != op.m || r->n != op.n || r->k != op.k || r->ops != op.ops)
+    add_note(notes, "GEMM " + op.ops + " " + std::to_string(op.m) + "x" + std::to_string(op.n) + "x" +
+                        std::to_string(op.k) + " not in the table: the rate of " + r->ops + " " + std::to_string(r->m) +
+                        "x" + std::to_string(r->n) + "x" + std::to_string(r->k));
+  return op.flops() / r->flops_per_s;
+}
+
+// The kernels of a layer on N rows at the table's own rates, unscaled (gemms false: its
+// element-wise kernels only).
+double own_layer_seconds(const Machine& m, const std::string& dtype, const model::Shape& s, int64_t N, bool backward,
+                         std::vector<std::string>& notes, bool gemms = true) {
+  double t = 0;
+  for (const LayerOp& op : layer_ops(s, N, backward))
+    if (gemms || op.ops.empty()) t += table_seconds(m, dtype, op, notes);
+  return t;
+}
+
+// The layer as it ran over its kernels at their own rates. A row of the run's own table holds
+// the run's speed (a median over the moments its cases ran at): the layer at the row's N is
+// the row, at another N the row scaled as the table's kernels scale, and the drift scale of
+// the case, one SGEMM reading against another, is not applied to it (single readings at a
+// slow moment would bend it). A row from another run: its GEMMs as timed beside it (the same
+// seconds: the host's drift cancels) and the element-wise kernels at the table's rates, for a
+// row without those GEMMs every kernel at the table's rates, and the drift scale applies.
+double factor_of(const Machine& m, const std::string& dtype, const model::Shape& s, int64_t N, bool backward, int ranks,
+                 std::vector<std::string>& notes) {
+  const LayerTime* l = m.cal.find_layer(dtype, m.threads, s, N, ranks);
+  const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
+  if (!(measured > 0)) return 1;
+  if (m.cal.of_the_run) return measured / (own_layer_seconds(m, dtype, s, l->rows, backward, notes) / m.rate_scale);
+  const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
+  // The table's, unscaled; the GEMMs timed beside the row when it has them.
+  const double own = (gemm_beside > 0 ? gemm_beside : 0.0) +
+                     own_layer_seconds(m, dtype, s, l->rows, backward, notes, !(gemm_beside > 0));
+  return own > 0 ? measured / own : 1;
+}
+
+// What one case's prediction reads from the calibration table, read once when the case is
+// predicted: per pass the seconds of each kernel of the layer (in the layer, drift-scaled) and
+// the attention rate; the copy kernel's rate. Nothing after this looks the table up.
+struct CaseRates {
+  struct Pass {
+    std::vector<LayerOp> ops;
+    std::vector<double> op_s;  // (ops) seconds of each in a running layer
+    const AttnRate* attn = nullptr;
+  } pass[2];
+  double copy_s = 0;  // seconds per value of the schemes' copies
+  double rate_scale = 1;
+
+  CaseRates(const model::StackConfig& cfg, const Machine& m, const std::string& dtype, int64_t N,
+            std::vector<std::string>& notes) {
+    const cp::Config c = model::attention_config(cfg);
+    rate_scale = m.rate_scale;
+    for (int b = 0; b < (cfg.pass == model::Pass::Train ? 2 : 1); ++b) {
+      Pass& p = pass[b];
+      const int ranks = std::min(c.ranks, std::max(1, m.topo.ranks_per_node));
+      const double in_layer = factor_of(m, dtype, cfg.shape, N, b == 1, ranks, notes);
+      p.ops = layer_ops(cfg.shape, N, b == 1);
+      for (const LayerOp& op : p.ops) p.op_s.push_back(in_layer * table_seconds(m, dtype, op, notes) / m.rate_scale);
+      p.attn = attn_rate(m, dtype, c, b == 1, notes);
+      const LayerOp copy{Phase::AttnCompute, "", 0, 0, 0, "copy", 1.0};
+      if (b == 0) copy_s = table_seconds(m, dtype, copy, notes) / m.rate_scale;
     }
-    return values * r->s_per_value / m.rate_scale;
   }
-  // The attention rate of the case's head_dim, else of the nearest (noted when `noted`: once a
-  // pass, before its workers look it up per call).
-  const AttnRate* attn_rate(const cp::Config& c, bool backward, bool noted = false) const {
+  static const AttnRate* attn_rate(const Machine& m, const std::string& dtype, const cp::Config& c, bool backward,
+                                   std::vector<std::string>& notes) {
     const AttnRate* r = m.cal.find_attn(dtype, m.threads, backward, c.head_dim);
     if (!r)
       throw std::runtime_error("the calibration table (" + m.cal.source + ") has no attention " +
                                (backward ? "backward" : "forward") + " rate for " + dtype + " at " +
                                std::to_string(m.threads) + " threads per rank");
-    if (noted && r->head_dim != c.head_dim)
-      note(std::string("attention ") + (backward ? "backward" : "forward") + " at head_dim " +
-           std::to_string(c.head_dim) + " not in the table: the rates of head_dim " + std::to_string(r->head_dim) +
-           " scaled by " + std::to_string(c.head_dim) + "/" + std::to_string(r->head_dim) +
-           " (minicp --calibrate on a deck of this head_dim measures its own)");
+    if (r->head_dim != c.head_dim)
+      add_note(notes, std::string("attention ") + (backward ? "backward" : "forward") + " at head_dim " +
+                          std::to_string(c.head_dim) + " not in the table: the rates of head_dim " +
+                          std::to_string(r->head_dim) + " scaled by " + std::to_string(c.head_dim) + "/" +
+                          std::to_string(r->head_dim) +
+                          " (minicp --calibrate on a deck of this head_dim measures its own)");
     return r;
   }
+  // Seconds of one attention call of a step.
   double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
-    const AttnRate* r = attn_rate(c, backward);
+    const AttnRate* r = pass[backward ? 1 : 0].attn;
     const TileCount t = count_tiles(c, a.q, a.kv, {r->tile_q, r->tile_k});
     if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
     // The table's rates are per whole tile and head at its head_dim; another head_dim scales
@@ -192,38 +242,9 @@ struct Rates {
     return (r->call_s +
             a.heads * d *
                 (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s)) /
-           m.rate_scale;
+           rate_scale;
   }
 };
-
-// The kernels of a layer on N rows at the table's own rates (gemms false: its element-wise
-// kernels only).
-double own_layer_seconds(const model::Shape& s, int64_t N, bool backward, const Rates& rates, bool gemms = true) {
-  double t = 0;
-  for (const LayerOp& op : layer_ops(s, N, backward))
-    t += op.ops.empty() ? rates.elem(op.elem, op.values) : gemms ? rates.gemm(op) : 0.0;
-  return t;
-}
-
-// The layer as it ran over its kernels at their own rates. A row of the run's own table holds
-// the run's speed (a median over the moments its cases ran at): the layer at the row's N is
-// the row, at another N the row scaled as the table's kernels scale, and the drift scale of
-// the case, one SGEMM reading against another, is not applied to it (on one host a table's
-// SGEMM read 11% below its own GEMM rows and a GEMM shape 2x below its neighbours: single
-// readings at a slow moment). A row from another run: its GEMMs as timed beside it (the same
-// seconds: the host's drift cancels) and the element-wise kernels at the table's rates, for a
-// row without those GEMMs every kernel at the table's rates, and the drift scale applies.
-double factor_of(const model::Shape& s, int64_t N, bool backward, int ranks, const Rates& rates) {
-  const LayerTime* l = rates.m.cal.find_layer(rates.dtype, rates.m.threads, s, N, ranks);
-  const double measured = !l ? 0 : backward ? l->backward_s : l->forward_s;
-  if (!(measured > 0)) return 1;
-  if (rates.m.cal.of_the_run) return measured / own_layer_seconds(s, l->rows, backward, rates);
-  const double gemm_beside = backward ? l->gemm_backward_s : l->gemm_forward_s;
-  // The table's, unscaled; the GEMMs timed beside the row when it has them.
-  const double own = (gemm_beside > 0 ? gemm_beside : 0.0) +
-                     own_layer_seconds(s, l->rows, backward, rates, !(gemm_beside > 0)) * rates.m.rate_scale;
-  return own > 0 ? measured / own : 1;
-}
 
 struct PassTime {
   double total = 0, compute = 0, comm = 0, exposed = 0, ratio = 0, imbalance = 1;
@@ -236,11 +257,11 @@ struct PassPart {
   double exposed = 0;
 };
 
-PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
+PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const CaseRates& rates,
                          bool backward, size_t elem, int r0, int r1) {
   PassPart p;
   p.compute.assign(size_t(r1 - r0), 0.0);
-  const double aux_s = rates.elem("copy", 1.0);
+  const double aux_s = rates.copy_s;
   for (int r = r0; r < r1; ++r) {
     const Schedule sch = s.schedule(c, m.topo, r, backward, elem);
     if (p.step_time.size() < sch.steps.size()) {
@@ -277,11 +298,9 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
 
 // The scheme's attention over one pass: steps synchronous over the ranks. The ranks are
 // shared out over the host's threads (a 1024-rank case lists a million steps).
-PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const Rates& rates,
+PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Machine& m, const CaseRates& rates,
                         bool backward, size_t elem) {
   const int P = c.ranks;
-  rates.attn_rate(c, backward, true);  // a missing rate throws here, not in a worker
-  rates.elem("copy", 1.0);             // and its note is taken once
   const int T = P < 64 ? 1 : int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   std::vector<std::future<PassPart>> parts;
   for (int t = 0; t < T; ++t)
@@ -322,20 +341,17 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
   if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
   Prediction out;
   const cp::Config c = model::attention_config(cfg);
-  std::mutex notes_lock;
-  const Rates rates{m, dtype_of(elem), out.notes, &notes_lock};
   const bool train = cfg.pass == model::Pass::Train;
   const int64_t N = cfg.pass == model::Pass::Decode ? c.decode_tokens : c.seq_len / c.ranks;
+  const CaseRates rates(cfg, m, dtype_of(elem), N, out.notes);
   const int L = cfg.shape.layers;
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
     double layer = 0;
-    const double in_layer =
-        factor_of(cfg.shape, N, b == 1, std::min(c.ranks, std::max(1, m.topo.ranks_per_node)), rates);
-    for (const LayerOp& op : layer_ops(cfg.shape, N, b == 1)) {
-      const double t = in_layer * (op.ops.empty() ? rates.elem(op.elem, op.values) : rates.gemm(op));
-      out.phase_s[int(op.phase)] += L * t;
-      layer += t;
+    const CaseRates::Pass& rp = rates.pass[b];
+    for (size_t i = 0; i < rp.ops.size(); ++i) {
+      out.phase_s[int(rp.ops[i].phase)] += L * rp.op_s[i];
+      layer += rp.op_s[i];
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
     out.phase_s[int(Phase::AttnCompute)] += L * a.compute;
@@ -383,8 +399,7 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
 
 double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, const Machine& m, size_t elem) {
   std::vector<std::string> notes;
-  std::mutex lock;
-  return factor_of(s, N, backward, ranks, Rates{m, dtype_of(elem), notes, &lock});
+  return factor_of(m, dtype_of(elem), s, N, backward, ranks, notes);
 }
 
 std::string explain(const Prediction& p) {
