@@ -260,33 +260,25 @@ def hidden_mpirun(root, cmd, env, work):
     return run(["unshare", "-m", "bash", "-c", script, "hide"] + cmd, env=env, timeout=120), len(hide_files)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--script", required=True, help="tools/device-check")
-    ap.add_argument("--bin", required=True, help="bin/ of the host build (its programs are bundled)")
-    ap.add_argument("--work", required=True, help="scratch directory (emptied)")
-    a = ap.parse_args()
-    work = os.path.abspath(a.work)
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    build = os.path.dirname(os.path.abspath(a.bin))
-
-    repo = os.path.join(os.path.dirname(os.path.abspath(a.script)), "..")
-    bad_args(a.script, work, build, repo)
-    no_driver(a.script, work)
-
-    # Written over a bundle this script wrote: refused without --overwrite, replaced with it.
+def built_bundle(script, work, build):
+    """The bundle written over one this script wrote: refused without --overwrite, replaced
+    with it; its path, or None where `bundle` failed."""
     bundle = os.path.join(work, "minicp-device.tar.gz")
     marker_bundle(bundle)
-    refused(a.script, ["bundle", "--build", build, "--out", bundle], f"--out '{bundle}': exists")
-    r = run([a.script, "bundle", "--build", build, "--out", bundle, "--overwrite"], timeout=300)
+    refused(script, ["bundle", "--build", build, "--out", bundle], f"--out '{bundle}': exists")
+    r = run([script, "bundle", "--build", build, "--out", bundle, "--overwrite"], timeout=300)
     print(r.stdout.strip())
     if not check(r.returncode == 0 and os.path.isfile(bundle), f"bundle: exit {r.returncode} {r.stderr.strip()[-400:]}"):
-        return 1
+        return None
     left = [x for x in os.listdir(work) if x.startswith(".minicp-device.tar.gz")]
     check(not left, f"bundle: no temporary left beside --out {left}")
     size = os.path.getsize(bundle)
     check(size < LIMIT, f"bundle: {size} bytes ({size / 1048576:.1f} MiB) < 64 MiB")
+    return bundle
+
+
+def unpacked_bundle(bundle, work, bin_dir):
+    """The bundle unpacked under work, its members and MANIFEST.txt checked; its root."""
     unpacked = os.path.join(work, "unpacked")
     with tarfile.open(bundle) as t:
         names = t.getnames()
@@ -299,14 +291,16 @@ def main():
     check(re.search(r"^commit [0-9a-f]{40}", manifest, re.M) is not None, "MANIFEST.txt names the git commit")
     check(re.search(r"^program bin/minicp /", manifest, re.M) is not None, "MANIFEST.txt names where minicp came from")
     for p in ("minicp-kernels-bench", "minicp-cp-bench"):
-        if os.path.exists(os.path.join(a.bin, p)):
+        if os.path.exists(os.path.join(bin_dir, p)):
             check(os.path.exists(os.path.join(root, "bin", p)), f"bundle holds bin/{p} (in the build)")
     libs = os.listdir(os.path.join(root, "lib"))
     check(not [x for x in libs if GLIBC.match(x) or CUDA.match(x)],
           f"no glibc or CUDA library packed: {[x for x in libs if GLIBC.match(x) or CUDA.match(x)]}")
+    return root
 
-    ldd_check(root)
 
+def bundled_mpirun(root, work):
+    """The bundled mpirun runs -np 2 minicp --dry-run; again with the system's Open MPI hidden."""
     env = bundle_env(root)
     cmd = [os.path.join(root, "ompi", "bin", "mpirun"), "-np", "2", "--oversubscribe", "--bind-to", "none",
            os.path.join(root, "bin", "minicp"), "--deck", os.path.join(root, "inputs", "tiny.toml"), "--dry-run"]
@@ -322,32 +316,60 @@ def main():
               f"bundled mpirun -np 2 minicp --dry-run, system Open MPI/PMIx and {n} libraries hidden: "
               f"exit {h.returncode} {h.stderr.strip()[-400:]}")
 
+
+def run_without_gpu(script, bundle, work):
+    """`run --bundle` on this machine without a GPU: exit 77, every GPU step skipped."""
+    out = os.path.join(work, "run")
+    r = run([script, "run", "--bundle", bundle, "--out", out], env=dict(os.environ), timeout=120)
+    print(r.stdout.strip())
+    check(r.returncode == 77, f"run without a GPU: exit {r.returncode} (want 77) {r.stderr.strip()[-300:]}")
+    check(re.search(r"^MINICP_DEVICE_CHECK gpu=none steps=\d+ passed=\d+ failed=0 skipped=10", r.stdout, re.M)
+          is not None, "run prints the MINICP_DEVICE_CHECK line")
+    try:
+        s = json.load(open(os.path.join(out, "summary.json")))
+    except (OSError, ValueError) as e:
+        check(False, f"summary.json readable: {e}")
+        s = {"steps": []}
+    st = {x["step"]: x for x in s["steps"]}
+    for name in GPU_STEPS:
+        x = st.get(name, {})
+        check(x.get("status") == "skipped" and x.get("reason", "").startswith("no GPU"),
+              f"summary.json: {name} skipped for no GPU ({x})")
+    for name in ("unpack", "manifest", "ldd"):
+        check(st.get(name, {}).get("status") == "passed", f"summary.json: {name} passed ({st.get(name)})")
+    x = st.get("driver", {})
+    check(x.get("status") == "skipped" and "no program needs libcuda.so.1" in x.get("reason", ""),
+          f"summary.json: driver skipped, a host build ({x})")
+    check(os.path.isfile(os.path.join(out, "ldd", "minicp.txt")), "run recorded ldd of minicp")
+    check(os.path.isfile(os.path.join(out, "MANIFEST.txt")), "run copied MANIFEST.txt")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--script", required=True, help="tools/device-check")
+    ap.add_argument("--bin", required=True, help="bin/ of the host build (its programs are bundled)")
+    ap.add_argument("--work", required=True, help="scratch directory (emptied)")
+    a = ap.parse_args()
+    work = os.path.abspath(a.work)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    build = os.path.dirname(os.path.abspath(a.bin))
+
+    repo = os.path.join(os.path.dirname(os.path.abspath(a.script)), "..")
+    bad_args(a.script, work, build, repo)
+    no_driver(a.script, work)
+
+    bundle = built_bundle(a.script, work, build)
+    if bundle is None:
+        return 1
+    root = unpacked_bundle(bundle, work, a.bin)
+    ldd_check(root)
+    bundled_mpirun(root, work)
+
     if shutil.which("nvidia-smi"):
         print("skipped: run without a GPU (this machine has nvidia-smi)")
     else:
-        out = os.path.join(work, "run")
-        r = run([a.script, "run", "--bundle", bundle, "--out", out], env=dict(os.environ), timeout=120)
-        print(r.stdout.strip())
-        check(r.returncode == 77, f"run without a GPU: exit {r.returncode} (want 77) {r.stderr.strip()[-300:]}")
-        check(re.search(r"^MINICP_DEVICE_CHECK gpu=none steps=\d+ passed=\d+ failed=0 skipped=10", r.stdout, re.M)
-              is not None, "run prints the MINICP_DEVICE_CHECK line")
-        try:
-            s = json.load(open(os.path.join(out, "summary.json")))
-        except (OSError, ValueError) as e:
-            check(False, f"summary.json readable: {e}")
-            s = {"steps": []}
-        st = {x["step"]: x for x in s["steps"]}
-        for name in GPU_STEPS:
-            x = st.get(name, {})
-            check(x.get("status") == "skipped" and x.get("reason", "").startswith("no GPU"),
-                  f"summary.json: {name} skipped for no GPU ({x})")
-        for name in ("unpack", "manifest", "ldd"):
-            check(st.get(name, {}).get("status") == "passed", f"summary.json: {name} passed ({st.get(name)})")
-        x = st.get("driver", {})
-        check(x.get("status") == "skipped" and "no program needs libcuda.so.1" in x.get("reason", ""),
-              f"summary.json: driver skipped, a host build ({x})")
-        check(os.path.isfile(os.path.join(out, "ldd", "minicp.txt")), "run recorded ldd of minicp")
-        check(os.path.isfile(os.path.join(out, "MANIFEST.txt")), "run copied MANIFEST.txt")
+        run_without_gpu(a.script, bundle, work)
 
     if failures:
         print(f"{len(failures)} check(s) failed")

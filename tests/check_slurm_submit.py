@@ -201,15 +201,13 @@ def mode_dryrun(a):
           "--set sweep.ranks is not kept")
 
 
-def mode_resubmit(a):
-    study = os.path.join(a.dir, "re")
-    shutil.rmtree(study, ignore_errors=True)
-    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib-ndr", "--ranks-per-node", "2", "--cpus-per-task", "1",
-            "--study", study, "--bin", a.bin] + ONE_CASE
+def resubmit_dry_run(a, study, base):
+    """A complete, a partial and an unreadable file, then a dry run: skipped, resumed, run again
+    with --overwrite. False where the first dry run has no N1_none task."""
     p = run(base + ["--dry-run", "--no-check"])
     tasks = tasks_of(p.stdout)
     if not check("N1_none" in tasks, "no N1_none task in the dry run"):
-        return
+        return False
     # The task's command, as the job would run it, under MPI: a complete file.
     os.makedirs(study)
     r = run(a.mpirun + tasks["N1_none"][1] + ["--quiet"])
@@ -235,16 +233,17 @@ def mode_resubmit(a):
     lines = sbatch_lines(p.stdout)
     check(len(lines) == 2 and "--nodes=1 " in lines[0] and "--array=0 " in lines[0] and "--array=0-1 " in lines[1],
           f"arrays after skipping N1_none: {lines}")
+    return True
 
-    # A real submission through the stand-in sbatch.
-    fake = os.path.join(a.dir, "fakebin_re")
-    shutil.rmtree(fake, ignore_errors=True)
-    env = fake_slurm(fake)
+
+def resubmit_submission(a, study, base, fake, env):
+    """A real submission through the stand-in sbatch: the manifest, the tasks file, the log
+    links, and minicp.sbatch reading its task's arguments; the manifest's path, or None."""
     p = run(base + ["--no-check"], env=env)
     check(p.returncode == 0, f"submission exit {p.returncode}")
     man_path = os.path.join(study, "manifest.json")
     if not check(os.path.exists(man_path), "no manifest.json"):
-        return
+        return None
     man = json.load(open(man_path))
     check(sorted(man["tasks"]) == ["N1_ib-ndr", "N2_ib-ndr", "N2_none"], f"manifest tasks {sorted(man['tasks'])}")
     check([s["job_id"] for s in man["submissions"]] == ["1001", "1002"], f"job ids {man['submissions']}")
@@ -267,6 +266,11 @@ def mode_resubmit(a):
     check(r.returncode == 0 and re.search(r"command +srun --mpi=pmix --nodes=2 --ntasks=4 .*--set sweep\.ranks=\\\[4\\\] "
                                           r".*--fabric ib-ndr --out " + re.escape(os.path.join(study, "N2_ib-ndr.h5")) + "$",
                                           r.stdout, re.M), "minicp.sbatch did not run array task 1's command")
+    return man_path
+
+
+def resubmit_again(base, fake, env, man_path):
+    """A second submission leaves a queued task alone; another --scaling is refused."""
     # Submitting again: N2 is queued (stand-in squeue), N1_ib-ndr's job 1001 left the queue.
     with open(os.path.join(fake, "queue.d", "1002"), "w") as f:
         f.write("PENDING|Priority\n")
@@ -282,6 +286,23 @@ def mode_resubmit(a):
     p = run(base + ["--no-check", "--scaling", "weak"], env=env)
     check(p.returncode == 2 and "--scaling weak: study" in p.stdout and "was submitted with --scaling strong" in p.stdout,
           "a study re-submitted with other options")
+
+
+def mode_resubmit(a):
+    study = os.path.join(a.dir, "re")
+    shutil.rmtree(study, ignore_errors=True)
+    base = [SUBMIT, a.deck, "--nodes", "1,2", "--fabrics", "none,ib-ndr", "--ranks-per-node", "2", "--cpus-per-task", "1",
+            "--study", study, "--bin", a.bin] + ONE_CASE
+    if not resubmit_dry_run(a, study, base):
+        return
+    # A real submission through the stand-in sbatch.
+    fake = os.path.join(a.dir, "fakebin_re")
+    shutil.rmtree(fake, ignore_errors=True)
+    env = fake_slurm(fake)
+    man_path = resubmit_submission(a, study, base, fake, env)
+    if man_path is None:
+        return
+    resubmit_again(base, fake, env, man_path)
 
 
 def mode_collect(a):

@@ -75,7 +75,8 @@ def end_all(procs):
                     pass
 
 
-def main():
+def parse_args():
+    """The options and the job's command after them."""
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--limit", type=int, default=5)
@@ -88,6 +89,11 @@ def main():
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    return args, cmd
+
+
+def launch(args, cmd):
+    """The job started with the watchdog's limit (and --stop-at's stop), old outputs removed."""
     for p in (args.out, args.out + ".lock"):
         if os.path.exists(p):
             os.remove(p)
@@ -95,8 +101,13 @@ def main():
     if args.stop_at:
         args.rank = int(args.stop_at.split(":")[0])
         env["MINICP_TEST_STOP"] = args.stop_at
-    p = subprocess.Popen(cmd + ["--out", args.out, "--set", f"run.stall_timeout_s={args.limit}"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(cmd + ["--out", args.out, "--set", f"run.stall_timeout_s={args.limit}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def follow(args, p):
+    """Reads the job to its end, stopping the rank at its second case (unless --stop-at), and
+    ends every process it started: (fails, output, when the rank stopped or None, when it ended)."""
     started = known(descendants(p.pid))
     killer = threading.Timer(args.deadline, lambda: end_all(known(descendants(p.pid))))
     killer.start()
@@ -133,12 +144,12 @@ def main():
         started.update(stopped.get("procs", {}))
         started.update(known(descendants(p.pid)))
         end_all(started)
-    out = "".join(seen)
-    sys.stdout.write(out)
-    if stopped_at is None:
-        where = args.stop_at or "the run's second case"
-        return report(fails + [f"nothing was stopped at {where}"])
-    if p.returncode == 0:
+    return fails, "".join(seen), stopped_at, ended
+
+
+def judge(args, code, out, stopped_at, ended, fails):
+    """The exit code, the time to the end, the one message and the results file; report's code."""
+    if code == 0:
         fails.append("the job with a stopped rank exited 0")
     if ended - stopped_at > args.within:
         fails.append(f"the job ended {ended - stopped_at:.1f} s after the stop, expected within {args.within:g} s")
@@ -158,6 +169,17 @@ def main():
         fails.append(f"the file holds {groups} cases, {len(done)} complete: expected only complete ones, "
                      f"at least {args.cases}")
     return report(fails + check_results(args.out))
+
+
+def main():
+    args, cmd = parse_args()
+    p = launch(args, cmd)
+    fails, out, stopped_at, ended = follow(args, p)
+    sys.stdout.write(out)
+    if stopped_at is None:
+        where = args.stop_at or "the run's second case"
+        return report(fails + [f"nothing was stopped at {where}"])
+    return judge(args, p.returncode, out, stopped_at, ended, fails)
 
 
 def report(fails):

@@ -83,7 +83,8 @@ def make_parent(path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
-def main():
+def parse_args():
+    """The options and the command after them; no command is a usage error (exit 2)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--code", type=int, required=True)
     ap.add_argument("--contains", action="append", default=[])
@@ -104,6 +105,11 @@ def main():
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         ap.error("no command given")
+    return args, cmd
+
+
+def set_up(args):
+    """The --make-*, --copy and link set-up, in the order the usage gives."""
     for d in args.make_dir:
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
@@ -131,14 +137,11 @@ def main():
             target, link = pair.split(":")
             make_parent(link)
             make(target, link)
+
+
+def output_ok(args, code, output, seconds):
+    """The exit code, the output's texts and the time; prints a FAIL line for each miss."""
     ok = True
-    for p in args.absent:
-        if os.path.lexists(p):
-            print(f"FAIL: set-up: {p} exists before the run")
-            ok = False
-    before = {p: snapshot(p) for p in args.unchanged}
-    code, output, seconds = run(cmd, args.within)
-    sys.stdout.write(output)
     if code != args.code:
         print(f"FAIL: exit code {code}, expected {args.code}")
         ok = False
@@ -158,6 +161,12 @@ def main():
     if args.within is not None and seconds > args.within:
         print(f"FAIL: took {seconds:.1f} s, expected at most {args.within:g} s")
         ok = False
+    return ok
+
+
+def files_ok(args, before):
+    """--absent and --unchanged after the run; prints a FAIL line for each miss."""
+    ok = True
     for path in args.absent:
         if os.path.lexists(path):
             print(f"FAIL: {path} exists after the run")
@@ -167,6 +176,23 @@ def main():
         if after != snap:
             print(f"FAIL: {path} changed: before {snap!r}, after {after!r}")
             ok = False
+    return ok
+
+
+def main():
+    args, cmd = parse_args()
+    set_up(args)
+    ok = True
+    for p in args.absent:
+        if os.path.lexists(p):
+            print(f"FAIL: set-up: {p} exists before the run")
+            ok = False
+    before = {p: snapshot(p) for p in args.unchanged}
+    code, output, seconds = run(cmd, args.within)
+    sys.stdout.write(output)
+    # Both always run (not short-circuited), so every miss is printed.
+    ok = output_ok(args, code, output, seconds) and ok
+    ok = files_ok(args, before) and ok
     return 0 if ok else 1
 
 
