@@ -129,4 +129,10 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+std::string join_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
 }  // namespace minicp::harness

@@ -42,6 +42,8 @@ CLI::Option* add_int_list(CLI::App& app, const std::string& names, std::vector<i
 
 // The items of a comma list, as written ("a,,b": "a", "", "b"; "": none).
 std::vector<std::string> split_list(const std::string& list);
+// The items joined by ',' (split_list's inverse: a list flag's default).
+std::string join_list(const std::vector<std::string>& items);
 
 // How a flag is named in messages: its names joined by '/' ("-n/--iters", "--seq").
 std::string flag_label(const std::string& names);

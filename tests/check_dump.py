@@ -9,9 +9,8 @@ stack, written from the definition in docs/results-file.md (section "--dump FILE
                                                        query head h uses K/V head h // (heads/kv_heads)
               x2 = x + o @ wo
               y  = x2 + (silu(h2 @ w1) * (h2 @ w3)) @ w2,   h2 = rmsnorm(x2, mlp_norm)
-  mask:       key j visible from query i iff (!causal or pos_j <= pos_i)
-              and (window == 0 or pos_i - window < pos_j <= pos_i)
-              and (doc_len == 0 or pos_i // doc_len == pos_j // doc_len)
+  mask:       key j visible from query row i iff keys[i, 0] <= pos_j <= keys[i, 1]
+              (/mask/keys: every mask kind sees one interval of keys; the file says which)
 
 Checks: every root attribute, every dataset's presence and shape; the forward in float64
 from /tensors/x and the weights reproduces /tensors/y (rows must be in global token order
@@ -25,7 +24,8 @@ Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--mask M] [--d
        (each option, when given, is also required of the file's attributes)
        --corrupt KIND   (for the test suite) damage the data after reading, to show that the
                         check catches it: rows (reverse the token order of the activations),
-                        grads (halve every weight gradient), theta (a wrong rope_theta)."""
+                        grads (halve every weight gradient), theta (a wrong rope_theta),
+                        mask (every query sees every key)."""
 import argparse
 import sys
 
@@ -35,7 +35,7 @@ import numpy as np
 PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w1", "w3", "w2"]
 ROPE_CONVENTION = ("rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
                    "(decode: the new tokens at S..S+T-1)")
-INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "causal", "window", "doc_len",
+INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len",
              "ranks"]
 FLOAT_ATTRS = ["rope_theta", "norm_eps"]
 STR_ATTRS = ["file_kind", "mask", "scheme", "dtype", "pass", "rope_convention"]
@@ -48,7 +48,7 @@ class Model:
         self.H, self.Hkv, self.D = int(a["heads"]), int(a["kv_heads"]), int(a["head_dim"])
         self.C, self.F, self.L = int(a["hidden"]), int(a["ffn"]), int(a["layers"])
         self.theta, self.eps = float(a["rope_theta"]), float(a["norm_eps"])
-        self.causal, self.window, self.doc_len = bool(a["causal"]), int(a["window"]), int(a["doc_len"])
+        self.keys, self.q0 = None, 0  # /mask/keys [Nq, 2] and the first query's position (read_datasets)
         self.scale = float(a.get("softmax_scale", 1.0 / np.sqrt(self.D)))
 
     def shapes(self):
@@ -68,15 +68,9 @@ class Model:
         return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
     def visible(self, qpos, kpos):
-        q, k = qpos[:, None], kpos[None, :]
-        ok = np.ones((len(qpos), len(kpos)), dtype=bool)
-        if self.causal or self.window > 0:
-            ok &= k <= q
-        if self.window > 0:
-            ok &= k > q - self.window
-        if self.doc_len > 0:
-            ok &= (q // self.doc_len) == (k // self.doc_len)
-        return ok
+        rows = self.keys[qpos - self.q0]
+        k = kpos[None, :]
+        return (k >= rows[:, :1]) & (k <= rows[:, 1:])
 
     def attention(self, q, k, v, qpos, kpos):  # q [Nq,H,D], k, v [Nk,Hkv,D] -> [Nq,H,D]
         group = self.H // self.Hkv
@@ -154,15 +148,6 @@ def attribute_value_errors(a, args):
         err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
     if a["dtype"] not in ("f32", "f64"):
         err(f"dtype = {a['dtype']!r}, expected f32 or f64")
-    if a["causal"] not in (0, 1):
-        err(f"causal = {a['causal']}, expected 0 or 1")
-    want_mask = ("window" if a["window"] > 0 else "documents" if a["doc_len"] > 0
-                 else "causal" if a["causal"] else "full")
-    if a["mask"] != want_mask:
-        err(f"mask = {a['mask']!r} but window = {a['window']}, doc_len = {a['doc_len']}, "
-            f"causal = {a['causal']}: expected {want_mask!r}")
-    if a["window"] > 0 and not a["causal"]:
-        err("a window implies causal, but causal = 0")
     for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks"):
         if a[k] < 1:
             err(f"{k} = {a[k]}, expected >= 1")
@@ -245,6 +230,26 @@ def corrupt(kind, m, data):
                 data[name] *= 0.5
     elif kind == "theta":
         m.theta *= 1.5
+    elif kind == "mask":  # every query sees every key
+        m.keys = np.stack([np.zeros(len(m.keys), np.int64), np.full(len(m.keys), m.keys.max())], axis=1)
+
+
+def read_mask(f, m, a):
+    """Errors of /mask/keys ([Nq, 2] integer key intervals, one per query row, inside the
+    keys there are); sets m.keys and m.q0 when it holds."""
+    S = int(a["seq_len"])
+    N, q0 = (int(a["decode_tokens"]), S) if a["pass"] == "decode" else (S, 0)
+    if "mask" not in f or "keys" not in f["mask"]:
+        return ["missing dataset /mask/keys"]
+    d = f["mask/keys"]
+    if d.shape != (N, 2) or d.dtype.kind not in "iu":
+        return [f"/mask/keys: shape {d.shape} dtype {d.dtype}, expected ({N}, 2) integers"]
+    keys = d[...].astype(np.int64)
+    last = q0 + N - 1  # the last key position: the last query's (train) or new token's (decode)
+    if keys.min() < 0 or keys.max() > last:
+        return [f"/mask/keys: key positions outside 0..{last}"]
+    m.keys, m.q0 = keys, q0
+    return []
 
 
 def forward_errors(path, m, a, data, weights, pos):
@@ -327,6 +332,7 @@ def check(path, args):
             return errors
         m = Model(a)
         errors, data = read_datasets(f, m, a)
+        errors += read_mask(f, m, a)
         if errors:
             return errors
     corrupt(args.corrupt, m, data)
@@ -345,10 +351,10 @@ def main():
     ap.add_argument("--pass", dest="pass_", choices=["train", "prefill", "decode"])
     ap.add_argument("--scheme")
     ap.add_argument("--ranks", type=int)
-    ap.add_argument("--mask", choices=["causal", "full", "window", "documents"])
+    ap.add_argument("--mask", help="the mask's name the file must have (its attribute mask)")
     ap.add_argument("--dtype", choices=["f32", "f64"])
     ap.add_argument("--samples", type=int, default=4, help="random entries probed per weight tensor (dx: twice)")
-    ap.add_argument("--corrupt", choices=["rows", "grads", "theta"])
+    ap.add_argument("--corrupt", choices=["rows", "grads", "theta", "mask"])
     args = ap.parse_args()
     errors = check(args.file, args)
     for e in errors:

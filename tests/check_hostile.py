@@ -358,7 +358,7 @@ def case_cp_bench():
     res = run([exe, *small, "--modes", "full", "--json", js])
     expect("minicp-cp-bench --json onto a deck", res, 2, once=("is not a minicp-cp-bench result",), keep=keep)
     res = run([exe, *small, "--modes", "full", "--json", js, "--overwrite"])
-    expect("minicp-cp-bench --json --overwrite onto a deck", res, 0, has=("window=0 doc_len=0",))
+    expect("minicp-cp-bench --json --overwrite onto a deck", res, 0, has=("mask=\"causal\"",))
     check(snapshot(js)[js] != keep[js], "--overwrite: the deck was not replaced")
     reps = [line for line in res[2].split("\n") if re.search(r"rep \d+/\d+", line)]
     check(len(reps) >= 2 and all(len(re.findall(r"rep \d+/\d+", line)) == 1 for line in reps) and "\r" not in res[2],

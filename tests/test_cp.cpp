@@ -99,9 +99,7 @@ struct CpCase {
   const char* name;
   int heads;
   int kv_heads;
-  bool causal;
-  int64_t window;
-  int64_t doc_len;
+  cp::Mask mask;
 };
 
 // The global q, k, v, dout of a case.
@@ -187,9 +185,7 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
   cfg.heads = c.heads;
   cfg.kv_heads = c.kv_heads;
   cfg.head_dim = 32;
-  cfg.causal = c.causal;
-  cfg.window = c.window;
-  cfg.doc_len = c.doc_len;
+  cfg.mask = c.mask;
   cfg.ranks = P;
   cfg.decode_tokens = 3;
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
@@ -252,14 +248,20 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
-                         ::testing::Values(CpCase{"causal", 8, 8, true, 0, 0}, CpCase{"full", 8, 8, false, 0, 0},
-                                           CpCase{"causal_gqa2", 8, 2, true, 0, 0},
-                                           CpCase{"causal_mqa", 8, 1, true, 0, 0},
-                                           CpCase{"window10_gqa2", 8, 2, true, 10, 0},
-                                           CpCase{"docs20", 8, 8, true, 0, 20}, CpCase{"full_gqa4", 8, 4, false, 0, 0},
+                         ::testing::Values(CpCase{"causal", 8, 8, cp::Mask::causal()},
+                                           CpCase{"full", 8, 8, cp::Mask::full()},
+                                           CpCase{"causal_gqa2", 8, 2, cp::Mask::causal()},
+                                           CpCase{"causal_mqa", 8, 1, cp::Mask::causal()},
+                                           CpCase{"window10_gqa2", 8, 2, cp::Mask::window(10)},
+                                           CpCase{"docs20", 8, 8, cp::Mask::equal_documents(20)},
+                                           // documents of any length (S = 96, tiles of 16): one of
+                                           // 1 token, some shorter than a tile, one over several ranks
+                                           CpCase{"docs_varlen_gqa2", 8, 2, cp::Mask::documents({1, 37, 5, 20, 3, 30})},
+                                           CpCase{"docs_outlier", 8, 8, cp::Mask::documents({48, 1, 2, 3, 42})},
+                                           CpCase{"full_gqa4", 8, 4, cp::Mask::full()},
                                            // K/V groups of 3 query heads that ranks' head blocks straddle
                                            // (ulysses at np 3 and 6, usp at np 6)
-                                           CpCase{"causal_h12_kv4", 12, 4, true, 0, 0}),
+                                           CpCase{"causal_h12_kv4", 12, 4, cp::Mask::causal()}),
                          [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
 
 // Causal work per rank, from the FLOPs each rank reports: contiguous `ring` skips the

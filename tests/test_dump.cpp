@@ -220,14 +220,21 @@ TEST(H5File, MissingDirectoryIsNamed) {
   }
 }
 
+// The masks MINICP_DUMP_MASK names at S = 48: a window of 16 tokens, documents of 20, and
+// `varlen`, documents of any length (one of a token, one over every rank at np <= 3).
+cp::Mask mask_named(const std::string& name) {
+  if (name == "varlen") return cp::Mask::documents({3, 1, 30, 9, 5});
+  if (name == "window") return cp::Mask::window(16);
+  if (name == "documents") return cp::Mask::equal_documents(20);
+  return name == "full" ? cp::Mask::full() : cp::Mask::causal();
+}
+
 // The small stack of test_layer.cpp: 12 query heads in K/V groups of 3, S = 48.
 model::StackConfig small_config(model::Pass pass, const std::string& mask) {
   model::StackConfig c;
   c.shape = {48, 12, 4, 8, 64, 2, 10000, 1e-5};
   c.pass = pass;
-  c.attn.causal = mask != "full";
-  c.attn.window = mask == "window" ? 16 : 0;
-  c.attn.doc_len = mask == "documents" ? 20 : 0;
+  c.attn.mask = mask_named(mask);
   c.attn.seq_len = 48;
   c.attn.decode_tokens = 3;
   c.attn.attn.tile_q = c.attn.attn.tile_k = 8;
@@ -249,12 +256,13 @@ TEST(Dump, WriteStack) {
                            : pass_name == "prefill" ? model::Pass::Prefill
                                                     : model::Pass::Train;
   ASSERT_EQ(model::to_string(pass), pass_name) << "MINICP_DUMP_PASS";
-  ASSERT_TRUE(mask == "causal" || mask == "full" || mask == "window" || mask == "documents") << mask;
+  ASSERT_TRUE(mask == "causal" || mask == "full" || mask == "window" || mask == "documents" || mask == "varlen")
+      << mask;
   const model::StackConfig cfg = small_config(pass, mask);
   const cp::SchemeInfo& info = cp::find(g_scheme);
   const std::string why = cp::check(info, model::attention_config(cfg));
   ASSERT_TRUE(why.empty()) << why;
-  EXPECT_EQ(record::mask_name(cfg.attn), mask);
+  EXPECT_EQ(cfg.attn.mask.name(), mask == "varlen" ? std::string("documents") : mask);
 
   remove_on_rank0(file);  // a stale file from an earlier run must not pass the check
   auto world = comm::make_mpi_comm(comm::Progress::None);

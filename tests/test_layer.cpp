@@ -91,11 +91,12 @@ TEST_P(LayerVsNone, OutputAndEveryGradient) {
   const cp::Problem problem = pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train;
   if (!info.solves(problem)) GTEST_SKIP() << g_scheme << " does not solve " << cp::to_string(problem);
   const int P = test::world_size();
-  for (const char* mask : {"causal", "documents"}) {
-    SCOPED_TRACE(mask);
+  // Documents of one length, and of any lengths (S = 48: a 1-token one, one over ranks).
+  for (const cp::Mask& mask :
+       {cp::Mask::causal(), cp::Mask::equal_documents(20), cp::Mask::documents({7, 1, 25, 15})}) {
+    SCOPED_TRACE(mask.describe());
     cp::Config m;
-    m.causal = true;
-    m.doc_len = std::string(mask) == "documents" ? 20 : 0;
+    m.mask = mask;
     model::StackConfig cfg = small_config(pass, m);
     cfg.attn.ranks = P;
     cfg.attn.settings["inner_ring"] = P >= 4 && P % 2 == 0 ? 2 : 0;

@@ -44,8 +44,7 @@ struct Options {
   std::string scheme = "zigzag";
   int64_t seq = 8192;
   int heads = 8, kv_heads = 8, head_dim = 128;
-  int causal = 1;
-  int64_t window = 0, doc_len = 0;
+  cp::MaskSpec mask;
   int tile = 0;
   std::string pass = "fwdbwd", modes = "full,compute-only,comm-only", progress = "thread", progress_cpus,
               staging = "auto", json, dtype = "f32";
@@ -114,9 +113,11 @@ void declare_flags(CLI::App& app, Options& o, cp::Config& cfg) {
   hn::add_int(app, "--heads", o.heads, 1, hn::kNoMax, "query heads");
   hn::add_int(app, "--kv-heads", o.kv_heads, 1, hn::kNoMax, "key/value heads");
   hn::add_int(app, "--head-dim", o.head_dim, 2, hn::kNoMax, "head dimension D (even)");
-  hn::add_int(app, "--causal", o.causal, 0, 1, "1 causal mask, 0 full");
-  hn::add_int(app, "--window", o.window, 0, hn::kNoMax, "sliding window, tokens (0 none)");
-  hn::add_int(app, "--doc-len", o.doc_len, 0, hn::kNoMax, "packed documents of this many tokens (0 one document)");
+  app.add_option("--mask", o.mask.kind, "attention mask: " + hn::join_list(cp::Mask::kind_names()))
+      ->capture_default_str();
+  hn::add_int(app, "--window", o.mask.window, 0, hn::kNoMax, "sliding window, tokens (with --mask window)");
+  hn::add_int(app, "--doc-len", o.mask.doc_len, 0, hn::kNoMax,
+              "packed documents of this many tokens (with --mask documents)");
   hn::add_int(app, "--decode-tokens", cfg.decode_tokens, 1, hn::kNoMax,
               "decode: query tokens decoded against the KV cache (tokens)");
   for (const cp::Setting& st : cp::all_settings())  // the schemes' own settings, from the registry
@@ -198,9 +199,9 @@ Plan parse(const hn::Args& a) {
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
   cfg.head_dim = o.head_dim;
-  cfg.causal = o.causal == 1;
-  cfg.window = o.window;
-  cfg.doc_len = o.doc_len;
+  if (const std::string why = cp::Mask::problem(o.mask, {"--mask", "--window", "--doc-len"}); !why.empty())
+    throw UsageError(why);
+  cfg.mask = cp::Mask::from(o.mask);
   cfg.ranks = a.size();
   cfg.problem = p.info->problems.front();
   cfg.attn.tile_q = cfg.attn.tile_k = o.tile;
@@ -276,12 +277,11 @@ Setup<T> build(const Plan& p, int rank) {
   s.threads = int(kernels::Exec().concurrency());
   if (rank == 0)
     std::printf(
-        "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s %s window=%lld "
-        "doc_len=%lld pass=%s progress=%s%s comm=%s\n",
+        "minicp-cp-bench: scheme=%s ranks=%d threads/rank=%d S=%lld H=%d Hkv=%d D=%d dtype=%s mask=\"%s\" "
+        "pass=%s progress=%s%s comm=%s\n",
         p.o.scheme.c_str(), cfg.ranks, s.threads, (long long)cfg.seq_len, H, Hkv, D, p.o.dtype.c_str(),
-        cfg.causal ? "causal" : "full", (long long)cfg.window, (long long)cfg.doc_len, p.o.pass.c_str(),
-        p.o.progress.c_str(), p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(),
-        s.comm->backend().c_str());
+        cfg.mask.describe().c_str(), p.o.pass.c_str(), p.o.progress.c_str(),
+        p.o.progress_cpus.empty() ? "" : (" progress-cpus=" + p.o.progress_cpus).c_str(), s.comm->backend().c_str());
   return s;
 }
 
@@ -423,7 +423,8 @@ void report(const Plan& p, int threads, const std::string& backend, std::map<cp:
   js["heads"] = cfg.heads;
   js["kv_heads"] = cfg.kv_heads;
   js["head_dim"] = cfg.head_dim;
-  js["causal"] = cfg.causal;
+  js["mask"] = cfg.mask.name();
+  js["mask_description"] = cfg.mask.describe();
   js["pass"] = o.pass;
   js["progress"] = o.progress;
   js["progress_cpus"] = o.progress_cpus;

@@ -32,7 +32,7 @@ using hn::UsageError;
 const char* const kFileKind = "minicp fidelity";
 
 struct Plan {
-  std::string schemes = "all", masks = "causal,full,window,documents", levels = "attention,layer", out;
+  std::string schemes = "all", masks = hn::join_list(cp::Mask::kind_names()), levels = "attention,layer", out;
   bool overwrite = false;  // --overwrite: an existing --out of another kind may be replaced
   int64_t seq_len = 384;
   int heads = 24, head_dim = 64, hidden = 768, ffn = 2048, layers = 2;
@@ -57,7 +57,7 @@ Plan g_plan;
 // with the shape that level runs (attention: --head-dim; layer: --hidden / --heads).
 struct TableCase {
   std::string scheme, level;
-  fidelity::Mask mask;
+  cp::Mask mask;
   model::Shape shape;
 };
 
@@ -65,8 +65,8 @@ struct TableCase {
 std::vector<TableCase> table_cases(const Plan& p) {
   std::vector<TableCase> out;
   for (const std::string& scheme : p.scheme_list)
-    for (const fidelity::Mask& mask : fidelity::masks_for(p.seq_len)) {
-      if (std::find(p.mask_list.begin(), p.mask_list.end(), mask.name) == p.mask_list.end()) continue;
+    for (const cp::Mask& mask : cp::Mask::examples(p.seq_len)) {
+      if (std::find(p.mask_list.begin(), p.mask_list.end(), mask.name()) == p.mask_list.end()) continue;
       for (int64_t kv : p.kv_heads)
         for (const std::string& level : p.level_list) {
           if (level == "layer" && !cp::find(scheme).solves(cp::Problem::Train)) continue;
@@ -84,7 +84,7 @@ void check_some_case_runs(const Plan& p, int ranks) {
   for (const TableCase& c : table_cases(p)) {
     const std::string why = fidelity::refusal(c.scheme, c.mask, c.level, p.seq_len, c.shape, ranks);
     if (why.empty()) return;
-    if (first.empty()) first = c.level + " " + c.scheme + " " + c.mask.name + ": " + why;
+    if (first.empty()) first = c.level + " " + c.scheme + " " + c.mask.name() + ": " + why;
   }
   throw UsageError("--seq-len " + std::to_string(p.seq_len) + " at " + std::to_string(ranks) +
                    " ranks: no case of the table can run (" + (first.empty() ? "no case selected" : first) + ")");
@@ -96,7 +96,8 @@ void parse(const hn::Args& a) {
   std::vector<std::string> names = {"all"};
   for (const auto& s : cp::registry()) names.push_back(s.name);
   app.add_option("--schemes", p.schemes, "comma list of schemes, or all")->capture_default_str();
-  app.add_option("--masks", p.masks, "comma list of causal, full, window (S/4 tokens), documents (of S/4 tokens)")
+  app.add_option("--masks", p.masks,
+                 "comma list of " + hn::join_list(cp::Mask::kind_names()) + " (window, documents: of S/4 tokens)")
       ->capture_default_str();
   app.add_option("--levels", p.levels, "attention (one call: O, LSE, dQ, dK, dV), layer (a train step of the stack)")
       ->capture_default_str();
@@ -117,7 +118,7 @@ void parse(const hn::Args& a) {
   p.level_list = hn::split_list(p.levels);
   check_each("--schemes", p.scheme_list, names);
   if (p.scheme_list == std::vector<std::string>{"all"}) p.scheme_list.assign(names.begin() + 1, names.end());
-  check_each("--masks", p.mask_list, {"causal", "full", "window", "documents"});
+  check_each("--masks", p.mask_list, cp::Mask::kind_names());
   check_each("--levels", p.level_list, {"attention", "layer"});
   if (p.head_dim % 2) throw UsageError("--head-dim " + std::to_string(p.head_dim) + ": must be even");
   for (int64_t kv : p.kv_heads)
@@ -163,7 +164,7 @@ int run(const hn::Args& a) {
     } catch (const std::invalid_argument& refused) {  // the scheme's check at this P: the same on every rank
       skipped.push_back({{"level", c.level},
                          {"scheme", c.scheme},
-                         {"mask", c.mask.name},
+                         {"mask", c.mask.name()},
                          {"kv_heads", c.shape.kv_heads},
                          {"why", refused.what()}});
       continue;
@@ -174,7 +175,7 @@ int run(const hn::Args& a) {
       for (const auto& r : got)
         if (r.variant == std::string("bf16") && r.none_rel_fro > 0) worst = std::max(worst, r.rel_fro / r.none_rel_fro);
       std::printf("minicp-fidelity P=%d %-10s %-9s kv_heads %-3lld %-9s bf16 worst ratio to none %.2f\n", P,
-                  c.scheme.c_str(), c.mask.name.c_str(), (long long)c.shape.kv_heads, c.level.c_str(), worst);
+                  c.scheme.c_str(), c.mask.name(), (long long)c.shape.kv_heads, c.level.c_str(), worst);
       std::fflush(stdout);
     }
   }

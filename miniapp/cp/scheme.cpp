@@ -85,8 +85,6 @@ std::string check(const SchemeInfo& s, const Config& c) {
   if (c.heads % c.kv_heads)
     return "heads (" + num(c.heads) + ") must be a multiple of kv_heads (" + num(c.kv_heads) + ")";
   if (c.ranks < 1) return "ranks must be >= 1";
-  if (c.window < 0) return "window must be >= 0";
-  if (c.doc_len < 0) return "doc_len must be >= 0";
   if (c.problem == Problem::Decode && c.decode_tokens < 1)
     return "decode_tokens (" + num(c.decode_tokens) + ") must be >= 1";
   if (!s.solves(c.problem)) {
@@ -134,10 +132,11 @@ Kokkos::View<int64_t*, kernels::Mem> to_device(const std::vector<int64_t>& v, co
 }
 
 namespace {
-Kokkos::View<int32_t*, kernels::Mem> docs_of(const std::vector<int64_t>& pos, int64_t doc_len, const char* label) {
+// The kernels' per-token document ids of positions pos (int32: a kernel compares ids alone).
+Kokkos::View<int32_t*, kernels::Mem> docs_of(const std::vector<int64_t>& pos, const Mask& mask, const char* label) {
   Kokkos::View<int32_t*, kernels::Mem> d(std::string(label), pos.size());
   auto h = Kokkos::create_mirror_view(d);
-  for (size_t i = 0; i < pos.size(); ++i) h(i) = int32_t(pos[i] / doc_len);
+  for (size_t i = 0; i < pos.size(); ++i) h(i) = int32_t(mask.doc_of(pos[i]));
   Kokkos::deep_copy(d, h);
   return d;
 }
@@ -147,12 +146,12 @@ kernels::AttnMask make_mask(const Config& cfg, const std::vector<int64_t>& qpos,
   kernels::AttnMask m;
   m.q_pos = to_device(qpos, "q_pos");
   m.k_pos = to_device(kpos, "k_pos");
-  if (cfg.doc_len > 0) {
-    m.q_doc = docs_of(qpos, cfg.doc_len, "q_doc");
-    m.k_doc = docs_of(kpos, cfg.doc_len, "k_doc");
+  if (cfg.mask.has_documents()) {
+    m.q_doc = docs_of(qpos, cfg.mask, "q_doc");
+    m.k_doc = docs_of(kpos, cfg.mask, "k_doc");
   }
-  m.causal = cfg.causal;
-  m.window = cfg.window;
+  m.causal = cfg.mask.is_causal();
+  m.window = cfg.mask.window();
   return m;
 }
 
@@ -160,12 +159,7 @@ bool fully_masked(const Config& cfg, const std::vector<int64_t>& qpos, const std
   if (qpos.empty() || kpos.empty()) return true;
   const auto [qmin, qmax] = std::minmax_element(qpos.begin(), qpos.end());
   const auto [kmin, kmax] = std::minmax_element(kpos.begin(), kpos.end());
-  const bool causal = cfg.causal || cfg.window > 0;
-  if (causal && *kmin > *qmax) return true;
-  if (cfg.window > 0 && *kmax <= *qmin - cfg.window) return true;
-  if (cfg.doc_len > 0 && (*kmax / cfg.doc_len < *qmin / cfg.doc_len || *kmin / cfg.doc_len > *qmax / cfg.doc_len))
-    return true;
-  return false;
+  return cfg.mask.fully_masked(*qmin, *qmax, *kmin, *kmax);
 }
 
 }  // namespace minicp::cp

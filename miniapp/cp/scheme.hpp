@@ -13,6 +13,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
+#include "miniapp/cp/mask.hpp"
 #include "miniapp/cp/schedule.hpp"
 
 namespace minicp::cp {
@@ -37,13 +38,11 @@ const char* to_string(Problem p);
 
 struct Config {
   Problem problem = Problem::Train;
-  int64_t seq_len = 0;  // S, global tokens (decode: the KV-cache length)
-  int heads = 8;        // H, query heads
-  int kv_heads = 8;     // Hkv, key/value heads (GQA when < heads)
-  int head_dim = 64;    // D
-  bool causal = true;
-  int64_t window = 0;     // sliding window in tokens (0 = none; implies causal)
-  int64_t doc_len = 0;    // packed documents of doc_len tokens (0 = one document)
+  int64_t seq_len = 0;    // S, global tokens (decode: the KV-cache length)
+  int heads = 8;          // H, query heads
+  int kv_heads = 8;       // Hkv, key/value heads (GQA when < heads)
+  int head_dim = 64;      // D
+  Mask mask;              // which keys each query sees (miniapp/cp/mask.hpp)
   int ranks = 1;          // P, ranks of the CP group
   int decode_tokens = 1;  // T, decode: query tokens after the cache (train: unused)
   // The schemes' own settings by name: each is declared (help, default, minimum) by the

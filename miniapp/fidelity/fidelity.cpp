@@ -25,10 +25,6 @@ const char* to_string(Variant v) {
   return "?";
 }
 
-std::vector<Mask> masks_for(int64_t S) {
-  return {{"causal", true, 0, 0}, {"full", false, 0, 0}, {"window", true, S / 4, 0}, {"documents", true, 0, S / 4}};
-}
-
 namespace {
 
 // The value every precision is handed: the generator's, rounded to bf16 as a bf16 tensor
@@ -175,7 +171,7 @@ cp::Config attention_case(const cp::SchemeInfo& info, const Mask& mask, int64_t 
   cp::Config c;
   c.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
   c.seq_len = seq_len, c.heads = heads, c.kv_heads = kv_heads, c.head_dim = head_dim;
-  c.causal = mask.causal, c.window = mask.window, c.doc_len = mask.doc_len;
+  c.mask = mask;
   c.decode_tokens = 4;
   c.ranks = ranks;
   return c;
@@ -187,7 +183,7 @@ model::StackConfig layer_case(const Mask& mask, int64_t seq_len, const model::Sh
   cfg.shape = shape;
   cfg.pass = model::Pass::Train;
   cfg.attn.seq_len = seq_len;
-  cfg.attn.causal = mask.causal, cfg.attn.window = mask.window, cfg.attn.doc_len = mask.doc_len;
+  cfg.attn.mask = mask;
   cfg.attn.ranks = ranks;
   cfg.seed = 29;
   return cfg;
@@ -254,7 +250,7 @@ std::vector<Row> attention_rows(const std::string& scheme, const Mask& mask, int
       const int64_t first = it.on_q ? p.q0 : 0;
       const ErrorSum e = error_of(got.*it.field, mine, first, it.width, ref.*it.field, it.on_q ? q_counted : true);
       const ErrorSum n = error_of(base.*it.field, whole, first, it.width, ref.*it.field, comm.world().rank == 0);
-      rows.push_back({"attention", scheme, mask.name, to_string(var), it.name, c.ranks, heads, kv_heads, head_dim,
+      rows.push_back({"attention", scheme, mask.name(), to_string(var), it.name, c.ranks, heads, kv_heads, head_dim,
                       seq_len, e.rel_fro(), e.max_rel(), n.rel_fro(), n.max_rel()});
     }
   }
@@ -327,7 +323,7 @@ std::vector<Row> layer_rows(const std::string& scheme, const Mask& mask, int64_t
     const LayerOut got = f32 ? run_stack<float>(c, info, comm) : run_stack<kernels::bf16>(c, info, comm);
     const LayerOut base = f32 ? run_stack<float>(c1, none, *self) : run_stack<kernels::bf16>(c1, none, *self);
     auto add = [&](const std::string& tensor, const ErrorSum& e, const ErrorSum& n) {
-      rows.push_back({"layer", scheme, mask.name, to_string(var), tensor, c.attn.ranks, shape.heads, shape.kv_heads,
+      rows.push_back({"layer", scheme, mask.name(), to_string(var), tensor, c.attn.ranks, shape.heads, shape.kv_heads,
                       shape.head_dim, seq_len, e.rel_fro(), e.max_rel(), n.rel_fro(), n.max_rel()});
     };
     const int64_t C = shape.hidden;

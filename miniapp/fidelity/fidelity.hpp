@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "miniapp/cp/mask.hpp"
 #include "miniapp/model/model.hpp"
 
 namespace minicp::fidelity {
@@ -25,13 +26,7 @@ enum class Variant { F32, BF16, BF16Wire };
 const char* to_string(Variant v);
 constexpr Variant kVariants[] = {Variant::F32, Variant::BF16, Variant::BF16Wire};
 
-struct Mask {
-  std::string name;  // causal | full | window | documents
-  bool causal = true;
-  int64_t window = 0, doc_len = 0;
-};
-// The four masks at sequence length S: window S/4 tokens, documents of S/4 tokens.
-std::vector<Mask> masks_for(int64_t seq_len);
+using Mask = cp::Mask;
 
 // One error figure of one tensor.
 struct Row {

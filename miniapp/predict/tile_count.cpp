@@ -14,7 +14,8 @@
 // where the documents repeat every lcm(steps, doc_len) / doc_len of them once both runs cover
 // them whole; the cheaper cut is taken. The cost grows with the number of spans and with the
 // tiles' step in positions (tile rows x span stride), not with the sequence or doc_len.
-// Positions are non-negative (documents are position / doc_len).
+// Positions are non-negative (documents are position / doc_len). Documents of several lengths
+// are counted per query tile instead (count_listed_documents).
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -352,15 +353,48 @@ Pairs count_runs(const Run& q, const Run& k, const Mask& m, TileCut cut) {
   return by_documents(k, false, q, m);
 }
 
+// Documents of several lengths (cp::Mask::doc_starts), causal: for each query tile, the key
+// tiles seen and the key tiles full each form one interval of the key run's indices, since
+// every condition bounds a key tile's lowest or highest position, which grow with its index;
+// the bounds come from the query tile's first and last documents. The cost grows with the
+// query run's tiles (times a search of the document list), not with the key run's.
+Pairs count_listed_documents(const Run& q, const Run& k, const cp::Mask& mask) {
+  const std::vector<int64_t>& starts = mask.doc_starts();
+  const i128 past = i128(1) << 100;  // the start of the document after the last
+  auto start = [&](i128 d) { return d < i128(starts.size()) ? i128(starts[size_t(d)]) : past; };
+  // The last index whose lowest position is <= x, the first whose lowest is >= x (a run of
+  // step 0 has every tile at one place: all or none).
+  auto upto = [&](i128 x) { return k.s > 0 ? fdiv(x - k.p, k.s) : k.p <= x ? i128(k.n - 1) : i128(-1); };
+  auto from = [&](i128 x) { return k.s > 0 ? cdiv(x - k.p, k.s) : k.p >= x ? i128(0) : i128(k.n); };
+  Pairs out;
+  for (i128 t = 0; t < q.n; ++t) {
+    const i128 qmin = q.p + q.s * t, qmax = qmin + q.w;
+    const i128 d0 = mask.doc_of(int64_t(qmin)), d1 = mask.doc_of(int64_t(qmax));
+    // Seen: lowest <= qmax (causal), highest >= the start of d0, lowest before the document after d1.
+    const i128 lo = std::max<i128>(0, from(start(d0) - k.w));
+    const i128 hi = std::min({i128(k.n - 1), upto(qmax), upto(start(d1 + 1) - 1)});
+    if (hi < lo) continue;
+    out.seen += hi - lo + 1;
+    if (d0 != d1) continue;
+    // Full: highest <= qmin, and the whole key tile inside document d0.
+    const i128 flo = std::max(lo, from(start(d0))),
+               fhi = std::min({hi, upto(qmin - k.w), upto(start(d0 + 1) - 1 - k.w)});
+    if (fhi >= flo) out.full += fhi - flo + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles, TileCut cut) {
   const std::vector<Run> qr = tile_runs(q, tiles.q), kr = tile_runs(kv, tiles.k);
-  const Mask m{c.causal, std::max<int64_t>(0, c.window), std::max<int64_t>(0, c.doc_len)};
+  const cp::Mask& mask = c.mask;
+  const bool listed = mask.has_documents() && mask.doc_period() == 0;
+  const Mask m{mask.is_causal(), mask.window(), mask.doc_period()};
   i128 full = 0, partial = 0, full_area = 0, partial_area = 0;  // areas in rows x keys
   for (const Run& a : qr)
     for (const Run& b : kr) {
-      const Pairs p = count_runs(a, b, m, cut);
+      const Pairs p = listed ? count_listed_documents(a, b, mask) : count_runs(a, b, m, cut);
       full += p.full, partial += p.seen - p.full;
       full_area += p.full * a.rows * b.rows, partial_area += (p.seen - p.full) * a.rows * b.rows;
     }

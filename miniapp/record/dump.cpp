@@ -1,6 +1,7 @@
 // The --dump file (see dump.hpp), written through record::H5File.
 #include "miniapp/record/dump.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -32,13 +33,20 @@ constexpr const char* kRopeConvention =
     "rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
     "(decode: the new tokens at S..S+T-1)";
 
-}  // namespace
-
-std::string mask_name(const cp::Config& a) {
-  if (a.window > 0) return "window";
-  if (a.doc_len > 0) return "documents";
-  return a.causal ? "causal" : "full";
+// /mask/keys [Nq, 2]: the first and last key position each query row sees (queries at
+// positions q0.., keys up to q0 + Nq - 1), from the mask itself: the checker reads these and
+// knows no mask rule.
+void write_mask(H5File& f, const cp::Config& a, int64_t Nq, int64_t q0) {
+  std::vector<int64_t> keys(size_t(2 * Nq));
+  for (int64_t i = 0; i < Nq; ++i) {
+    const auto [lo, hi] = a.mask.keys_of(q0 + i);
+    keys[size_t(2 * i)] = lo;
+    keys[size_t(2 * i + 1)] = std::min(hi, q0 + Nq - 1);
+  }
+  f.write_replicated("/mask/keys", Nq, 2, keys.data());
 }
+
+}  // namespace
 
 std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind); }
 
@@ -68,10 +76,8 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   f.set_attr("/", "hidden", m.hidden);
   f.set_attr("/", "ffn", m.ffn);
   f.set_attr("/", "seq_len", S);
-  f.set_attr("/", "mask", mask_name(a));
-  f.set_attr("/", "causal", int64_t(a.causal || a.window > 0 ? 1 : 0));
-  f.set_attr("/", "window", a.window);
-  f.set_attr("/", "doc_len", a.doc_len);
+  f.set_attr("/", "mask", a.mask.name());
+  f.set_attr("/", "mask_description", a.mask.describe());
   f.set_attr("/", "softmax_scale", a.attn.scale > 0 ? a.attn.scale : 1.0 / std::sqrt(double(m.head_dim)));
   f.set_attr("/", "scheme", scheme);
   f.set_attr("/", "ranks", comm.world().size);
@@ -90,6 +96,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
     else
       f.write_rows(dset, S, C, rows, h.data());
   };
+  write_mask(f, a, decode ? T_ : S, decode ? S : 0);
   activation("x", st.x());
   activation("y", st.y());
   if (train) {

@@ -6,8 +6,10 @@
 //   /tensors/layers/<l>/<param>              each parameter of layer l (model::layer_params,
 //                                            y = x @ W), and d<param> (train: summed over ranks)
 //   /tensors/layers/<l>/cache_k, cache_v     decode: [S, kv_heads*head_dim] the KV cache
+//   /mask/keys                               [Nq, 2] the first and last key position each
+//                                            query row sees (cp::Mask::keys_of)
 //   decode: x, y are [T, hidden], the decode tokens at positions S..S+T-1.
-// Root attributes describe the shape, the mask, the run and the RoPE convention.
+// Root attributes describe the shape, the mask (its name), the run and the RoPE convention.
 #pragma once
 #include <mpi.h>
 
@@ -27,15 +29,10 @@ template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
                 const std::string& scheme, comm::Communicator& comm);
 
-// The root attribute file_kind of a dump (dumps written before it are known by their
-// rope_convention), and "" when the existing file at path is a dump, else what it is instead
+// The root attribute file_kind of a dump, and "" when the existing file at path is a dump, else what it is instead
 // (see record::kind_mismatch). Serial.
 constexpr const char* kDumpKind = "minicp dump";
 std::string not_a_dump_file(const std::string& path);
-
-// The mask of an attention config in one word: window, documents, causal or full (the
-// first that applies, in that order).
-std::string mask_name(const cp::Config& attn);
 
 // The MPI communicator spanning comm's world (MPI backends: their own; NCCL: MPI_COMM_WORLD,
 // which it is built over).

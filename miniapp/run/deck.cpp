@@ -285,15 +285,12 @@ void check_shape_given(const Reader& r) {
                      ")");
 }
 
-// run.window and run.doc_len come with their mask, and only with it.
-void check_mask(const Deck& d) {
-  if (d.mask == "window" && d.window < 1) throw UsageError("run.window: needs a value >= 1 with run.mask = \"window\"");
-  if (d.mask != "window" && d.window != 0)
-    throw UsageError("run.window = " + std::to_string(d.window) + ": only with run.mask = \"window\"");
-  if (d.mask == "documents" && d.doc_len < 1)
-    throw UsageError("run.doc_len: needs a value >= 1 with run.mask = \"documents\"");
-  if (d.mask != "documents" && d.doc_len != 0)
-    throw UsageError("run.doc_len = " + std::to_string(d.doc_len) + ": only with run.mask = \"documents\"");
+// run.window and run.doc_len come with their mask, and only with it; the mask they make.
+cp::Mask check_mask(const Deck& d) {
+  const cp::MaskSpec spec{d.mask, d.window, d.doc_len};
+  const std::string why = cp::Mask::problem(spec, {"run.mask", "run.window", "run.doc_len"});
+  if (!why.empty()) throw UsageError(why);
+  return cp::Mask::from(spec);
 }
 
 // run.dkv_accumulator and run.grad_allreduce choose among bf16 run's types: set to bf16 on
@@ -401,7 +398,7 @@ Deck load_deck_node(TomlNode t, const std::string& path, const std::string& orig
   for (const DeckKey& k : deck_keys()) r.read(k, d);
   const std::string bad = model::check(d.shape);
   if (!bad.empty()) throw UsageError(bad);
-  check_mask(d);
+  d.attn_mask = check_mask(d);
   check_bf16_keys(d);
   if (const std::string e = kernels::attention_isa_error(); !e.empty()) throw UsageError(e);
   expand_schemes(d);
@@ -461,9 +458,7 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
   a.seq_len = S;
   a.ranks = ranks;
   a.decode_tokens = decode_tokens;
-  a.causal = d.mask != "full";
-  a.window = d.window;
-  a.doc_len = d.doc_len;
+  a.mask = d.attn_mask;
   a.bf16_dkv = d.dkv_accumulator == "bf16";
   a.settings = settings;
   char id[96];

@@ -23,9 +23,10 @@ struct Deck {
   std::string preset;    // model.preset ("" when none)
   model::Shape shape;
   std::vector<model::Pass> passes;  // run.pass: one or a list
-  std::string mask;                 // causal | full | window | documents
-  int64_t window = 0, doc_len = 0;
-  std::string dtype;  // f32 | f64 | bf16
+  std::string mask;                 // run.mask: one of cp::Mask::kind_names()
+  int64_t window = 0, doc_len = 0;  // run.window, run.doc_len: the mask's sizes
+  cp::Mask attn_mask;               // what they resolve to (check_mask), every case's
+  std::string dtype;                // f32 | f64 | bf16
   // bf16 runs: the dK/dV ring accumulators' and the weight-gradient all-reduce's type (f32 | bf16)
   std::string dkv_accumulator, grad_allreduce;
   int warmup = 0, reps = 0;

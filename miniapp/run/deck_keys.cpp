@@ -170,9 +170,7 @@ std::vector<Row> run_rows() {
       list_of("run", "pass", {}, "train: forward and backward; prefill: forward; decode: new tokens against a KV cache")
           .def("[\"train\"]")
           .to_enums(&Deck::passes, {Pass::Train, Pass::Prefill, Pass::Decode}, model::to_string),
-      one_of("run", "mask", {"causal", "full", "window", "documents"}, "the attention mask")
-          .def("\"causal\"")
-          .to(&Deck::mask),
+      one_of("run", "mask", cp::Mask::kind_names(), "the attention mask").def("\"causal\"").to(&Deck::mask),
       integer("run", "window", 0, INT64_MAX, "sliding window in tokens, with mask = \"window\" only")
           .def("0", "none")
           .to(&Deck::window)

@@ -41,14 +41,6 @@ namespace {
 namespace hn = minicp::harness;
 using hn::UsageError;
 
-// The mask's name (record::mask_name) with its size where it has one.
-std::string mask_of(const cp::Config& a) {
-  const std::string name = record::mask_name(a);
-  if (a.window > 0) return name + " " + std::to_string(a.window);
-  if (a.doc_len > 0) return name + " of " + std::to_string(a.doc_len);
-  return name;
-}
-
 void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
   if (target)
     std::printf("minicp --dry-run: %zu cases; memory per rank of the target node (--rank-memory): %s\n", p.cases.size(),
@@ -63,7 +55,7 @@ void print_dry_run(const Plan& p, double avail_per_rank, bool target) {
     const Case& c = p.cases[i];
     const bool fits = avail_per_rank < 0 || double(p.predicted_bytes[i]) <= avail_per_rank;
     std::printf("%-40s %-10s %7s %5d %-22s %16s  %s\n", c.id.c_str(), c.scheme.c_str(), model::to_string(c.stack.pass),
-                c.stack.attn.ranks, mask_of(c.stack.attn).c_str(),
+                c.stack.attn.ranks, c.stack.attn.mask.describe().c_str(),
                 hn::human_bytes(double(p.predicted_bytes[i])).c_str(),
                 !c.refused.empty() ? ("refused: " + c.refused).c_str()
                 : fits             ? "ok"

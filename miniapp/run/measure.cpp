@@ -61,7 +61,7 @@ double step_useful_flops(const Case& c) {
   const cp::Config& a = c.stack.attn;
   const bool decode = c.stack.pass == model::Pass::Decode, train = c.stack.pass == model::Pass::Train;
   const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
-  return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.causal, train, decode).total();
+  return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.mask.is_causal(), train, decode).total();
 }
 
 const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key,
@@ -183,7 +183,8 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
   comm::Trace& trace = ctx.comm.trace();
   // This rank's GEMM FLOPs per step (the same on every rank).
   const double n = double(st.rows().size());
-  const double gemm_flops_step = L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.causal, train, false).gemm;
+  const double gemm_flops_step =
+      L * model::layer_flops(c.stack.shape, n, n, ctx.cfg.mask.is_causal(), train, false).gemm;
   for (int rep = 0; rep < p.deck.warmup + p.deck.reps; ++rep)
     for (cp::Mode mode : p.deck.modes) {
       const int r = rep < p.deck.warmup ? rep - p.deck.warmup : first + rep - p.deck.warmup;  // warm-ups < 0

@@ -209,11 +209,11 @@ record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   const cp::Config& cfg = c.stack.attn;
   a.text["scheme"] = c.scheme;
   a.text["pass"] = model::to_string(c.stack.pass);
-  a.text["mask"] = record::mask_name(cfg);
+  a.text["mask"] = cfg.mask.name();
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
   a.integer["decode_tokens"] = cfg.decode_tokens;
-  a.integer["causal"] = cfg.causal ? 1 : 0;
+  a.integer["causal"] = cfg.mask.is_causal() ? 1 : 0;
   for (const auto& [name, v] : cfg.settings) a.integer[name] = v;
   if (c.refused.empty())  // the scheme's own settings as they run (a refused case ran nothing)
     for (const cp::Setting& st : c.info->settings)
