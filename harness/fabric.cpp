@@ -315,23 +315,9 @@ MpiSelection mpi_selection() {
   return s;
 }
 
-std::string fabric_dir() {
-  if (const char* e = std::getenv("MINICP_FABRICS"); e && *e) return e;
-  return std::string(MINICP_SOURCE_DIR) + "/inputs/fabrics";
-}
+std::string fabric_dir() { return inputs_dir("MINICP_FABRICS", "fabrics"); }
 
-std::vector<std::string> fabric_names() {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(fabric_dir().c_str())) {
-    for (dirent* e; (e = readdir(d));) {
-      const std::string n = e->d_name;
-      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".toml") == 0) out.push_back(n.substr(0, n.size() - 5));
-    }
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> fabric_names() { return toml_names(fabric_dir()); }
 
 FabricProfile load_fabric(const std::string& name_or_path, const std::string& flag) {
   FabricProfile p;

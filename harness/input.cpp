@@ -1,11 +1,14 @@
 // The checks of input files (see input.hpp).
 #include "harness/input.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -72,6 +75,24 @@ std::string read_input_file(const std::string& path, const InputKind& kind) {
   if (fd >= 0) ::close(fd);
   if (!why.empty()) throw std::runtime_error(path + ": " + why);
   return text;
+}
+
+std::string inputs_dir(const char* env, const std::string& sub) {
+  if (const char* e = std::getenv(env); e && *e) return e;
+  return std::string(MINICP_SOURCE_DIR) + "/inputs/" + sub;
+}
+
+std::vector<std::string> toml_names(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    for (dirent* e; (e = readdir(d));) {
+      const std::string n = e->d_name;
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".toml") == 0) out.push_back(n.substr(0, n.size() - 5));
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace minicp::harness

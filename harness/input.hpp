@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace minicp::harness {
 
@@ -19,6 +20,14 @@ inline constexpr InputKind kDeckFile{"a deck", uint64_t(16) << 20};
 inline constexpr InputKind kFabricFile{"a fabric profile", uint64_t(16) << 20};
 inline constexpr InputKind kCalibrationFile{"a calibration table", uint64_t(256) << 20};
 inline constexpr InputKind kResultsFile{"a results file", 0};
+inline constexpr InputKind kLengthsFile{"a lengths file", uint64_t(64) << 20};
+inline constexpr InputKind kMixFile{"a document mix", uint64_t(1) << 20};
+
+// A folder of named TOML inputs (fabric profiles, document mixes): the environment variable
+// env when set, else the source tree's inputs/<sub>.
+std::string inputs_dir(const char* env, const std::string& sub);
+// The names of the .toml files in dir (without .toml), sorted; none when dir cannot be read.
+std::vector<std::string> toml_names(const std::string& dir);
 
 // "" when path names a regular file this process can read, of at most kind.max_bytes; else
 // why not ("no such file", "is a directory", "is not a regular file (a FIFO)", "is 300.0 MiB;

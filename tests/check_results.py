@@ -33,7 +33,7 @@ ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", 
         "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete",
         "file_kind"]
 CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
-        "head_dim", "ffn", "layers", "complete"]
+        "head_dim", "ffn", "layers", "complete", "documents", "documents_count", "documents_max_tokens"]
 CASE_RUN = ["start_time", "end_time"]
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
 STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s", "attn_s", "attn_comm_wait_s",
@@ -271,6 +271,28 @@ def check_figures(cid, g, s, modes, fail):
         fail(f"{cid}/summary: bytes_sent_per_rank != attention + gradient all-reduce bytes")
 
 
+def check_documents(cid, g, fail):
+    """The packed documents against the attributes that describe them: the lengths (a case of
+    sweep.documents) sum to seq_len, their count and longest are documents_count and
+    documents_max_tokens; without them, one document of seq_len (or of doc_len each)."""
+    a = g.attrs
+    S, count, longest = int(a["seq_len"]), int(a["documents_count"]), int(a["documents_max_tokens"])
+    if text(a["documents"]):
+        if "documents" not in g:
+            return fail(f"{cid}: documents {text(a['documents'])!r} but no /documents dataset")
+        lengths = [int(x) for x in g["documents"][...]]
+        if sum(lengths) != S or min(lengths) < 1:
+            fail(f"{cid}/documents: lengths sum to {sum(lengths)} (min {min(lengths)}), expected {S} (each >= 1)")
+        if (count, longest) != (len(lengths), max(lengths)):
+            fail(f"{cid}: documents_count {count}, documents_max_tokens {longest}; the lengths: {len(lengths)}, "
+                 f"{max(lengths)}")
+        return
+    L = int(a.get("doc_len", 0)) if text(a["mask"]) == "documents" else 0
+    want = (-(-S // L), min(L, S)) if L > 0 else (1, S)
+    if (count, longest) != want:
+        fail(f"{cid}: documents_count {count}, documents_max_tokens {longest}, expected {want}")
+
+
 def check_memory(cid, g, args, fail):
     worst = 0.0
     ranks = int(g.attrs["ranks"])
@@ -423,6 +445,7 @@ def main():
                 fail(f"{cid}/summary: {k} is not in the file's figure_catalog (minicp --list-figures)")
             if len(fails) > n or t is None:
                 continue
+            check_documents(cid, g, fail)
             check_steps(cid, g, s, fail)
             check_phases(cid, g, fail, warn)
             check_figures(cid, g, s, len(set(t["mode"])), fail)

@@ -4,6 +4,9 @@
 // process, no MPI (load_deck reads and checks; nothing runs). And the figures of merit from
 // step rows given here.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <string>
 #include <type_traits>
@@ -13,6 +16,7 @@
 #include "harness/toml.hpp"
 #include "miniapp/model/model.hpp"
 #include "miniapp/run/deck.hpp"
+#include "miniapp/run/documents.hpp"
 #include "miniapp/run/figures.hpp"
 
 namespace harness = minicp::harness;
@@ -224,6 +228,63 @@ TEST(Deck, DecodeTokensSweepEveryDecodeCaseAndSettingsOnlyTheirScheme) {
   }
   EXPECT_NE(run::none_key(cases[3]), run::none_key(cases[4]));  // each decode size its own reference
   EXPECT_EQ(run::none_key(cases[3]), run::none_key(cases[5]));
+}
+
+// sweep.documents: every item at every seq_len makes its own cases, whose mask holds lengths
+// summing to S (the list cut at S, the mix filled to it), the mix the same for one seed and
+// another for another; each packing has its own `none` reference and case id.
+TEST(Deck, DocumentsEachItemAtEachLengthItsOwnCases) {
+  const std::vector<std::string> sets = {"run.mask=\"documents\"",
+                                         "run.pass=\"train\"",
+                                         "sweep.ranks=[2]",
+                                         "sweep.seq_len=[300,1000]",
+                                         "sweep.schemes=[\"none\",\"zigzag\"]",
+                                         "sweep.documents=[\"outlier\", [1, 37, 900, 100]]"};
+  const std::vector<run::Case> cases = run::make_cases(tiny(sets));
+  ASSERT_EQ(cases.size(), 8u);  // 2 lengths x 2 items x (none, zigzag)
+  EXPECT_EQ(cases[0].id, "000_train_none_S300_P1_docsoutlier");
+  EXPECT_EQ(cases[3].id, "003_train_zigzag_S300_P2_docslist1");
+  for (const run::Case& c : cases) {
+    const std::vector<int64_t> len = c.stack.attn.mask.doc_lengths(c.stack.attn.seq_len);
+    int64_t sum = 0;
+    for (int64_t l : len) {
+      sum += l;
+      EXPECT_GE(l, 1) << c.id;
+    }
+    EXPECT_EQ(sum, c.stack.attn.seq_len) << c.id;
+    const std::vector<int64_t> cut_300 = {1, 37, 262}, cut_1000 = {1, 37, 900, 62};
+    if (c.documents_label == "list1") {
+      EXPECT_EQ(len, c.stack.attn.seq_len == 300 ? cut_300 : cut_1000) << c.id;
+    }
+    if (c.documents_label == "outlier") {
+      EXPECT_EQ(len.front(), c.stack.attn.seq_len / 2) << c.id;
+    }
+  }
+  EXPECT_EQ(run::none_key(cases[1]), run::none_key(cases[0]));
+  EXPECT_NE(run::none_key(cases[2]), run::none_key(cases[0]));  // another packing, another reference
+  // A mix: the same documents for one seed, others for another; the first is half of S.
+  auto outlier = [](uint64_t seed) { return run::document_lengths("outlier", 100000, seed, "sweep.documents"); };
+  EXPECT_EQ(outlier(1), outlier(1));
+  EXPECT_NE(outlier(1), outlier(2));
+  EXPECT_EQ(outlier(1).front(), 50000);
+  EXPECT_GT(outlier(1).size(), 25u);  // the rest in documents of 256 to 2048 tokens
+}
+
+// A lengths file over 64 MiB is refused before it is read (a sparse file: no disk used).
+TEST(Deck, DocumentsFileOverTheLimitIsRefused) {
+  const std::string path = testing::TempDir() + "minicp_huge_lengths.txt";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(ftruncate(fileno(f), (int64_t(64) << 20) + 1), 0);
+  std::fclose(f);
+  try {
+    tiny({"run.mask=\"documents\"", "sweep.seq_len=[64]", "sweep.documents=[\"" + path + "\"]"});
+    ADD_FAILURE() << "a lengths file over 64 MiB must be refused";
+  } catch (const harness::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than a lengths file ever has (at most 64.0 MiB)"), std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 // The ranks end a step within nanoseconds of each other, so two can read the same step time

@@ -83,7 +83,7 @@ TEST(Mask, FullyMaskedNeverHidesAVisiblePair) {
 }
 
 TEST(Mask, SpecsAreCheckedNamingTheCallersKeys) {
-  const minicp::cp::MaskNames deck{"run.mask", "run.window", "run.doc_len"};
+  const minicp::cp::MaskNames deck{"run.mask", "run.window", "run.doc_len", "sweep.documents"};
   EXPECT_EQ(Mask::problem({"causal", 0, 0}, deck), "");
   EXPECT_EQ(Mask::problem({"sliding", 0, 0}, deck),
             "run.mask = \"sliding\": not one of causal, full, window, documents");

@@ -199,7 +199,7 @@ Plan parse(const hn::Args& a) {
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
   cfg.head_dim = o.head_dim;
-  if (const std::string why = cp::Mask::problem(o.mask, {"--mask", "--window", "--doc-len"}); !why.empty())
+  if (const std::string why = cp::Mask::problem(o.mask, {"--mask", "--window", "--doc-len", ""}); !why.empty())
     throw UsageError(why);
   cfg.mask = cp::Mask::from(o.mask);
   cfg.ranks = a.size();

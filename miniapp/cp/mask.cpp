@@ -74,14 +74,21 @@ std::string Mask::problem(const MaskSpec& s, const MaskNames& n) {
   };
   if (kind == Kind::Window && s.window < 1) return with(n.window, "window");
   if (kind != Kind::Window && s.window != 0) return only(n.window, s.window, "window");
-  if (kind == Kind::Documents && s.doc_len < 1) return with(n.doc_len, "documents");
+  if (s.listed && kind != Kind::Documents) return n.listed + ": only with " + n.kind + " = \"documents\"";
+  if (s.listed && s.doc_len != 0)
+    return n.doc_len + " = " + std::to_string(s.doc_len) + ": not with " + n.listed +
+           " (the documents' lengths are listed)";
+  if (kind == Kind::Documents && !s.listed && s.doc_len < 1)
+    return n.doc_len + ": needs a value >= 1 with " + n.kind + " = \"documents\"" +
+           (n.listed.empty() ? "" : " (or documents of listed lengths: " + n.listed + ")");
   if (kind != Kind::Documents && s.doc_len != 0) return only(n.doc_len, s.doc_len, "documents");
   return "";
 }
 
 Mask Mask::from(const MaskSpec& s) {
-  const std::string why = problem(s, {"mask", "window", "doc_len"});
+  const std::string why = problem(s, {"mask", "window", "doc_len", "lengths"});
   if (!why.empty()) throw std::invalid_argument(why);
+  if (s.listed) throw std::invalid_argument("a mask of listed documents needs their lengths (Mask::documents)");
   switch (parse_kind(s.kind)) {
     case Kind::Full: return full();
     case Kind::Window: return window(s.window);
@@ -106,6 +113,19 @@ std::string Mask::describe() const {
 const std::vector<int64_t>& Mask::doc_starts() const {
   static const std::vector<int64_t> none;
   return starts_ ? *starts_ : none;
+}
+
+std::vector<int64_t> Mask::doc_lengths(int64_t S) const {
+  std::vector<int64_t> out;
+  if (kind_ != Kind::Documents) return {S};
+  if (period_ > 0) {
+    out.assign(size_t(S / period_), period_);
+    if (S % period_ != 0) out.push_back(S % period_);
+    return out;
+  }
+  const std::vector<int64_t>& s = *starts_;
+  for (size_t i = 0; i < s.size() && s[i] < S; ++i) out.push_back(std::min(i + 1 < s.size() ? s[i + 1] : S, S) - s[i]);
+  return out;
 }
 
 int64_t Mask::doc_of(int64_t pos) const {

@@ -20,10 +20,11 @@ namespace minicp::cp {
 struct MaskSpec {
   std::string kind = "causal";
   int64_t window = 0, doc_len = 0;
+  bool listed = false;  // documents of listed lengths, given apart (Mask::documents), not doc_len
 };
 // How the caller names each part of a MaskSpec in messages ("run.mask", "--window", ...).
 struct MaskNames {
-  std::string kind, window, doc_len;
+  std::string kind, window, doc_len, listed;
 };
 
 class Mask {
@@ -47,7 +48,9 @@ class Mask {
   // "" when spec makes a mask, else one sentence naming the part (by `names`), its value and
   // what is allowed.
   static std::string problem(const MaskSpec& spec, const MaskNames& names);
-  static Mask from(const MaskSpec& spec);  // throws std::invalid_argument where problem() is not ""
+  // Throws std::invalid_argument where problem() is not "" and for listed documents (which
+  // need their lengths: Mask::documents).
+  static Mask from(const MaskSpec& spec);
 
   // One mask of each kind at sequence length S, in kind_names() order, for tables that sweep
   // the kinds (minicp-fidelity): a window of S/4 tokens, documents of S/4 tokens.
@@ -63,6 +66,10 @@ class Mask {
   int64_t doc_period() const { return period_; }
   // The documents' start offsets (first 0) of documents(lengths); empty otherwise.
   const std::vector<int64_t>& doc_starts() const;
+  // The documents' lengths over positions [0, S): listed documents as listed (the last up to
+  // S), documents of one length each, one document of S without documents (a vector of them:
+  // for a huge S of short equal documents, count them with doc_period instead).
+  std::vector<int64_t> doc_lengths(int64_t S) const;
 
   // The document of position pos (0 without documents).
   int64_t doc_of(int64_t pos) const;

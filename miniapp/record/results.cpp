@@ -65,7 +65,8 @@ std::vector<StoredCase> stored_cases(const std::string& path) {
   for (const std::string& id : groups_with_attr(path, "/cases", "complete", "yes")) {
     const std::string g = "/cases/" + id;
     out.push_back({id, read_string_attr(path, g, "scheme"), read_string_attr(path, g, "pass"),
-                   int64_t(read_number_attr(path, g, "seq_len")), int64_t(read_number_attr(path, g, "decode_tokens")),
+                   read_string_attr(path, g, "documents_label"), int64_t(read_number_attr(path, g, "seq_len")),
+                   int64_t(read_number_attr(path, g, "decode_tokens")),
                    read_number_attr(path, g + "/summary", "measured_time_s")});
   }
   return out;
@@ -129,6 +130,8 @@ double Results::add_case(const CaseRecord& c) {
   const std::string g = "/cases/" + c.id;
   f.create_group(g);
   write_attrs(f, g, bcast(c.attrs, comm_));
+  if (!c.document_lengths.empty())  // every rank holds them; rank 0's are written
+    f.write_replicated(g + "/documents", int64_t(c.document_lengths.size()), 0, c.document_lengths.data());
   f.create_group(g + "/summary");
   write_attrs(f, g + "/summary", bcast(c.summary, comm_));
   f.write_table(g + "/timing",

@@ -63,6 +63,7 @@ struct CaseRecord {
   std::vector<StepRow> steps;
   std::vector<MemoryRow> memory;
   std::vector<EventRow> events;
+  std::vector<int64_t> document_lengths;  // the case's packed documents, in order (none: empty)
   // Names of the enumerations the tables use (recorded as attributes of the tables).
   std::vector<std::string> mode_names, phase_names, kind_names;
 };
@@ -100,7 +101,7 @@ std::string not_a_results_file(const std::string& path);
 
 // A complete case of an existing results file, as --resume needs it. Serial (one rank).
 struct StoredCase {
-  std::string id, scheme, pass;
+  std::string id, scheme, pass, documents_label;
   int64_t seq_len = 0, decode_tokens = 0;
   double measured_time_s = 0;  // its summary's (NaN when absent: a refused case)
 };

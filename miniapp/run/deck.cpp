@@ -17,6 +17,7 @@
 #include "harness/output.hpp"
 #include "harness/toml.hpp"
 #include "kernels/attention.hpp"
+#include "miniapp/run/documents.hpp"
 
 namespace minicp::run {
 namespace {
@@ -101,6 +102,7 @@ class Reader {
       case KeyType::Text: return check_choice(key, n, {});
       case KeyType::Integers: return once(key, list(key, n, one_int));
       case KeyType::Choices: return once(key, list(key, n, one_choice));
+      case KeyType::Documents: return documents(key, n);
     }
     return {};
   }
@@ -112,6 +114,19 @@ class Reader {
     if (n.array.empty()) throw UsageError(key + ": the array is empty (give at least one value)");
     for (const TomlNode& e : n.array) out.push_back(each(e));
     return out;
+  }
+  // sweep.documents: [] or one item or a list; an item is a string, or an array of lengths
+  // (each read as its TOML text, which document_lengths reads back).
+  static std::vector<std::string> documents(const std::string& key, const TomlNode& n) {
+    auto item = [&](const TomlNode& e) -> std::string {
+      if (e.type == TomlNode::Type::String && !e.string.empty()) return e.string;
+      if (e.type == TomlNode::Type::Array) return harness::format_toml(e);
+      throw UsageError(key + ": expected a mix's name, a file of lengths or an array of lengths, got " + e.type_name());
+    };
+    if (n.type == TomlNode::Type::Array && n.array.empty()) return {};
+    // One array of integers alone is one list of lengths, not a list of items.
+    if (n.type == TomlNode::Type::Array && n.array.front().type == TomlNode::Type::Integer) return {item(n)};
+    return once(key, list(key, n, item));
   }
   // Each value once: a value listed twice would run its cases twice.
   template <class T>
@@ -286,11 +301,22 @@ void check_shape_given(const Reader& r) {
 }
 
 // run.window and run.doc_len come with their mask, and only with it; the mask they make.
+// sweep.documents likewise: listed documents make each case's mask (make_case), and every
+// item is read at every seq_len here, so a bad one is refused before anything runs.
 cp::Mask check_mask(const Deck& d) {
-  const cp::MaskSpec spec{d.mask, d.window, d.doc_len};
-  const std::string why = cp::Mask::problem(spec, {"run.mask", "run.window", "run.doc_len"});
+  const cp::MaskSpec spec{d.mask, d.window, d.doc_len, !d.documents.empty()};
+  const std::string why = cp::Mask::problem(spec, {"run.mask", "run.window", "run.doc_len", "sweep.documents"});
   if (!why.empty()) throw UsageError(why);
-  return cp::Mask::from(spec);
+  std::map<std::string, std::string> labels;  // label -> item: one label, one item (case ids)
+  for (size_t i = 0; i < d.documents.size(); ++i) {
+    const std::string& item = d.documents[i];
+    const std::string label = documents_label(item, i);
+    if (!labels.emplace(label, item).second)
+      throw UsageError("sweep.documents: \"" + harness::printable(labels[label]) + "\" and \"" +
+                       harness::printable(item) + "\" would both be named " + label + " in case ids");
+    for (int64_t S : d.seq_len) document_lengths(item, S, d.seed, "sweep.documents");
+  }
+  return spec.listed ? cp::Mask::causal() : cp::Mask::from(spec);  // listed: each case its own
 }
 
 // run.dkv_accumulator and run.grad_allreduce choose among bf16 run's types: set to bf16 on
@@ -377,6 +403,7 @@ std::string allowed(const DeckKey& k) {
     case KeyType::Text: return "string";
     case KeyType::Integers: return "integers " + range + list;
     case KeyType::Choices: return join(k.choices, " | ") + list;
+    case KeyType::Documents: return "mix names (--list-mixes), files of lengths, arrays of lengths; a list, each once";
   }
   return "";
 }
@@ -444,8 +471,22 @@ std::vector<std::map<std::string, int>> setting_combos(const Deck& d, const cp::
 
 // The case of one point of the sweep, numbered `index`; its id names the point and the values
 // of the settings its scheme declares.
+// One sequence's packing: a sweep.documents item at one seq_len (none: the deck's mask).
+struct Packing {
+  std::string item, label;
+  cp::Mask mask;
+};
+std::vector<Packing> packings(const Deck& d, int64_t S) {
+  if (d.documents.empty()) return {Packing{}};
+  std::vector<Packing> out;
+  for (size_t i = 0; i < d.documents.size(); ++i)
+    out.push_back({d.documents[i], documents_label(d.documents[i], i),
+                   cp::Mask::documents(document_lengths(d.documents[i], S, d.seed, "sweep.documents"))});
+  return out;
+}
+
 Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks, int decode_tokens,
-               const cp::SchemeInfo& info, const std::map<std::string, int>& settings) {
+               const cp::SchemeInfo& info, const std::map<std::string, int>& settings, const Packing& packing) {
   Case c;
   c.index = index;
   c.info = &info;
@@ -458,13 +499,15 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
   a.seq_len = S;
   a.ranks = ranks;
   a.decode_tokens = decode_tokens;
-  a.mask = d.attn_mask;
+  a.mask = packing.item.empty() ? d.attn_mask : packing.mask;
+  c.documents = packing.item, c.documents_label = packing.label;
   a.bf16_dkv = d.dkv_accumulator == "bf16";
   a.settings = settings;
   char id[96];
   std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", index, model::to_string(pass), info.name.c_str(), (long long)S,
                 ranks);
   c.id = id;
+  if (!packing.item.empty()) c.id += "_docs" + packing.label;
   if (pass == model::Pass::Decode) c.id += "_decode_tokens" + std::to_string(decode_tokens);
   for (const auto& [name, v] : settings)
     if (declares(info, name)) c.id += "_" + name + std::to_string(v);
@@ -479,22 +522,23 @@ std::vector<Case> make_cases(const Deck& d) {
   std::vector<Case> cases;
   for (model::Pass pass : d.passes)
     for (int64_t S : d.seq_len)
-      for (int P : d.ranks)
-        for (const std::string& name : d.schemes) {
-          const cp::SchemeInfo& info = cp::find(name);
-          if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
-          if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per problem
-          const int ranks = name == "none" ? 1 : P;
-          // decode_tokens is a size of the decode problem: the other passes take its first value.
-          const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
-          for (size_t t = 0; t < n_tokens; ++t)
-            for (const auto& combo : setting_combos(d, info)) {
-              Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo);
-              if (!c.refused.empty() && !d.all_schemes)
-                throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-              cases.push_back(c);
-            }
-        }
+      for (const Packing& packing : packings(d, S))
+        for (int P : d.ranks)
+          for (const std::string& name : d.schemes) {
+            const cp::SchemeInfo& info = cp::find(name);
+            if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
+            if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per problem
+            const int ranks = name == "none" ? 1 : P;
+            // decode_tokens is a size of the decode problem: the other passes take its first value.
+            const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
+            for (size_t t = 0; t < n_tokens; ++t)
+              for (const auto& combo : setting_combos(d, info)) {
+                Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo, packing);
+                if (!c.refused.empty() && !d.all_schemes)
+                  throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+                cases.push_back(c);
+              }
+          }
   // Ids sort as the sweep runs: the index is padded to the width of the largest (3 at least).
   const int width = std::max<int>(3, int(std::to_string(cases.empty() ? 0 : cases.size() - 1).size()));
   for (Case& c : cases) {

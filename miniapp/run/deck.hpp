@@ -44,6 +44,7 @@ struct Deck {
   std::vector<int64_t> seq_len;
   std::vector<int> ranks;
   std::vector<int> decode_tokens;                    // the decode pass's query tokens
+  std::vector<std::string> documents;                // sweep.documents' items (documents.hpp); empty: none
   std::map<std::string, std::vector<int>> settings;  // each registry setting: its values
   std::string output_file;
 };
@@ -53,7 +54,9 @@ using KeyValue = std::variant<int64_t, double, std::string, std::vector<int64_t>
 
 // integer: in [min, max]; number: finite and > above; choice: one of `choices`; text: any
 // string; integers and choices: one value or an array of them, each listed once.
-enum class KeyType { Integer, Number, Choice, Text, Integers, Choices };
+// documents: a list (maybe empty), each a string or an array of integers >= 1 (held as its
+// TOML text, "[1, 37, 900]"), each listed once.
+enum class KeyType { Integer, Number, Choice, Text, Integers, Choices, Documents };
 
 // Whether Deck::resolved (which --resume compares with the file's) holds the key: always,
 // only when its value is not the empty string, or never (it changes nothing measured).
@@ -107,8 +110,10 @@ Deck load_deck_text(const std::string& text, const std::string& path, const std:
 // One point of the sweep.
 struct Case {
   int index = 0;  // 0-based, in sweep order
-  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_decode_tokens<T>][_<setting><value>...]"
+  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_docs<label>][_decode_tokens<T>][_<setting><value>...]"
   std::string id;
+  std::string documents;  // the sweep.documents item of its mask ("" without one), and its id label
+  std::string documents_label;
   // The scheme, found once by make_cases (the registry's entry, which outlives every case);
   // `scheme` is its name.
   const cp::SchemeInfo* info = nullptr;

@@ -16,12 +16,13 @@ std::string number_text(double v) {
 }
 
 // A KeyValue into the member a key fills (an integer of any width, a double, a string, a
-// list of integers of any width), and back.
+// list of strings, a list of integers of any width), and back.
 template <class T>
 T from_value(const KeyValue& v) {
   if constexpr (std::is_integral_v<T>) {
     return T(std::get<int64_t>(v));
-  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string>) {
+  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string> ||
+                       std::is_same_v<T, std::vector<std::string>>) {
     return std::get<T>(v);
   } else {
     const auto& l = std::get<std::vector<int64_t>>(v);
@@ -32,7 +33,8 @@ template <class T>
 KeyValue to_value(const T& x) {
   if constexpr (std::is_integral_v<T>) {
     return int64_t(x);
-  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string>) {
+  } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, std::string> ||
+                       std::is_same_v<T, std::vector<std::string>>) {
     return x;
   } else {
     return std::vector<int64_t>(x.begin(), x.end());
@@ -256,6 +258,11 @@ std::vector<Row> sweep_rows() {
       integers("sweep", "decode_tokens", 1, INT32_MAX, "decode: query tokens decoded against the KV cache (tokens)")
           .def("[1]")
           .to(&Deck::decode_tokens),
+      key("sweep", "documents", KeyType::Documents,
+          "packed documents of any lengths, with run.mask = \"documents\": each item a mix, a file of lengths (one a "
+          "line) or an array of lengths, filling each seq_len (the last document cut there)")
+          .def("[]", "none: documents of run.doc_len")
+          .to(&Deck::documents),
   };
   for (const cp::Setting& st : cp::all_settings()) {
     auto set = [name = st.name](Deck& d, const KeyValue& v) { d.settings[name] = from_value<std::vector<int>>(v); };

@@ -30,6 +30,7 @@
 #include "miniapp/record/dump.hpp"
 #include "miniapp/record/h5.hpp"
 #include "miniapp/record/results.hpp"
+#include "miniapp/run/documents.hpp"
 #include "miniapp/run/dtype.hpp"
 #include "miniapp/run/figures.hpp"
 #include "miniapp/run/measure.hpp"
@@ -264,6 +265,8 @@ void declare_flags(CLI::App& app, Options& o, PredictOptions& pf, RawFlags& raw)
                "print every deck key: section, allowed values, default, help (default: off)");
   app.add_flag("--list-figures", o.list_figures,
                "print every figure of a case's summary: unit, range, definition (default: off)");
+  app.add_flag("--list-mixes", o.list_mixes,
+               "print every named document mix of sweep.documents: name, what it draws (default: off)");
   app.add_flag("--json", raw.as_json, "with a --list-* flag: as one JSON array (default: off)");
 }
 
@@ -274,13 +277,14 @@ void check_flags(const CLI::App& app, const hn::Args& a, Options& o, PredictOpti
       {"--out", &o.out}, {"--dump", &o.dump}, {"--resume", &o.resume}};
   for (const auto& [flag, path] : files)
     if (app.count(flag) > 0 && path->empty()) throw UsageError(std::string(flag) + " '': needs a file name");
-  const int listings = int(o.list_schemes) + int(o.list_deck_keys) + int(o.list_figures);
+  const int listings = int(o.list_schemes) + int(o.list_deck_keys) + int(o.list_figures) + int(o.list_mixes);
   if (raw.as_json && listings == 0)
-    throw UsageError("--json: only with --list-schemes, --list-deck-keys or --list-figures");
-  if (listings > 1) throw UsageError("--list-schemes, --list-deck-keys, --list-figures: one at a time");
+    throw UsageError("--json: only with --list-schemes, --list-deck-keys, --list-figures or --list-mixes");
+  if (listings > 1) throw UsageError("--list-schemes, --list-deck-keys, --list-figures, --list-mixes: one at a time");
   if (listings == 1) {
     const std::string text = o.list_schemes     ? (raw.as_json ? cp::registry_json(1) : scheme_list())
                              : o.list_deck_keys ? (raw.as_json ? deck_keys_json(1) : deck_keys_help())
+                             : o.list_mixes     ? (raw.as_json ? mixes_json(1) : mixes_text())
                                                 : (raw.as_json ? figure_catalog_json(1) : figure_catalog_text());
     if (a.rank() == 0) std::printf("%s\n", text.c_str());
     throw hn::HelpShown{};
@@ -526,6 +530,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
   const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
   record::CaseRecord& rec = run.record;
   rec.id = c.id;
+  if (!c.documents.empty()) rec.document_lengths = c.stack.attn.mask.doc_lengths(c.stack.attn.seq_len);
   rec.mode_names = mode_names(), rec.phase_names = phase_names(), rec.kind_names = kind_names();
   if (!c.refused.empty()) {
     if (round > 0) return;

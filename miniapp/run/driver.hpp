@@ -23,7 +23,7 @@ struct Options {
   std::string out, dump, resume;
   std::string out_flag = "--out";  // what named out: --out, or the deck's output.file
   bool dry_run = false, quiet = false, list_schemes = false, no_events = false;
-  bool list_deck_keys = false, list_figures = false;
+  bool list_deck_keys = false, list_figures = false, list_mixes = false;
   bool overwrite = false;   // an existing --out / --dump of another kind may be replaced
   std::string fabric;       // --fabric: a profile name or file ("" none; the deck's run.fabric otherwise)
   double rank_memory = -1;  // --rank-memory: bytes per rank a dry run plans against (-1: this node's)

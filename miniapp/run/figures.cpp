@@ -155,12 +155,13 @@ void cp_efficiency(record::Attrs& s, const Case& c, const NoneTimes& none, int t
 
 }  // namespace
 
-std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens) {
-  return pass + "_" + std::to_string(seq_len) + (pass == "decode" ? "_T" + std::to_string(decode_tokens) : "");
+std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens, const std::string& documents) {
+  return pass + "_" + std::to_string(seq_len) + (pass == "decode" ? "_T" + std::to_string(decode_tokens) : "") +
+         (documents.empty() ? "" : "_docs" + documents);
 }
 
 std::string none_key(const Case& c) {
-  return none_key(model::to_string(c.stack.pass), c.stack.attn.seq_len, c.stack.attn.decode_tokens);
+  return none_key(model::to_string(c.stack.pass), c.stack.attn.seq_len, c.stack.attn.decode_tokens, c.documents_label);
 }
 
 void message_sizes(record::Attrs& s, const Case& c, size_t elem) {

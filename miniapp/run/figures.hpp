@@ -14,9 +14,10 @@ namespace minicp::run {
 
 // measured_time_s of `none` per none_key in this sweep (the CP efficiency's base).
 using NoneTimes = std::map<std::string, double>;
-// The problem a `none` case is the reference of: "<pass>_<seq_len>", and for decode
-// "_T<decode_tokens>" (a decode problem is its cache and its new tokens).
-std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens);
+// The problem a `none` case is the reference of: "<pass>_<seq_len>", for decode
+// "_T<decode_tokens>" (a decode problem is its cache and its new tokens), and with packed
+// documents "_docs<label>" (documents_label: another packing is another problem).
+std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_tokens, const std::string& documents);
 std::string none_key(const Case& c);
 
 // Every figure (NaN where not measured; a *_note text says why an overlap that could have

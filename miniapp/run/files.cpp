@@ -154,7 +154,8 @@ std::string resume_problem(Plan& p, bool& complete) {
       if (!o.dump.empty() && !p.cases.empty() && c.id == p.cases.front().id)
         return "--dump " + o.dump + " with --resume " + o.resume + ": the first case (" + c.id +
                "), the one --dump writes, is complete in the file and would not run again; dump without --resume";
-      if (c.scheme == "none") p.resumed_none_time[none_key(c.pass, c.seq_len, c.decode_tokens)] = c.measured_time_s;
+      if (c.scheme == "none")
+        p.resumed_none_time[none_key(c.pass, c.seq_len, c.decode_tokens, c.documents_label)] = c.measured_time_s;
       stored.insert(c.id);
     }
     // Finished as well: a run stopped after its last case but before its end record is resumed

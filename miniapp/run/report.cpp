@@ -204,12 +204,31 @@ record::Attrs platform_attrs(const harness::Args& a, const Plan& p, const comm::
   return r;
 }
 
+// The case's documents in numbers, every case (one document without a documents mask):
+// documents_count, and the lengths' median, 90th percentile (nearest rank: the length at
+// place ceil(p n) of n sorted) and longest, in tokens.
+void documents_attrs(record::Attrs& a, const cp::Mask& m, int64_t S) {
+  const int64_t L = m.doc_period();
+  const int64_t n = L > 0 ? S / L + (S % L != 0) : 0;
+  std::vector<int64_t> len;
+  if (L == 0) len = m.doc_lengths(S), std::sort(len.begin(), len.end());
+  // Equal documents, counted: the short last one (if any) first in sorted order, then n of L.
+  auto at = [&](int64_t k) { return L == 0 ? len[size_t(k)] : (k == 0 && S % L != 0) ? S % L : L; };
+  const int64_t count = L > 0 ? n : int64_t(len.size());
+  auto rank = [&](double p) { return at(std::max<int64_t>(0, int64_t(std::ceil(p * double(count))) - 1)); };
+  a.integer["documents_count"] = count;
+  a.integer["documents_p50_tokens"] = rank(0.5), a.integer["documents_p90_tokens"] = rank(0.9);
+  a.integer["documents_max_tokens"] = at(count - 1);
+}
+
 record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& topo) {
   record::Attrs a;
   const cp::Config& cfg = c.stack.attn;
   a.text["scheme"] = c.scheme;
   a.text["pass"] = model::to_string(c.stack.pass);
   a.text["mask"] = cfg.mask.name();
+  a.text["documents"] = c.documents, a.text["documents_label"] = c.documents_label;
+  documents_attrs(a, cfg.mask, cfg.seq_len);
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
   a.integer["decode_tokens"] = cfg.decode_tokens;
@@ -260,7 +279,8 @@ void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m
 
 std::string summary_token(const Case& c, const record::Attrs& summary) {
   return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
-         "_P" + std::to_string(c.stack.attn.ranks) + "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
+         "_P" + std::to_string(c.stack.attn.ranks) + (c.documents_label.empty() ? "" : "_docs" + c.documents_label) +
+         "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
 }
 
 Eta::Eta(const Plan& p, const std::vector<const Case*>& todo) : p_(p) {
