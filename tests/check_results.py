@@ -274,23 +274,52 @@ def check_figures(cid, g, s, modes, fail):
 def check_documents(cid, g, fail):
     """The packed documents against the attributes that describe them: the lengths (a case of
     sweep.documents) sum to seq_len, their count and longest are documents_count and
-    documents_max_tokens; without them, one document of seq_len (or of doc_len each)."""
+    documents_max_tokens; without them, one document of seq_len (or of doc_len each).
+    Returns the lengths."""
     a = g.attrs
     S, count, longest = int(a["seq_len"]), int(a["documents_count"]), int(a["documents_max_tokens"])
     if text(a["documents"]):
         if "documents" not in g:
-            return fail(f"{cid}: documents {text(a['documents'])!r} but no /documents dataset")
+            fail(f"{cid}: documents {text(a['documents'])!r} but no /documents dataset")
+            return [S]
         lengths = [int(x) for x in g["documents"][...]]
         if sum(lengths) != S or min(lengths) < 1:
             fail(f"{cid}/documents: lengths sum to {sum(lengths)} (min {min(lengths)}), expected {S} (each >= 1)")
         if (count, longest) != (len(lengths), max(lengths)):
             fail(f"{cid}: documents_count {count}, documents_max_tokens {longest}; the lengths: {len(lengths)}, "
                  f"{max(lengths)}")
-        return
+        return lengths
     L = int(a.get("doc_len", 0)) if text(a["mask"]) == "documents" else 0
     want = (-(-S // L), min(L, S)) if L > 0 else (1, S)
     if (count, longest) != want:
         fail(f"{cid}: documents_count {count}, documents_max_tokens {longest}, expected {want}")
+    return [L] * (S // L) + ([S % L] if S % L else []) if L > 0 else [S]
+
+
+def mask_area(a, lengths):
+    """Visible (query, key) pairs of a train or prefill case's mask over the whole sequence,
+    from its definition: causal S(S+1)/2, full S^2, a window W: sum of min(q + 1, W), documents
+    sum L(L+1)/2 over their lengths (causal inside each)."""
+    S, mask = int(a["seq_len"]), text(a["mask"])
+    if mask == "full":
+        return S * S
+    if mask == "window":
+        W = int(a["window"])
+        return sum(min(q + 1, W) for q in range(S))
+    return sum(L * (L + 1) // 2 for L in lengths)
+
+
+def check_area(cid, g, s, lengths, fail):
+    """attention_area_pairs, the schedules' count, against the mask's area times the heads;
+    area_imbalance 1 on one rank."""
+    a = g.attrs
+    if text(a["pass"]) != "decode":
+        want = mask_area(a, lengths) * int(a["heads"])
+        if float(s["attention_area_pairs"]) != want:
+            fail(f"{cid}/summary: attention_area_pairs {float(s['attention_area_pairs']):.0f}, the mask's area x heads "
+                 f"{want}")
+    if int(a["ranks"]) == 1 and abs(float(s["area_imbalance"]) - 1) > 1e-12:
+        fail(f"{cid}/summary: area_imbalance {float(s['area_imbalance'])} on one rank")
 
 
 def check_memory(cid, g, args, fail):
@@ -445,7 +474,7 @@ def main():
                 fail(f"{cid}/summary: {k} is not in the file's figure_catalog (minicp --list-figures)")
             if len(fails) > n or t is None:
                 continue
-            check_documents(cid, g, fail)
+            check_area(cid, g, s, check_documents(cid, g, fail), fail)
             check_steps(cid, g, s, fail)
             check_phases(cid, g, fail, warn)
             check_figures(cid, g, s, len(set(t["mode"])), fail)

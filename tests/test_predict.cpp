@@ -319,6 +319,45 @@ TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
   schedules_send_what_the_schemes_send<kernels::bf16>(true);
 }
 
+// Every scheme, every mask, P = 1..4: the pairs the schedules' calls compute sum to the mask's
+// area (counted query by query from keys_of) times the heads, so each visible pair is
+// computed exactly once; contiguous ring's area is imbalanced on a causal mask, zigzag's not.
+TEST(PerfModel, AttentionAreaSharesTheMaskOnce) {
+  const int64_t S = 96;
+  const cp::Mask masks[] = {cp::Mask::causal(), cp::Mask::full(), cp::Mask::window(10), cp::Mask::equal_documents(20),
+                            cp::Mask::documents({1, 37, 5, 20, 3, 30})};
+  int checked = 0;
+  for (const cp::SchemeInfo& info : cp::registry())
+    for (const cp::Mask& mask : masks)
+      for (int P = 1; P <= 4; ++P) {
+        cp::Config c;
+        c.seq_len = S, c.heads = 8, c.kv_heads = 2, c.head_dim = 16, c.ranks = P, c.mask = mask, c.decode_tokens = 3;
+        c.problem = info.problems.front();
+        if (!cp::check(info, c).empty()) continue;
+        // Decode: the new tokens (positions S..) against the cache, keys 0..S-1.
+        const bool decode = c.problem == cp::Problem::Decode;
+        const int64_t q0 = decode ? S : 0, nq = decode ? c.decode_tokens : S;
+        double want = 0;
+        for (int64_t q = q0; q < q0 + nq; ++q) {
+          const auto [lo, hi] = mask.keys_of(q);
+          want += double(std::max<int64_t>(0, std::min(hi, S - 1) - lo + 1));
+        }
+        const std::vector<double> area = predict::attention_area(c, info);
+        double got = 0;
+        for (double a : area) got += a;
+        EXPECT_EQ(got, want * c.heads) << info.name << " P=" << P << " " << mask.describe();
+        ++checked;
+      }
+  EXPECT_GT(checked, 100);
+  cp::Config c;
+  c.seq_len = 4096, c.heads = 8, c.kv_heads = 8, c.head_dim = 16, c.ranks = 4;
+  const std::vector<double> ring = predict::attention_area(c, cp::find("ring"));
+  const std::vector<double> zigzag = predict::attention_area(c, cp::find("zigzag"));
+  EXPECT_GT(*std::max_element(ring.begin(), ring.end()) / (ring[0] + ring[1] + ring[2] + ring[3]) * 4, 1.5);
+  EXPECT_NEAR(*std::max_element(zigzag.begin(), zigzag.end()) / (zigzag[0] + zigzag[1] + zigzag[2] + zigzag[3]) * 4,
+              1.0, 0.01);
+}
+
 // cpu-small's layer shape, as the table rows below spell it.
 model::Shape small_ffn() {
   model::Shape s{};

@@ -402,6 +402,16 @@ double layer_factor(const model::Shape& s, int64_t N, bool backward, int ranks, 
   return factor_of(m, dtype_of(elem), s, N, backward, ranks, notes);
 }
 
+std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s) {
+  if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
+  std::vector<double> out(size_t(c.ranks), 0.0);
+  const Topo topo{c.ranks, c.ranks};  // the pairs a rank computes do not depend on the nodes
+  for (int r = 0; r < c.ranks; ++r)
+    for (const Step& st : s.schedule(c, topo, r, false, sizeof(float)).steps)
+      for (const AttnCall& a : st.attn) out[size_t(r)] += a.heads * count_tiles(c, a.q, a.kv, {1, 1}).full;
+  return out;
+}
+
 std::string explain(const Prediction& p) {
   char buf[256];
   const double attn = p.attn_compute_s + p.attn_comm_s;

@@ -125,6 +125,12 @@ struct Prediction {
 // its dtype and threads, no attention rate), naming it.
 Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& scheme, const Machine& m, size_t elem);
 
+// The visible (query, key) pairs each rank's attention computes in one forward, summed over
+// its query heads: the scheme's schedule's calls, each counted with tiles of one row by one
+// key (count_tiles). The mask's area as the scheme shares it out, one entry per rank; their
+// sum is the mask's area times the heads when every pair is computed once.
+std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s);
+
 // One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
 std::string explain(const Prediction& p);
 

@@ -10,6 +10,7 @@
 #include "harness/output.hpp"
 #include "harness/stats.hpp"
 #include "miniapp/cp/common.hpp"
+#include "miniapp/predict/predict.hpp"
 
 namespace minicp::run {
 namespace {
@@ -188,6 +189,11 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   r["grad_allreduce_bytes_per_rank"] = mean_of(m.grad_bytes);
   r["imbalance"] = hn::imbalance(m.compute);
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
+  const std::vector<double> area = predict::attention_area(c.stack.attn, *c.info);
+  double pairs = 0;
+  for (double a : area) pairs += a;
+  r["attention_area_pairs"] = pairs;
+  r["area_imbalance"] = hn::imbalance(area);
   overlap_figures(
       s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
   overlap_figures(
@@ -230,6 +236,7 @@ const std::vector<FigureRange>& figure_ranges() {
       {"grad_allreduce_overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
       {"imbalance", 1, kInf, "max below mean", ""},
       {"flop_imbalance", 1, kInf, "max below mean", ""},
+      {"area_imbalance", 1, kInf, "max below mean", ""},
       {"slowest_rep_ratio", 1, kInf, "max below median", ""},
       {"phase_coverage", 0.99, 1.01, "time outside every phase", "phases longer than the step"},
   };
@@ -272,6 +279,14 @@ constexpr FigureInfo kFigures[] = {
      true},
     {"imbalance", "1", "max / mean over ranks of the per-rank compute time", true},
     {"flop_imbalance", "1", "max / mean over ranks of the executed FLOPs", true},
+    {"area_imbalance", "1",
+     "max / mean over ranks of the visible (query, key) pairs each rank's attention computes (the mask's area as "
+     "the scheme shares it out; its schedule, counted)",
+     true},
+    {"attention_area_pairs", "pairs",
+     "visible (query, key) pairs of one forward's attention over every rank and query head: the mask's area times the "
+     "heads",
+     true},
     // communication
     {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges", false},
     {"partial_bytes_per_value", "B/value", "bytes per value of partial results and LSEs", false},
