@@ -186,7 +186,7 @@ def main():
     if listed != helped:
         fails.append(f"minicp --list-deck-keys --json {sorted(listed ^ helped)} differ from the keys of --help")
     for fig in figures:
-        if fig["unit"] not in ("s", "FLOP/s", "tokens/s", "B", "B/value", "1", "flag", "text") or not fig["definition"]:
+        if fig["unit"] not in ("s", "FLOP/s", "tokens/s", "B", "B/value", "1", "pairs", "flag", "text") or not fig["definition"]:
             fails.append(f"figure {fig['name']}: unit {fig['unit']!r} / definition {fig['definition']!r}")
     if not helped:
         fails.append("minicp --help lists no deck keys (its 'Deck keys' block was not found)")
