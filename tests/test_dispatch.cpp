@@ -29,7 +29,8 @@ double area_imbalance(const std::vector<std::vector<int64_t>>& ranks, const Mask
 // One document of half the sequence, then documents of 1 to 700 tokens (a fixed pattern).
 Mask outlier(int64_t S) {
   std::vector<int64_t> lengths = {std::max<int64_t>(1, S / 2)};
-  for (int64_t at = lengths[0], i = 0; at < S; ++i) lengths.push_back(std::min<int64_t>(1 + (i * 389) % 700, S - at)), at += lengths.back();
+  for (int64_t at = lengths[0], i = 0; at < S; ++i)
+    lengths.push_back(std::min<int64_t>(1 + (i * 389) % 700, S - at)), at += lengths.back();
   return Mask::documents(lengths);
 }
 
@@ -91,8 +92,9 @@ TEST(Dispatch, AreaBalancesAPackedSequence) {
     EXPECT_LE(doc, zigzag) << "P=" << P;
   }
   // One causal document: sequence zigzag is balanced already.
-  EXPECT_LT(area_imbalance(minicp::cp::dispatch_tokens(Dispatch::parse("zigzag"), Mask::causal(), S, 8), Mask::causal(), S),
-            1.001);
+  EXPECT_LT(
+      area_imbalance(minicp::cp::dispatch_tokens(Dispatch::parse("zigzag"), Mask::causal(), S, 8), Mask::causal(), S),
+      1.001);
 }
 
 TEST(Dispatch, NamesAreChecked) {

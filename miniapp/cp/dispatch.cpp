@@ -101,18 +101,14 @@ std::vector<std::vector<int64_t>> dispatch_tokens(const Dispatch& d, const Mask&
     case Dispatch::Kind::Contiguous:
       for (int r = 0; r < P; ++r) append(ranks[size_t(r)], piece(0, S, P, r));
       break;
-    case Dispatch::Kind::Zigzag:
-      zigzag_into(ranks, 0, S);
-      break;
+    case Dispatch::Kind::Zigzag: zigzag_into(ranks, 0, S); break;
     case Dispatch::Kind::Striped:
       for (int64_t t = 0; t < S; ++t) ranks[size_t(t % P)].push_back(t);
       break;
     case Dispatch::Kind::DocZigzag:
       for (const auto& [a, b] : documents_of(mask, S)) zigzag_into(ranks, a, b);
       break;
-    case Dispatch::Kind::Area:
-      by_area(ranks, mask, S, d.chunk);
-      break;
+    case Dispatch::Kind::Area: by_area(ranks, mask, S, d.chunk); break;
   }
   for (auto& r : ranks) std::sort(r.begin(), r.end());
   return ranks;

@@ -562,8 +562,7 @@ void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
   at(Stage::Writing);
   if (record::Results* file = rs.results) rs.write_s += file->add_case(rec);
   if (world_rank != 0) return;
-  if (!rs.p.o.quiet) print_case(c, rec.summary, run);
-  rs.summary += " " + summary_token(c, rec.summary);
+  rs.summary += " " + report_case(c, rec.summary, run, rs.p.o.quiet);
 }
 
 }  // namespace

@@ -283,6 +283,11 @@ std::string summary_token(const Case& c, const record::Attrs& summary) {
          "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
 }
 
+std::string report_case(const Case& c, const record::Attrs& summary, const CaseResult& m, bool quiet) {
+  if (!quiet) print_case(c, summary, m);
+  return summary_token(c, summary);
+}
+
 Eta::Eta(const Plan& p, const std::vector<const Case*>& todo) : p_(p) {
   for (const Case* c : todo) left_ += cost(*c);
 }

@@ -32,6 +32,9 @@ record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
 
 // The case's lines of the human table (rank 0).
 void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m);
+// Both of a case's reports: its lines for the user (print_case, unless quiet), and its token of
+// the closing MINICP line (summary_token), returned.
+std::string report_case(const Case& c, const record::Attrs& summary, const CaseResult& m, bool quiet);
 
 // One token of the closing MINICP line: "<pass>_<scheme>_S<S>_P<P>=<layer efficiency>".
 std::string summary_token(const Case& c, const record::Attrs& summary);
