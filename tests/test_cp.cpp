@@ -21,6 +21,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/convert.hpp"
+#include "miniapp/cp/dispatch.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "tests/mpi_util.hpp"
 #include "tests/reference.hpp"
@@ -100,6 +101,7 @@ struct CpCase {
   int heads;
   int kv_heads;
   cp::Mask mask;
+  const char* dispatch = "";  // a dispatch's tokens instead of the layout (schemes that take one)
 };
 
 // The global q, k, v, dout of a case.
@@ -189,6 +191,12 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
   cfg.ranks = P;
   cfg.decode_tokens = 3;
   cfg.attn.tile_q = cfg.attn.tile_k = 16;
+  if (*c.dispatch) {
+    if (!info.takes_dispatch) GTEST_SKIP() << g_scheme << " takes no dispatch";
+    cfg.dispatch = c.dispatch;
+    cfg.tokens = std::make_shared<const std::vector<std::vector<int64_t>>>(
+        cp::dispatch_tokens(cp::Dispatch::parse(c.dispatch, 8), cfg.mask, cfg.seq_len, P));
+  }
 
   for (const cp::Problem problem : info.problems) {  // `none` solves train and decode
     cfg.problem = problem;
@@ -247,22 +255,25 @@ TEST_P(CpScheme, MatchesSingleRankReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cp, CpScheme,
-                         ::testing::Values(CpCase{"causal", 8, 8, cp::Mask::causal()},
-                                           CpCase{"full", 8, 8, cp::Mask::full()},
-                                           CpCase{"causal_gqa2", 8, 2, cp::Mask::causal()},
-                                           CpCase{"causal_mqa", 8, 1, cp::Mask::causal()},
-                                           CpCase{"window10_gqa2", 8, 2, cp::Mask::window(10)},
-                                           CpCase{"docs20", 8, 8, cp::Mask::equal_documents(20)},
-                                           // documents of any length (S = 96, tiles of 16): one of
-                                           // 1 token, some shorter than a tile, one over several ranks
-                                           CpCase{"docs_varlen_gqa2", 8, 2, cp::Mask::documents({1, 37, 5, 20, 3, 30})},
-                                           CpCase{"docs_outlier", 8, 8, cp::Mask::documents({48, 1, 2, 3, 42})},
-                                           CpCase{"full_gqa4", 8, 4, cp::Mask::full()},
-                                           // K/V groups of 3 query heads that ranks' head blocks straddle
-                                           // (ulysses at np 3 and 6, usp at np 6)
-                                           CpCase{"causal_h12_kv4", 12, 4, cp::Mask::causal()}),
-                         [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Cp, CpScheme,
+    ::testing::Values(CpCase{"causal", 8, 8, cp::Mask::causal()}, CpCase{"full", 8, 8, cp::Mask::full()},
+                      CpCase{"causal_gqa2", 8, 2, cp::Mask::causal()}, CpCase{"causal_mqa", 8, 1, cp::Mask::causal()},
+                      CpCase{"window10_gqa2", 8, 2, cp::Mask::window(10)},
+                      CpCase{"docs20", 8, 8, cp::Mask::equal_documents(20)},
+                      // documents of any length (S = 96, tiles of 16): one of
+                      // 1 token, some shorter than a tile, one over several ranks
+                      CpCase{"docs_varlen_gqa2", 8, 2, cp::Mask::documents({1, 37, 5, 20, 3, 30})},
+                      CpCase{"docs_outlier", 8, 8, cp::Mask::documents({48, 1, 2, 3, 42})},
+                      // the ring family on dispatched tokens (area: chunks of 8,
+                      // equal counts where 12 chunks share out evenly)
+                      CpCase{"docs_outlier_area", 8, 2, cp::Mask::documents({48, 1, 2, 3, 42}), "area"},
+                      CpCase{"causal_striped", 8, 8, cp::Mask::causal(), "striped"},
+                      CpCase{"full_gqa4", 8, 4, cp::Mask::full()},
+                      // K/V groups of 3 query heads that ranks' head blocks straddle
+                      // (ulysses at np 3 and 6, usp at np 6)
+                      CpCase{"causal_h12_kv4", 12, 4, cp::Mask::causal()}),
+    [](const ::testing::TestParamInfo<CpCase>& i) { return std::string(i.param.name); });
 
 // Causal work per rank, from the FLOPs each rank reports: contiguous `ring` skips the
 // P(P-1)/2 fully masked steps and is imbalanced; `zigzag` and `stripe` skip none and are

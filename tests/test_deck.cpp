@@ -270,6 +270,35 @@ TEST(Deck, DocumentsEachItemAtEachLengthItsOwnCases) {
   EXPECT_GT(outlier(1).size(), 25u);  // the rest in documents of 256 to 2048 tokens
 }
 
+// sweep.dispatch: the ring family runs each listed dispatch on the tokens it places; a scheme
+// that takes none runs its layout only, `none` once; a case's id and config name the dispatch.
+TEST(Deck, DispatchRunsOnTheSchemesThatTakeOne) {
+  const std::vector<run::Case> cases =
+      run::make_cases(tiny({"run.mask=\"documents\"", "run.pass=\"train\"", "sweep.ranks=[2]", "sweep.seq_len=[96]",
+                            "sweep.schemes=[\"none\",\"zigzag\",\"ulysses\"]", "sweep.documents=[[40, 1, 55]]",
+                            "sweep.dispatch=[\"layout\",\"area\"]", "run.dispatch_chunk=8"}));
+  std::vector<std::string> ids;
+  for (const run::Case& c : cases) ids.push_back(c.id);
+  const std::vector<std::string> want = {"000_train_none_S96_P1_docslist0", "001_train_zigzag_S96_P2_docslist0",
+                                         "002_train_zigzag_S96_P2_docslist0_dispatcharea",
+                                         "003_train_ulysses_S96_P2_docslist0"};
+  EXPECT_EQ(ids, want);
+  ASSERT_EQ(cases.size(), want.size());
+  const minicp::cp::Config& a = cases[2].stack.attn;
+  EXPECT_EQ(a.dispatch, "area");
+  ASSERT_TRUE(a.tokens);
+  EXPECT_EQ((*a.tokens)[0].size() + (*a.tokens)[1].size(), 96u);
+  EXPECT_FALSE(cases[1].stack.attn.tokens);
+  try {  // a named scheme that takes no dispatch, none listed that it runs
+    run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"ulysses\"]", "run.pass=\"train\"",
+                          "sweep.dispatch=[\"area\"]"}));
+    ADD_FAILURE() << "ulysses with only a dispatch must be refused";
+  } catch (const harness::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("ulysses takes no dispatch (sweep.dispatch \"area\")"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A lengths file over 64 MiB is refused before it is read (a sparse file: no disk used).
 TEST(Deck, DocumentsFileOverTheLimitIsRefused) {
   const std::string path = testing::TempDir() + "minicp_huge_lengths.txt";

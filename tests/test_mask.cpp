@@ -60,6 +60,15 @@ TEST(Mask, EachKindShowsTheKeysOfItsDefinition) {
     }
   }
   for (int64_t pos = 0; pos < 70; ++pos) EXPECT_EQ(Mask::documents(lengths).doc_of(pos), walk_doc(lengths, pos));
+  // The closed-form area against the pairs counted one by one, at lengths inside and past the
+  // window, the documents' period and the lengths' sum.
+  for (const Case& c : cases)
+    for (int64_t S : {1, 5, 9, 40, 62, 70}) {
+      double pairs = 0;
+      for (int64_t q = 0; q < S; ++q)
+        for (int64_t k = 0; k < S; ++k) pairs += rule(c.kind, c.W, c.L, lengths, q, k) ? 1 : 0;
+      EXPECT_EQ(c.mask.area(S), pairs) << c.mask.describe() << " S=" << S;
+    }
 }
 
 // fully_masked may say "no" when nothing is seen, never "yes" when something is.

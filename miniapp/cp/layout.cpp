@@ -74,4 +74,15 @@ std::string check(Kind k, int64_t S, int P, const std::string& scheme) {
          (k == Kind::Zigzag ? "2*ranks (" : "ranks (") + std::to_string(need) + ")";
 }
 
+Spans spans_of_positions(const std::vector<int64_t>& positions) {
+  Spans out;
+  for (int64_t p : positions) {
+    if (!out.empty() && out.back().stride == 1 && out.back().start + out.back().count == p)
+      ++out.back().count;
+    else
+      out.push_back({p, 1, 1});
+  }
+  return out;
+}
+
 }  // namespace minicp::layout

@@ -30,6 +30,8 @@ Spans striped_spans(int64_t S, int P, int r);
 Spans usp_spans(int64_t S, int ring, int ulysses, int r);
 Spans spans_of(Kind k, int64_t S, int P, int r);
 std::vector<int64_t> expand(const Spans& s);
+// Sorted positions as spans (runs of stride 1): a dispatch's tokens as the model reads them.
+Spans spans_of_positions(const std::vector<int64_t>& positions);
 int64_t count(const Spans& s);
 
 std::vector<int64_t> contiguous(int64_t S, int P, int r);

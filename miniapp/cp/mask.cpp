@@ -128,6 +128,23 @@ std::vector<int64_t> Mask::doc_lengths(int64_t S) const {
   return out;
 }
 
+double Mask::area(int64_t S) const {
+  auto tri = [](double n) { return n * (n + 1) / 2; };  // a causal square of n tokens
+  const double s = double(S);
+  switch (kind_) {
+    case Kind::Full: return s * s;
+    case Kind::Window: return S <= window_ ? tri(s) : tri(double(window_)) + (s - double(window_)) * double(window_);
+    case Kind::Documents: {
+      if (period_ > 0) return double(S / period_) * tri(double(period_)) + tri(double(S % period_));
+      double a = 0;
+      for (int64_t len : doc_lengths(S)) a += tri(double(len));
+      return a;
+    }
+    case Kind::Causal: break;
+  }
+  return tri(s);
+}
+
 int64_t Mask::doc_of(int64_t pos) const {
   if (kind_ != Kind::Documents) return 0;
   if (period_ > 0) return pos / period_;

@@ -71,6 +71,10 @@ class Mask {
   // for a huge S of short equal documents, count them with doc_period instead).
   std::vector<int64_t> doc_lengths(int64_t S) const;
 
+  // The visible (query, key) pairs of queries 0..S-1 against keys 0..S-1, in closed form
+  // (documents: over their lengths): the mask's area, what attention's useful FLOPs count.
+  double area(int64_t S) const;
+
   // The document of position pos (0 without documents).
   int64_t doc_of(int64_t pos) const;
   // [first, last] key positions query position q sees (last = INT64_MAX for `full`: every key).

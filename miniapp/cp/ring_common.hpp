@@ -198,10 +198,14 @@ template <class T>
 class RingScheme final : public Scheme<T> {
  public:
   explicit RingScheme(layout::Kind kind) : kind_(kind) {}
+  // This rank's tokens: the dispatch's when the case has one, else the layout's.
+  std::vector<int64_t> positions(const Config& c, int P, int r) const {
+    return c.tokens ? (*c.tokens)[size_t(r)] : layout::of(kind_, c.seq_len, P, r);
+  }
   using A = kernels::acc_t<T>;
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
-    const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
+    const auto pos = positions(ctx.cfg, g.size, g.rank);
     const AccOut<T> oa(o, "ring_o_acc");
     ring_forward<T>(ctx, g, q, k, v, pos, pos, oa.acc(), lse, &kept_);
     oa.store(ctx);
@@ -209,7 +213,7 @@ class RingScheme final : public Scheme<T> {
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
-    const auto pos = layout::of(kind_, ctx.cfg.seq_len, g.size, g.rank);
+    const auto pos = positions(ctx.cfg, g.size, g.rank);
     const AccOut<T> dqa(dq, "ring_dq_acc"), dka(dk, "ring_dk_acc"), dva(dv, "ring_dv_acc");
     ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dqa.acc(), dka.acc(), dva.acc(), &kept_);
     for (const AccOut<T>* x : {&dqa, &dka, &dva}) x->store(ctx);
@@ -275,13 +279,32 @@ inline std::vector<predict::Step> ring_steps(const Config& c, const predict::Top
   return steps;
 }
 
+// "" when every rank holds as many tokens as the others, else why the ring refuses them.
+inline std::string equal_tokens(const std::vector<std::vector<int64_t>>& tokens, const std::string& scheme,
+                                const std::string& dispatch) {
+  size_t lo = SIZE_MAX, hi = 0;
+  for (const auto& t : tokens) lo = std::min(lo, t.size()), hi = std::max(hi, t.size());
+  if (lo == hi) return "";
+  return scheme + " needs equal tokens on every rank; dispatch " + dispatch + " gives " + std::to_string(lo) + " to " +
+         std::to_string(hi) + " over " + std::to_string(tokens.size()) + " ranks";
+}
+
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
   SchemeInfo s = make_info<RingScheme>(name, summary, kind);
   s.ring_family = true;
-  s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks");
-  s.check = [name, kind](const Config& c) { return layout::check(kind, c.seq_len, c.ranks, name); };
+  s.takes_dispatch = true;
+  s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks") +
+              "; a dispatch whose ranks hold unequal token counts (the ring passes equal blocks)";
+  s.check = [name, kind](const Config& c) {
+    if (!c.tokens) return layout::check(kind, c.seq_len, c.ranks, name);
+    return equal_tokens(*c.tokens, name, c.dispatch);
+  };
+  auto rows = [kind](const Config& c, int r) {
+    return c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(r)])
+                    : layout::spans_of(kind, c.seq_len, c.ranks, r);
+  };
   s.shard = [kind](const Config& c, int r) {
-    const auto t = layout::of(kind, c.seq_len, c.ranks, r);
+    const auto t = c.tokens ? (*c.tokens)[size_t(r)] : layout::of(kind, c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
   s.workspace = [](const Config& c) {
@@ -292,10 +315,10 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
       return w;
     });
   };
-  s.schedule = [kind](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
+  s.schedule = [rows](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
     return predict::Schedule{ring_steps(
-        c, t, c.ranks, r, [](int i) { return i; }, [&](int i) { return layout::spans_of(kind, c.seq_len, c.ranks, i); },
-        c.heads, c.kv_heads, backward, elem)};
+        c, t, c.ranks, r, [](int i) { return i; }, [&](int i) { return rows(c, i); }, c.heads, c.kv_heads, backward,
+        elem)};
   };
   return s;
 }

@@ -38,11 +38,15 @@ const char* to_string(Problem p);
 
 struct Config {
   Problem problem = Problem::Train;
-  int64_t seq_len = 0;    // S, global tokens (decode: the KV-cache length)
-  int heads = 8;          // H, query heads
-  int kv_heads = 8;       // Hkv, key/value heads (GQA when < heads)
-  int head_dim = 64;      // D
-  Mask mask;              // which keys each query sees (miniapp/cp/mask.hpp)
+  int64_t seq_len = 0;  // S, global tokens (decode: the KV-cache length)
+  int heads = 8;        // H, query heads
+  int kv_heads = 8;     // Hkv, key/value heads (GQA when < heads)
+  int head_dim = 64;    // D
+  Mask mask;            // which keys each query sees (miniapp/cp/mask.hpp)
+  // A dispatch's tokens of each rank (miniapp/cp/dispatch.hpp), for a scheme that takes one
+  // (SchemeInfo::takes_dispatch); null: the scheme's own layout. `dispatch` names it.
+  std::shared_ptr<const std::vector<std::vector<int64_t>>> tokens;
+  std::string dispatch;
   int ranks = 1;          // P, ranks of the CP group
   int decode_tokens = 1;  // T, decode: query tokens after the cache (train: unused)
   // The schemes' own settings by name: each is declared (help, default, minimum) by the
@@ -173,6 +177,8 @@ struct SchemeInfo {
   // It passes blocks (K/V or Q) around a ring step by step: one compute and one transfer per
   // ring step, the timeline the plots draw for it.
   bool ring_family = false;
+  // Its layout is a choice: Config::tokens (a dispatch) replaces it.
+  bool takes_dispatch = false;
   // "" when cfg can run, else one sentence naming the constraint and the values.
   std::function<std::string(const Config&)> check;
   // The local rows of rank r (a layout function from miniapp/cp/layout.hpp).

@@ -17,6 +17,7 @@
 #include "harness/output.hpp"
 #include "harness/toml.hpp"
 #include "kernels/attention.hpp"
+#include "miniapp/cp/dispatch.hpp"
 #include "miniapp/run/documents.hpp"
 
 namespace minicp::run {
@@ -485,8 +486,30 @@ std::vector<Packing> packings(const Deck& d, int64_t S) {
   return out;
 }
 
+// The sweep.dispatch items a scheme runs: "layout" and the dispatches it takes; none of them
+// listed: the first, which its case then refuses. `none` runs on one rank: "layout" alone.
+std::vector<std::string> dispatches_of(const Deck& d, const cp::SchemeInfo& info) {
+  if (info.name == "none") return {"layout"};
+  std::vector<std::string> out;
+  for (const std::string& x : d.dispatch)
+    if (x == "layout" || info.takes_dispatch) out.push_back(x);
+  return out.empty() ? std::vector<std::string>{d.dispatch.front()} : out;
+}
+
+// A dispatch's tokens into the case's attention config, or the reason its scheme refuses it.
+std::string apply_dispatch(const Deck& d, const cp::SchemeInfo& info, const std::string& dispatch, cp::Config& a) {
+  if (dispatch == "layout") return "";
+  if (!info.takes_dispatch)
+    return info.name + " takes no dispatch (sweep.dispatch \"" + dispatch + "\"): its layout is its own";
+  a.dispatch = dispatch;
+  a.tokens = std::make_shared<const std::vector<std::vector<int64_t>>>(
+      cp::dispatch_tokens(cp::Dispatch::parse(dispatch, d.dispatch_chunk), a.mask, a.seq_len, a.ranks));
+  return "";
+}
+
 Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks, int decode_tokens,
-               const cp::SchemeInfo& info, const std::map<std::string, int>& settings, const Packing& packing) {
+               const cp::SchemeInfo& info, const std::map<std::string, int>& settings, const Packing& packing,
+               const std::string& dispatch) {
   Case c;
   c.index = index;
   c.info = &info;
@@ -508,11 +531,13 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
                 ranks);
   c.id = id;
   if (!packing.item.empty()) c.id += "_docs" + packing.label;
+  if (dispatch != "layout") c.id += "_dispatch" + dispatch;
   if (pass == model::Pass::Decode) c.id += "_decode_tokens" + std::to_string(decode_tokens);
   for (const auto& [name, v] : settings)
     if (declares(info, name)) c.id += "_" + name + std::to_string(v);
+  const std::string no_dispatch = apply_dispatch(d, info, dispatch, a);
   c.stack.attn = model::attention_config(c.stack);
-  c.refused = cp::check(info, c.stack.attn);
+  c.refused = no_dispatch.empty() ? cp::check(info, c.stack.attn) : no_dispatch;
   return c;
 }
 
@@ -532,12 +557,14 @@ std::vector<Case> make_cases(const Deck& d) {
             // decode_tokens is a size of the decode problem: the other passes take its first value.
             const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
             for (size_t t = 0; t < n_tokens; ++t)
-              for (const auto& combo : setting_combos(d, info)) {
-                Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo, packing);
-                if (!c.refused.empty() && !d.all_schemes)
-                  throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-                cases.push_back(c);
-              }
+              for (const std::string& dispatch : dispatches_of(d, info))
+                for (const auto& combo : setting_combos(d, info)) {
+                  Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo, packing,
+                                     dispatch);
+                  if (!c.refused.empty() && !d.all_schemes)
+                    throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+                  cases.push_back(c);
+                }
           }
   // Ids sort as the sweep runs: the index is padded to the width of the largest (3 at least).
   const int width = std::max<int>(3, int(std::to_string(cases.empty() ? 0 : cases.size() - 1).size()));

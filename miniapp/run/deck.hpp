@@ -45,6 +45,8 @@ struct Deck {
   std::vector<int> ranks;
   std::vector<int> decode_tokens;                    // the decode pass's query tokens
   std::vector<std::string> documents;                // sweep.documents' items (documents.hpp); empty: none
+  std::vector<std::string> dispatch;                 // sweep.dispatch: "layout" (the scheme's own) or a dispatch
+  int64_t dispatch_chunk = 128;                      // run.dispatch_chunk: the area dispatch's chunk, tokens
   std::map<std::string, std::vector<int>> settings;  // each registry setting: its values
   std::string output_file;
 };

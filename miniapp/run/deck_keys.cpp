@@ -2,6 +2,8 @@
 // member in Deck); load_deck, --help, the resolved deck and the case attributes follow.
 #include "miniapp/run/deck.hpp"
 
+#include "miniapp/cp/dispatch.hpp"
+
 #include <algorithm>
 #include <sstream>
 #include <type_traits>
@@ -125,6 +127,12 @@ Row list_of(const std::string& s, const std::string& n, std::vector<std::string>
 }
 Row text(const std::string& s, const std::string& n, const std::string& help) { return key(s, n, KeyType::Text, help); }
 
+std::vector<std::string> dispatch_names() {
+  std::vector<std::string> n = {"layout"};
+  for (const std::string& d : cp::Dispatch::names()) n.push_back(d);
+  return n;
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const model::Preset& p : model::presets()) names.push_back(p.name);
@@ -210,6 +218,10 @@ std::vector<Row> run_rows() {
           .def("[\"full\"]")
           .to_enums(&Deck::modes, {Mode::Full, Mode::ComputeOnly, Mode::CommOnly}, cp::to_string),
       integer("run", "seed", 0, INT64_MAX, "the generator's seed").def("1").to(&Deck::seed),
+      integer("run", "dispatch_chunk", 1, INT32_MAX, "the area dispatch's chunk: tokens handed out together")
+          .def("128")
+          .to(&Deck::dispatch_chunk)
+          .attr(),
       one_of("run", "progress", {"thread", "none"}, "communication progress: a thread per rank, or none")
           .def("\"thread\"")
           .to(&Deck::progress),
@@ -258,6 +270,12 @@ std::vector<Row> sweep_rows() {
       integers("sweep", "decode_tokens", 1, INT32_MAX, "decode: query tokens decoded against the KV cache (tokens)")
           .def("[1]")
           .to(&Deck::decode_tokens),
+      list_of("sweep", "dispatch", dispatch_names(),
+              "which tokens each rank holds: \"layout\" the scheme's own, or a dispatch (schemes that take one: "
+              "the ring family); contiguous, zigzag, striped, doc-zigzag (zigzag in each document), area (chunks by "
+              "mask area to the least-loaded rank)")
+          .def("[\"layout\"]")
+          .to(&Deck::dispatch),
       key("sweep", "documents", KeyType::Documents,
           "packed documents of any lengths, with run.mask = \"documents\": each item a mix, a file of lengths (one a "
           "line) or an array of lengths, filling each seq_len (the last document cut there)")

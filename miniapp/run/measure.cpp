@@ -61,7 +61,13 @@ double step_useful_flops(const Case& c) {
   const cp::Config& a = c.stack.attn;
   const bool decode = c.stack.pass == model::Pass::Decode, train = c.stack.pass == model::Pass::Train;
   const double Nq = double(cp::global_q_tokens(a)), Nk = decode ? double(a.seq_len + a.decode_tokens) : Nq;
-  return c.stack.shape.layers * model::layer_flops(c.stack.shape, Nq, Nk, a.mask.is_causal(), train, decode).total();
+  model::LayerFlops f = model::layer_flops(c.stack.shape, Nq, Nk, a.mask.is_causal(), train, decode);
+  // A window or documents: attention's useful FLOPs are its mask's area (4 D per visible pair
+  // and head forward, 2.5x that backward), not the causal square's.
+  const cp::Mask::Kind k = a.mask.kind();
+  if (!decode && (k == cp::Mask::Kind::Window || k == cp::Mask::Kind::Documents))
+    f.attention = 4.0 * a.head_dim * a.heads * a.mask.area(a.seq_len) * (train ? 3.5 : 1.0);
+  return c.stack.shape.layers * f.total();
 }
 
 const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key,

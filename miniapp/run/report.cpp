@@ -228,6 +228,7 @@ record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   a.text["pass"] = model::to_string(c.stack.pass);
   a.text["mask"] = cfg.mask.name();
   a.text["documents"] = c.documents, a.text["documents_label"] = c.documents_label;
+  a.text["dispatch"] = cfg.dispatch.empty() ? "layout" : cfg.dispatch;
   documents_attrs(a, cfg.mask, cfg.seq_len);
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
@@ -280,7 +281,8 @@ void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m
 std::string summary_token(const Case& c, const record::Attrs& summary) {
   return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
          "_P" + std::to_string(c.stack.attn.ranks) + (c.documents_label.empty() ? "" : "_docs" + c.documents_label) +
-         "=" + fmt("%.3f", summary.real.at("layer_efficiency"));
+         (c.stack.attn.dispatch.empty() ? "" : "_dispatch" + c.stack.attn.dispatch) + "=" +
+         fmt("%.3f", summary.real.at("layer_efficiency"));
 }
 
 std::string report_case(const Case& c, const record::Attrs& summary, const CaseResult& m, bool quiet) {
