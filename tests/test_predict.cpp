@@ -358,6 +358,24 @@ TEST(PerfModel, AttentionAreaSharesTheMaskOnce) {
               1.0, 0.01);
 }
 
+// The tokens a mask needs moved, counted here by hand for contiguous ring at S = 96, P = 4
+// (24 tokens a rank): causal, rank r needs the r ranks before it (0+1+2+3 blocks); full, every
+// other rank (4 x 3); two documents of 48, rank 1 needs rank 0 and rank 3 rank 2 (2 blocks).
+TEST(PerfModel, NeededBytesCountEachSeenKeyOnce) {
+  cp::Config c;
+  c.seq_len = 96, c.heads = 4, c.kv_heads = 2, c.head_dim = 8, c.ranks = 4;
+  const double per_token_train = 2 * 8 * (2 * 4 + 2 * 4), per_token_fwd = 2 * 8 * (2 * 4);
+  const cp::SchemeInfo& ring = cp::find("ring");
+  EXPECT_EQ(predict::needed_attention_bytes(c, ring, sizeof(float), true), 6 * 24 * per_token_train);
+  EXPECT_EQ(predict::needed_attention_bytes(c, ring, sizeof(float), false), 6 * 24 * per_token_fwd);
+  c.mask = cp::Mask::full();
+  EXPECT_EQ(predict::needed_attention_bytes(c, ring, sizeof(float), false), 12 * 24 * per_token_fwd);
+  c.mask = cp::Mask::documents({48, 48});
+  EXPECT_EQ(predict::needed_attention_bytes(c, ring, sizeof(float), false), 2 * 24 * per_token_fwd);
+  c.ranks = 1;
+  EXPECT_EQ(predict::needed_attention_bytes(c, ring, sizeof(float), true), 0.0);
+}
+
 // cpu-small's layer shape, as the table rows below spell it.
 model::Shape small_ffn() {
   model::Shape s{};

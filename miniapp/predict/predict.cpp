@@ -1,6 +1,8 @@
 // The performance model (see predict.hpp).
 #include "miniapp/predict/predict.hpp"
 
+#include "miniapp/cp/common.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -410,6 +412,36 @@ std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s)
     for (const Step& st : s.schedule(c, topo, r, false, sizeof(float)).steps)
       for (const AttnCall& a : st.attn) out[size_t(r)] += a.heads * count_tiles(c, a.q, a.kv, {1, 1}).full;
   return out;
+}
+
+double needed_attention_bytes(const cp::Config& c, const cp::SchemeInfo& s, size_t elem, bool train) {
+  std::vector<std::vector<int64_t>> q(size_t(c.ranks)), kv(size_t(c.ranks));
+  for (int r = 0; r < c.ranks; ++r) {
+    const cp::Shard sh = s.shard(c, r);
+    q[size_t(r)] = sh.q, kv[size_t(r)] = sh.kv;
+  }
+  double tokens = 0;
+  for (int r = 0; r < c.ranks; ++r) {
+    // The keys rank r's queries see: the union of their intervals, merged in order.
+    std::vector<std::pair<int64_t, int64_t>> seen;
+    for (int64_t p : q[size_t(r)]) seen.push_back(c.mask.keys_of(p));
+    std::sort(seen.begin(), seen.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& iv : seen)
+      if (!merged.empty() && iv.first <= merged.back().second + 1)
+        merged.back().second = std::max(merged.back().second, iv.second);
+      else
+        merged.push_back(iv);
+    for (int o = 0; o < c.ranks; ++o) {
+      if (o == r) continue;
+      for (int64_t k : kv[size_t(o)]) {
+        const auto it = std::upper_bound(merged.begin(), merged.end(), std::make_pair(k, INT64_MAX));
+        if (it != merged.begin() && std::prev(it)->second >= k) tokens += 1;
+      }
+    }
+  }
+  const double per_token = double(c.kv_heads) * c.head_dim * (2.0 * elem + (train ? 2.0 * cp::dkv_elem(c, elem) : 0));
+  return tokens * per_token;
 }
 
 std::string explain(const Prediction& p) {

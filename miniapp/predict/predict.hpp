@@ -131,6 +131,12 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& sch
 // sum is the mask's area times the heads when every pair is computed once.
 std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s);
 
+// The K/V tokens the mask needs moved in one layer's attention: for each rank, each key of
+// another rank's shard (SchemeInfo::shard) that some query of its own shard sees, counted
+// once. Train moves each such token's K and V forward and its dK and dV back; the bytes:
+// tokens x kv_heads x head_dim x (2 elem, plus 2 dkv_elem for train). 0 on one rank.
+double needed_attention_bytes(const cp::Config& c, const cp::SchemeInfo& s, size_t elem, bool train);
+
 // One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
 std::string explain(const Prediction& p);
 

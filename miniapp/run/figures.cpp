@@ -194,6 +194,16 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   for (double a : area) pairs += a;
   r["attention_area_pairs"] = pairs;
   r["area_imbalance"] = hn::imbalance(area);
+  // Attention bytes over the bytes the mask needs moved (all layers); NaN when it needs none.
+  const bool train = c.stack.pass == model::Pass::Train;
+  const double need =
+      c.stack.pass == model::Pass::Decode
+          ? 0
+          : c.stack.shape.layers * predict::needed_attention_bytes(c.stack.attn, *c.info, m.elem, train);
+  double sent = 0;
+  for (double b : m.attn_bytes) sent += b;
+  r["traffic_redundancy"] = need > 0 ? sent / need : kNaN;
+  r["attn_bytes_needed_per_rank"] = c.stack.pass == model::Pass::Decode ? kNaN : need / c.stack.attn.ranks;
   overlap_figures(
       s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
   overlap_figures(
@@ -237,6 +247,7 @@ const std::vector<FigureRange>& figure_ranges() {
       {"imbalance", 1, kInf, "max below mean", ""},
       {"flop_imbalance", 1, kInf, "max below mean", ""},
       {"area_imbalance", 1, kInf, "max below mean", ""},
+      {"traffic_redundancy", 0, kInf, "negative bytes", ""},
       {"slowest_rep_ratio", 1, kInf, "max below median", ""},
       {"phase_coverage", 0.99, 1.01, "time outside every phase", "phases longer than the step"},
   };
@@ -283,6 +294,14 @@ constexpr FigureInfo kFigures[] = {
      "max / mean over ranks of the visible (query, key) pairs each rank's attention computes (the mask's area as "
      "the scheme shares it out; its schedule, counted)",
      true},
+    {"attn_bytes_needed_per_rank", "B",
+     "the bytes the mask needs moved (traffic_redundancy's denominator) per rank and step; 0: no rank's queries see "
+     "another rank's keys, so every attention byte sent is redundant; NaN for decode",
+     false},
+    {"traffic_redundancy", "1",
+     "attention bytes sent over the bytes the mask needs moved: each key another rank's queries see, its K and V "
+     "once to that rank (and its dK and dV back, train); NaN when none is needed (one rank, decode)",
+     false},
     {"attention_area_pairs", "pairs",
      "visible (query, key) pairs of one forward's attention over every rank and query head: the mask's area times the "
      "heads",

@@ -250,6 +250,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   if (round == 0) {
     at(Stage::CaseCeiling);
     m.bf16 = std::is_same<T, kernels::bf16>::value;
+    m.elem = sizeof(T);
     const CeilingCache::Reading before = ceiling.get(g, P, shape, m.bf16);
     m.before = before.rates, m.bf16_before = before.bf16, m.before_age_s = MPI_Wtime() - before.taken;
   }

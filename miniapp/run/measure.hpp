@@ -88,6 +88,7 @@ struct CaseResult {
   kernels::GemmCeiling before, after;                // summed over the group's ranks (FLOP/s)
   kernels::Bf16GemmCeiling bf16_before, bf16_after;  // the same, of the bf16 engines (bf16 cases)
   bool bf16 = false;                                 // a bf16 case: its ceiling is of the bf16 engines
+  size_t elem = sizeof(float);                       // bytes per stored value of the case
   double before_age_s = 0;                           // how old the reading before the case was when it started
   model::PhaseTimes fwd_phases, bwd_phases;          // rank 0, all layers, the last full rep (the printed table)
   std::string start_utc, end_utc;
