@@ -444,6 +444,10 @@ double needed_attention_bytes(const cp::Config& c, const cp::SchemeInfo& s, size
   return tokens * per_token;
 }
 
+MaskShare mask_share(const cp::Config& c, const cp::SchemeInfo& s, size_t elem, bool train) {
+  return {attention_area(c, s), needed_attention_bytes(c, s, elem, train)};
+}
+
 std::string explain(const Prediction& p) {
   char buf[256];
   const double attn = p.attn_compute_s + p.attn_comm_s;

@@ -137,6 +137,13 @@ std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s)
 // tokens x kv_heads x head_dim x (2 elem, plus 2 dkv_elem for train). 0 on one rank.
 double needed_attention_bytes(const cp::Config& c, const cp::SchemeInfo& s, size_t elem, bool train);
 
+// Both of the above for one case at once (what its figures read).
+struct MaskShare {
+  std::vector<double> area;  // attention_area
+  double needed_bytes = 0;   // needed_attention_bytes
+};
+MaskShare mask_share(const cp::Config& c, const cp::SchemeInfo& s, size_t elem, bool train);
+
 // One line on why a scheme ranks where it does ("comm 2.1x compute per step, exposed").
 std::string explain(const Prediction& p);
 

@@ -551,7 +551,6 @@ void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
   if (world_rank == 0) {
     const double clock_err = rec.summary.real["clock_uncertainty_s"], drift = rec.summary.real["clock_drift"];
     rec.summary = figures(c, run, rs.none, int(kernels::Exec().concurrency()));
-    message_sizes(rec.summary, c, elem_size(rs.p.deck.dtype));
     rec.summary.real["clock_uncertainty_s"] = clock_err, rec.summary.real["clock_drift"] = drift;
     rec.attrs.text["start_time"] = run.start_utc, rec.attrs.text["end_time"] = run.end_utc;
     if (c.scheme == std::string("none")) rs.none[none_key(c)] = rec.summary.real["measured_time_s"];

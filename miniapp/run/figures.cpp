@@ -189,21 +189,19 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   r["grad_allreduce_bytes_per_rank"] = mean_of(m.grad_bytes);
   r["imbalance"] = hn::imbalance(m.compute);
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
-  const std::vector<double> area = predict::attention_area(c.stack.attn, *c.info);
+  // The mask's area as the scheme shares it out, and the bytes it needs moved (all layers):
+  // the traffic's redundancy, NaN when it needs none.
+  const bool train = c.stack.pass == model::Pass::Train, decode = c.stack.pass == model::Pass::Decode;
+  const predict::MaskShare share = predict::mask_share(c.stack.attn, *c.info, m.elem, train);
   double pairs = 0;
-  for (double a : area) pairs += a;
+  for (double a : share.area) pairs += a;
   r["attention_area_pairs"] = pairs;
-  r["area_imbalance"] = hn::imbalance(area);
-  // Attention bytes over the bytes the mask needs moved (all layers); NaN when it needs none.
-  const bool train = c.stack.pass == model::Pass::Train;
-  const double need =
-      c.stack.pass == model::Pass::Decode
-          ? 0
-          : c.stack.shape.layers * predict::needed_attention_bytes(c.stack.attn, *c.info, m.elem, train);
+  r["area_imbalance"] = hn::imbalance(share.area);
+  const double need = decode ? 0 : c.stack.shape.layers * share.needed_bytes;
   double sent = 0;
   for (double b : m.attn_bytes) sent += b;
   r["traffic_redundancy"] = need > 0 ? sent / need : kNaN;
-  r["attn_bytes_needed_per_rank"] = c.stack.pass == model::Pass::Decode ? kNaN : need / c.stack.attn.ranks;
+  r["attn_bytes_needed_per_rank"] = decode ? kNaN : need / c.stack.attn.ranks;
   overlap_figures(
       s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
   overlap_figures(
@@ -218,6 +216,7 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
       busy ? +[](const Rep& x) { return x.grad_busy; } : nullptr);
   s.integer["overlap_measured"] = std::isnan(r["overlap"]) ? 0 : 1;
   cp_efficiency(s, c, none, threads, t);
+  message_sizes(s, c, m.elem);
   s.text["units"] =
       "*_s: seconds; *_flops_per_s: FLOP/s; tokens_per_s: tokens/s; bytes_*: bytes per step; efficiencies, "
       "overlap, imbalance, ratios, phase_coverage: dimensionless";

@@ -21,7 +21,7 @@ std::string none_key(const std::string& pass, int64_t seq_len, int64_t decode_to
 std::string none_key(const Case& c);
 
 // Every figure (NaN where not measured; a *_note text says why an overlap that could have
-// been measured was not resolved), then check_ranges.
+// been measured was not resolved), the message sizes (message_sizes), then check_ranges.
 record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none, int threads);
 
 // The bytes per value of each kind of message of case c in a run of elem-byte stored values
