@@ -492,18 +492,11 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
   const predict::Calibration back = predict::parse_calibration(c.text(), "again");
   EXPECT_EQ(back.text(), c.text());
   // A failed ASSERT returns from its helper only: stop here too, so later checks are skipped.
-  check_gemm_and_busy_rows(back);
-  if (::testing::Test::HasFatalFailure()) return;
-  check_coll_rows(back);
-  if (::testing::Test::HasFatalFailure()) return;
-  check_posted_rows(back);
-  if (::testing::Test::HasFatalFailure()) return;
-  check_layer_rows(back);
-  if (::testing::Test::HasFatalFailure()) return;
-  check_layer_gemm_seconds(back);
-  if (::testing::Test::HasFatalFailure()) return;
-  check_layer_ranks(back);
-  if (::testing::Test::HasFatalFailure()) return;
+  for (auto check : {check_gemm_and_busy_rows, check_coll_rows, check_posted_rows, check_layer_rows,
+                     check_layer_gemm_seconds, check_layer_ranks}) {
+    check(back);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
   try {
     predict::parse_calibration("sgemm 1 1e11\ngemm f32 1 NN 512 -3 2816 9e10\n", "bad.txt");
     FAIL() << "a negative size was accepted";
