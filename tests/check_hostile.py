@@ -376,8 +376,8 @@ def case_bench_outputs(r):
              Run.mpi(2, comm, "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--ops", "pingpong", "--json", text)),
             (fid, "minicp-fidelity --out onto a results file", "is not a minicp fidelity table", copy,
              Run.mpi(2, fid, "--seq-len", "64", "--out", copy)),
-            (fid, "minicp-fidelity --seq-len 63 at 2 ranks", "no case of the table can run", out,
-             Run.mpi(2, fid, "--seq-len", "63", "--out", out)),
+            (fid, "minicp-fidelity --seq-len 63 --schemes ring,zigzag at 2 ranks", "no case of the table can run", out,
+             Run.mpi(2, fid, "--seq-len", "63", "--schemes", "ring,zigzag", "--out", out)),
             (kern, "minicp-kernels-bench --benchmark_out onto a text file", "is not a Google Benchmark JSON file", text,
              [kern, "--benchmark_filter=NONE", f"--benchmark_out={text}"])]
     for exe in sorted({j[0] for j in jobs if not os.path.isfile(j[0])}):

@@ -270,7 +270,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CpCase{"docs_outlier_area", 8, 2, cp::Mask::documents({48, 1, 2, 3, 42}), "area"},
                       CpCase{"causal_striped", 8, 8, cp::Mask::causal(), "striped"},
                       // unequal token counts per rank (per-document halves of odd lengths):
-                      // the ring family refuses them, groupcast runs them
+                      // the ring passes blocks of unequal sizes
                       CpCase{"docs_varlen_doczigzag", 8, 2, cp::Mask::documents({1, 37, 5, 20, 3, 30}), "doc-zigzag"},
                       CpCase{"full_gqa4", 8, 4, cp::Mask::full()},
                       // K/V groups of 3 query heads that ranks' head blocks straddle

@@ -18,6 +18,8 @@ void release_scratch() {
 
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine) {
+  const auto& known = ctx.cfg.tokens;
+  if (known && int(known->size()) == g.size && (*known)[size_t(g.rank)] == mine) return *known;
   auto& cache = ctx.gathered_positions;
   const auto key = std::make_pair(g.id, mine);
   if (!communicates(ctx) && cache.count(key)) return cache.at(key);

@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -72,12 +73,18 @@ inline void timed_alltoall(Context& ctx, const comm::Group& g, const void* send,
   ctx.stats.comm_wait_s += MPI_Wtime() - t0;
 }
 
-// Step s of a ring of g.size steps: posts the exchange that sends `bytes` of cur to the next
-// rank and receives the same into nxt from the previous one; nothing on the last step or
-// when the mode skips communication.
-inline comm::Request ring_pass(Context& ctx, const comm::Group& g, int s, const void* cur, void* nxt, size_t bytes) {
+// Step s of a ring of g.size steps: posts the exchange that sends send_bytes of cur to the
+// next rank and receives recv_bytes into nxt from the previous one; nothing on the last step
+// or when the mode skips communication.
+inline comm::Request ring_pass(Context& ctx, const comm::Group& g, int s, const void* cur, size_t send_bytes, void* nxt,
+                               size_t recv_bytes) {
   if (s >= g.size - 1 || !communicates(ctx)) return {};
-  return ctx.comm.isendrecv(cur, bytes, (g.rank + 1) % g.size, nxt, bytes, (g.rank - 1 + g.size) % g.size, g, s);
+  return ctx.comm.isendrecv(cur, send_bytes, (g.rank + 1) % g.size, nxt, recv_bytes, (g.rank - 1 + g.size) % g.size, g,
+                            s);
+}
+// The same with blocks of one size.
+inline comm::Request ring_pass(Context& ctx, const comm::Group& g, int s, const void* cur, void* nxt, size_t bytes) {
+  return ring_pass(ctx, g, s, cur, bytes, nxt, bytes);
 }
 
 // A View over n0*n1*n2 elements at p (unmanaged: p must outlive it).
@@ -194,9 +201,17 @@ class OnlineMerge {
   bool have_ = false;
 };
 
-// Positions of every rank of group g, gathered (rank i's at [i]); all shards equal-sized.
+// Positions of every rank of group g (rank i's at [i]): a dispatch's tokens where g is the
+// case's group and `mine` its rank's (every rank knows them: nothing is sent), else gathered
+// (then all shards must be equal-sized).
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine);
+// Tokens of the largest of these shards.
+inline size_t max_rows(const std::vector<std::vector<int64_t>>& all) {
+  size_t m = 0;
+  for (const auto& a : all) m = std::max(m, a.size());
+  return m;
+}
 
 // k, v[Skv,Hkv,D] -> dst[2 * Skv*Hkv*D] = [K | V], the block a pass-KV ring sends.
 template <class T>
@@ -261,14 +276,16 @@ class DkvWire {
       in_ = scratch<A>(recv, n);
     }
   }
-  size_t bytes() const { return n_ * (narrow_ ? sizeof(T) : sizeof(A)); }
+  // Bytes of the first `count` values on the wire (default: all n).
+  size_t bytes(size_t count = SIZE_MAX) const { return std::min(count, n_) * (narrow_ ? sizeof(T) : sizeof(A)); }
   void* received() const { return narrow_ ? static_cast<void*>(in16_.data()) : static_cast<void*>(in_.data()); }
   // What goes on the wire for the accumulator acc: acc itself, or acc rounded into the one send
   // buffer (free again once the previous send was waited for, as every caller does first).
-  const void* to_send(Context& ctx, View1<A> acc) const {
+  // (its first `count` values; default: all n).
+  const void* to_send(Context& ctx, View1<A> acc, size_t count = SIZE_MAX) const {
     if (!narrow_) return acc.data();
     if constexpr (!std::is_same<T, A>::value)
-      timed_aux(ctx, [&] { kernels::convert<T, A>(out16_.data(), acc.data(), int64_t(n_)); });
+      timed_aux(ctx, [&] { kernels::convert<T, A>(out16_.data(), acc.data(), int64_t(std::min(count, n_))); });
     return out16_.data();
   }
   // dst += the received values [off, off + dst.extent(0)), in acc_t.

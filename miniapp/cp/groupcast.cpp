@@ -36,7 +36,7 @@ namespace minicp::cp {
 namespace {
 
 using Interval = std::pair<int64_t, int64_t>;  // [first, last] positions
-constexpr int kReturns = 1;                     // isendrecv channel of the returned dK/dV (K/V: 0)
+constexpr int kReturns = 1;                    // isendrecv channel of the returned dK/dV (K/V: 0)
 
 // A rank's tokens (sorted positions) as runs of consecutive positions: run i starts at
 // position start[i] and local row row[i]; row has one entry more, the token count.
@@ -253,7 +253,6 @@ class GroupCast final : public Scheme<T> {
     for (const AccOut<T>* a : {&dqa, &dka, &dva}) a->store(ctx);
   }
 
-
  private:
   // The K/V exchanges of one call: packs what each peer needs (two send buffers, each free
   // again once its exchange was waited for) and receives each step's keys into its rows of
@@ -309,15 +308,15 @@ class GroupCast final : public Scheme<T> {
   class Returns {
    public:
     Returns(Context& ctx, const Exchanges& x, CView3<T> k)
-        : ctx_(ctx), x_(x), narrow_(DkvWire<T>::narrow(ctx.cfg)), Hkv_(k.extent(1)), D_(k.extent(2)),
-          row_(Hkv_ * D_) {
+        : ctx_(ctx), x_(x), narrow_(DkvWire<T>::narrow(ctx.cfg)), Hkv_(k.extent(1)), D_(k.extent(2)), row_(Hkv_ * D_) {
       int64_t max_got = 0;
       for (int s = 1; s < x.P; ++s) max_got = std::max(max_got, x.got(s));
       const size_t out = size_t(2 * max_got) * row_, in = size_t(2 * x.max_send) * row_;
       for (int i = 0; i < 2; ++i) {
         const std::string b = std::to_string(i);
         part_[i] = scratch<A>("groupcast_part" + b, out);
-        if (narrow_) part16_[i] = scratch<T>("groupcast_part16_" + b, out), in16_[i] = scratch<T>("groupcast_in16_" + b, in);
+        if (narrow_)
+          part16_[i] = scratch<T>("groupcast_part16_" + b, out), in16_[i] = scratch<T>("groupcast_in16_" + b, in);
         if (!narrow_) in_[i] = scratch<A>("groupcast_in" + b, in);
       }
       if (!communicates(ctx))
@@ -336,7 +335,9 @@ class GroupCast final : public Scheme<T> {
       const void* send = part_[s % 2].data();
       if constexpr (!std::is_same<T, A>::value)
         if (narrow_) {
-          timed_aux(ctx_, [&] { kernels::convert<T, A>(part16_[s % 2].data(), part_[s % 2].data(), int64_t(2 * got * row_)); });
+          timed_aux(ctx_, [&] {
+            kernels::convert<T, A>(part16_[s % 2].data(), part_[s % 2].data(), int64_t(2 * got * row_));
+          });
           send = part16_[s % 2].data();
         }
       void* recv = narrow_ ? static_cast<void*>(in16_[s % 2].data()) : static_cast<void*>(in_[s % 2].data());

@@ -7,7 +7,9 @@
 // and each block's dK/dV accumulator travels with it, one step behind, so it reaches its
 // owner during the owner's last step: every transfer overlaps a step of compute, and the
 // backward moves P-2 K/V blocks and P-1 accumulators instead of P-1 and P. Blocks whose
-// positions are fully masked are skipped (positions are all-gathered once, not sent).
+// positions are fully masked are skipped (positions are all-gathered once, not sent). Blocks
+// may hold unequal token counts (a dispatch's): each exchange sends the block it holds and
+// receives the next one's size, and the buffers hold the largest.
 // Precision (bf16 runs): K/V blocks travel in the stored type T (bf16); partial (O, LSE),
 // their merges and dQ are in acc_t<T> (fp32); the dK/dV accumulators travel in fp32, or in
 // bf16 with Config::bf16_dkv (DkvWire). Callers round the acc_t results into their outputs.
@@ -47,9 +49,10 @@ struct KeptBlock {
     v = fingerprint(vd);
     valid = true;
   }
-  // True on this rank when it holds the block a forward on (kd, vd) ended with.
+  // True on this rank when it holds the block a forward on (kd, vd) ended with (its buffer
+  // holds the group's largest block, at least this rank's).
   bool holds(CView3<T> kd, CView3<T> vd) const {
-    return valid && buf.extent(0) == 2 * kd.span() && k == fingerprint(kd) && v == fingerprint(vd);
+    return valid && buf.extent(0) >= 2 * kd.span() && k == fingerprint(kd) && v == fingerprint(vd);
   }
   // True on every rank of g when each holds its block (collective over g).
   bool holds_everywhere(Context& ctx, const comm::Group& g, CView3<T> kd, CView3<T> vd) const {
@@ -58,43 +61,50 @@ struct KeptBlock {
 };
 
 // A backward without a kept block: sends this rank's [K | V] to group rank `to`, receives
-// group rank `from`'s into the scratch buffer `name` and waits for it (exposed).
+// group rank `from`'s (from_rows rows; default: as many as this rank's) into the scratch
+// buffer `name` and waits for it (exposed).
 template <class T>
 View1<T> fetch_block(Context& ctx, const comm::Group& g, CView3<T> k, CView3<T> v, int to, int from,
-                     const std::string& name) {
-  const size_t n2 = 2 * k.span(), bytes = n2 * sizeof(T);
-  View1<T> own = scratch<T>(name + "_own", n2), got = scratch<T>(name, n2);
+                     const std::string& name, size_t from_rows = SIZE_MAX) {
+  const size_t n2 = 2 * k.span(), row = k.extent(1) * k.extent(2);
+  const size_t m2 = from_rows == SIZE_MAX ? n2 : 2 * from_rows * row;
+  View1<T> own = scratch<T>(name + "_own", n2), got = scratch<T>(name, m2);
   pack_kv<T>(k, v, own);
-  comm::Request req = ctx.comm.isendrecv(own.data(), bytes, to, got.data(), bytes, from, g, -1);
+  comm::Request req = ctx.comm.isendrecv(own.data(), n2 * sizeof(T), to, got.data(), m2 * sizeof(T), from, g, -1);
   timed_wait(ctx, req);
   return got;
 }
 
-// q[Sq,H,D] at positions qpos; k,v[Skv,Hkv,D] at kpos (equal Skv on every group rank).
+// q[Sq,H,D] at positions qpos; k,v[Skv,Hkv,D] at kpos (Skv may differ between group ranks).
 // o, lse: the merged result in acc_t<T>.
 template <class T>
 void ring_forward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k, CView3<T> v,
                   const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, View3<kernels::acc_t<T>> o,
                   View2<kernels::acc_t<T>> lse, KeptBlock<T>* keep = nullptr) {
   const int P = g.size, r = g.rank;
-  const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
+  const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
   const auto allpos = allgather_positions(ctx, g, kpos);
+  const size_t n = max_rows(allpos) * row;  // values of the largest K (or V) block
+  auto rows = [&](int b) { return allpos[size_t((b + P) % P)].size(); };
   const std::string gid = ":g" + std::to_string(g.id);
   View1<T> buf[2] = {scratch<T>("ring_kv0" + gid, 2 * n), scratch<T>("ring_kv1" + gid, 2 * n)};
   if (keep) keep->valid = false;
   if (keep && P > 1 && communicates(ctx)) buf[(P - 1) % 2] = keep->reserve(2 * n);  // the last step's: kept
+  if (!communicates(ctx)) Kokkos::deep_copy(buf[0], T(0.0f));                       // larger blocks read past k, v
   pack_kv<T>(k, v, buf[0]);
   OnlineMerge<kernels::acc_t<T>> acc(o, lse, "ring" + gid);
   for (int s = 0; s < P; ++s) {
     ctx.at_step(s);
     View1<T> cur = communicates(ctx) ? buf[s % 2] : buf[0], nxt = buf[(s + 1) % 2];
-    comm::Request req = ring_pass(ctx, g, s, cur.data(), nxt.data(), 2 * n * sizeof(T));
-    const std::vector<int64_t>& bpos = allpos[(r - s + P) % P];
+    const size_t Sb = rows(r - s);  // rows of this step's block (compute-only: read from buf[0], zeroed past k, v)
+    comm::Request req =
+        ring_pass(ctx, g, s, cur.data(), 2 * Sb * row * sizeof(T), nxt.data(), 2 * rows(r - s - 1) * row * sizeof(T));
+    const std::vector<int64_t>& bpos = allpos[size_t(r - s + P) % P];
     if (computes(ctx)) {
       if (fully_masked(ctx.cfg, qpos, bpos)) {
         ++ctx.stats.blocks_skipped;
       } else {
-        const auto Kc = view3<T>(cur.data(), Skv, Hkv, D), Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
+        const auto Kc = view3<T>(cur.data(), Sb, Hkv, D), Vc = view3<T>(cur.data() + Sb * row, Sb, Hkv, D);
         const auto mask = make_mask(ctx.cfg, qpos, bpos);
         const auto [ob, lb] = acc.next();
         timed_compute(ctx, [&] { return kernels::attention_fwd<T>(q, Kc, Vc, mask, ob, lb, ctx.cfg.attn); });
@@ -116,10 +126,11 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
                    View3<kernels::acc_t<T>> dv, const KeptBlock<T>* kept = nullptr) {
   using A = kernels::acc_t<T>;
   const int P = g.size, r = g.rank, next = (r + 1) % P, prev = (r - 1 + P) % P;
-  const size_t Skv = k.extent(0), Hkv = k.extent(1), D = k.extent(2), n = k.span();
-  const size_t bytes = 2 * n * sizeof(T);
+  const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
   const bool talk = communicates(ctx) && P > 1;
   const auto allpos = allgather_positions(ctx, g, kpos);
+  const size_t n = max_rows(allpos) * row;  // values of the largest K (or V) block
+  auto rows = [&](int b) { return allpos[size_t((b + P) % P)].size(); };
   const std::string gid = ":g" + std::to_string(g.id);
   // K/V of steps 1..P-2 alternate between two scratch buffers; step 0's is the kept block
   // (or a buffer it is fetched into); step P-1 computes on k, v themselves.
@@ -131,36 +142,37 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   if (talk)
     first = kept && kept->holds_everywhere(ctx, g, k, v)
                 ? kept->buf
-                : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid);
+                : fetch_block<T>(ctx, g, k, v, prev, next, "ring_kv_first" + gid, rows(next));
   Kokkos::deep_copy(dq, A(0));
   if (!talk && P > 1) wire.zero_received();
   comm::Request req_kv, req_acc;
+  if (!talk && P > 1) Kokkos::deep_copy(kv[0], T(0.0f)), pack_kv<T>(k, v, kv[0]);  // compute-only's stand-in
   for (int s = 0; s < P; ++s) {
     ctx.at_step(s);
     const bool own = s == P - 1;
+    const int b = r + 1 + s;  // this step's block
+    const size_t Sb = rows(b), nb = Sb * row;
     // This step's K/V, and the [dK | dV] buffer its partial goes to (dk, dv on the last step).
-    CView3<T> Kc = k, Vc = v;  // compute-only mode computes every step on the own block: same work
-    View3<A> dKc, dVc;
-    if (!own && talk) {
-      View1<T> cur = s == 0 ? first : kv_of(s);
-      Kc = view3<T>(cur.data(), Skv, Hkv, D);
-      Vc = view3<T>(cur.data() + n, Skv, Hkv, D);
-      if (s + 1 < P - 1) {  // step s+1's block; this one goes on to the previous rank
-        req_kv = ctx.comm.isendrecv(cur.data(), bytes, prev, kv_of(s + 1).data(), bytes, next, g, s);
-      }
+    // Compute-only mode computes every step on a block of the step's size that holds k, v.
+    CView3<T> Kc = k, Vc = v;
+    View3<A> dKc = dk, dVc = dv;
+    if (!own) {
+      View1<T> cur = !talk ? kv[0] : s == 0 ? first : kv_of(s);
+      Kc = view3<T>(cur.data(), Sb, Hkv, D);
+      Vc = view3<T>(cur.data() + nb, Sb, Hkv, D);
+      if (talk && s + 1 < P - 1)  // step s+1's block; this one goes on to the previous rank
+        req_kv = ctx.comm.isendrecv(cur.data(), 2 * nb * sizeof(T), prev, kv_of(s + 1).data(),
+                                    2 * rows(b + 1) * row * sizeof(T), next, g, s);
     }
-    if (own) {
-      dKc = dk;
-      dVc = dv;
-    } else {
-      dKc = view3<A>(dkv[s % 2].data(), Skv, Hkv, D);
-      dVc = view3<A>(dkv[s % 2].data() + n, Skv, Hkv, D);
+    if (!own) {
+      dKc = view3<A>(dkv[s % 2].data(), Sb, Hkv, D);
+      dVc = view3<A>(dkv[s % 2].data() + nb, Sb, Hkv, D);
     }
     timed_aux(ctx, [&] {
       Kokkos::deep_copy(dKc, A(0));
       Kokkos::deep_copy(dVc, A(0));
     });
-    const std::vector<int64_t>& bpos = allpos[(r + 1 + s) % P];
+    const std::vector<int64_t>& bpos = allpos[size_t(b % P)];
     if (computes(ctx)) {
       if (fully_masked(ctx.cfg, qpos, bpos)) {
         ++ctx.stats.blocks_skipped;
@@ -176,12 +188,12 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
       if (computes(ctx))
         timed_aux(ctx, [&] {
           wire.add_received(flat(dKc), 0);
-          wire.add_received(flat(dVc), n);
+          wire.add_received(flat(dVc), nb);
         });
     }
     if (!own && talk) {  // on to the previous rank, which computes this block next step
-      req_acc = ctx.comm.isendrecv(wire.to_send(ctx, dkv[s % 2]), wire.bytes(), prev, wire.received(), wire.bytes(),
-                                   next, g, s, kAccChannel);
+      req_acc = ctx.comm.isendrecv(wire.to_send(ctx, dkv[s % 2], 2 * nb), wire.bytes(2 * nb), prev, wire.received(),
+                                   wire.bytes(2 * rows(b + 1) * row), next, g, s, kAccChannel);
     }
     timed_wait(ctx, req_kv);
   }
@@ -252,43 +264,40 @@ inline std::vector<predict::Step> ring_steps(const Config& c, const predict::Top
                                              bool backward, size_t elem, bool fetched = false,
                                              const predict::Spans* own_q = nullptr) {
   const predict::Spans q = own_q ? *own_q : rows(r);
-  const double nq = double(layout::count(q)), kv_values = 2 * nq * kv_heads * c.head_dim;
+  const double nq = double(layout::count(q));
+  // Values of member b's [K | V] block (members may hold unequal counts: a dispatch's).
+  std::vector<double> kv_values(static_cast<size_t>(P), 0.0);
+  for (int b = 0; b < P; ++b) kv_values[size_t(b)] = 2.0 * double(layout::count(rows(b))) * kv_heads * c.head_dim;
   const bool inter = !t.same_node(world(r), world((r + 1) % P)) || !t.same_node(world(r), world((r - 1 + P) % P));
-  const predict::CommCall pass{comm::EventKind::SendRecv, int64_t(kv_values * elem), P, inter};
-  const predict::CommCall acc_pass{comm::EventKind::SendRecv, int64_t(kv_values * dkv_elem(c, elem)), P, inter};
+  auto pass = [&](int b, size_t e) {  // sending member b's block (K/V in elem, dK/dV in e)
+    return predict::CommCall{comm::EventKind::SendRecv, int64_t(kv_values[size_t(b)] * e), P, inter};
+  };
   std::vector<predict::Step> steps(static_cast<size_t>(P));
   for (int s = 0; s < P; ++s) {
     predict::Step& st = steps[size_t(s)];
     const int b = backward ? (r + 1 + s) % P : (r - s + P) % P;
     st.attn.push_back({q, rows(b), heads, kv_heads});
     if (!backward) {
-      if (s < P - 1) st.overlapped.push_back(pass);
-      st.aux_values = s == 0 ? kv_values : nq * heads * (c.head_dim + 1.0);  // pack, then merges
+      if (s < P - 1) st.overlapped.push_back(pass(b, elem));
+      st.aux_values = s == 0 ? kv_values[size_t(r)] : nq * heads * (c.head_dim + 1.0);  // pack, then merges
       continue;
     }
     if (P == 1) break;
-    if (s + 1 < P - 1) st.overlapped.push_back(pass);  // the next K/V block
-    if (s >= 1) st.overlapped.push_back(acc_pass);     // this block's dK/dV
-    st.aux_values = (s >= 1 ? 2 : 1) * kv_values + (s == 0 ? nq * heads * c.head_dim : 0);
+    if (s + 1 < P - 1) st.overlapped.push_back(pass(b, elem));        // this block on, the next one in
+    if (s >= 1) st.overlapped.push_back(pass(b, dkv_elem(c, elem)));  // this block's dK/dV
+    st.aux_values = (s >= 1 ? 2 : 1) * kv_values[size_t(b)] + (s == 0 ? nq * heads * c.head_dim : 0);
   }
   bool group_inter = false;
   for (int i = 1; i < P; ++i) group_inter = group_inter || !t.same_node(world(0), world(i));
   if (backward && P > 1)  // the agreement on the kept block (one int64), or the fetch of the first one
-    steps[0].exposed.push_back(fetched ? pass : predict::CommCall{comm::EventKind::AllReduce, 8, P, group_inter});
-  // Every call gathers the members' key positions first (allgather_positions).
-  steps[0].exposed.insert(steps[0].exposed.begin(),
-                          predict::CommCall{comm::EventKind::AllGather, int64_t(nq * sizeof(int64_t)), P, group_inter});
+    steps[0].exposed.push_back(fetched ? pass(r, elem)
+                                       : predict::CommCall{comm::EventKind::AllReduce, 8, P, group_inter});
+  // Every call gathers the members' key positions first (allgather_positions), unless they
+  // are the case's dispatch, which every rank knows.
+  if (!c.tokens || int(c.tokens->size()) != P)
+    steps[0].exposed.insert(steps[0].exposed.begin(), predict::CommCall{comm::EventKind::AllGather,
+                                                                        int64_t(nq * sizeof(int64_t)), P, group_inter});
   return steps;
-}
-
-// "" when every rank holds as many tokens as the others, else why the ring refuses them.
-inline std::string equal_tokens(const std::vector<std::vector<int64_t>>& tokens, const std::string& scheme,
-                                const std::string& dispatch) {
-  size_t lo = SIZE_MAX, hi = 0;
-  for (const auto& t : tokens) lo = std::min(lo, t.size()), hi = std::max(hi, t.size());
-  if (lo == hi) return "";
-  return scheme + " needs equal tokens on every rank; dispatch " + dispatch + " gives " + std::to_string(lo) + " to " +
-         std::to_string(hi) + " over " + std::to_string(tokens.size()) + " ranks";
 }
 
 inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, const std::string& summary) {
@@ -296,10 +305,9 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
   s.ring_family = true;
   s.takes_dispatch = true;
   s.refuses = std::string("seq_len not divisible by ") + (kind == layout::Kind::Zigzag ? "2*ranks" : "ranks") +
-              "; a dispatch whose ranks hold unequal token counts (the ring passes equal blocks)";
+              " (its own layout; a dispatch takes any)";
   s.check = [name, kind](const Config& c) {
-    if (!c.tokens) return layout::check(kind, c.seq_len, c.ranks, name);
-    return equal_tokens(*c.tokens, name, c.dispatch);
+    return c.tokens ? std::string() : layout::check(kind, c.seq_len, c.ranks, name);
   };
   auto rows = [kind](const Config& c, int r) {
     return c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(r)])
@@ -309,8 +317,8 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
     const auto t = ring_tokens(kind, c, c.ranks, r);
     return Shard{t, t};
   };
-  s.workspace = [](const Config& c) {
-    const double n = double(c.seq_len) / c.ranks;
+  s.workspace = [](const Config& c) {  // n: the largest block's tokens
+    const double n = c.tokens ? double(max_rows(*c.tokens)) : double(c.seq_len) / c.ranks;
     return by_precision(c, [&](const Units& u) {
       Workspace w = ring_workspace(u, n, n, c.heads, c.kv_heads, c.head_dim, c.ranks);
       w.shared += output_accumulators(u, c, n, n);
