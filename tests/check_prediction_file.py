@@ -191,7 +191,7 @@ def advise_groups(minicp, deck, table, sets):
         fail(f"{' '.join(argv)}: exit {out.returncode}: {out.stderr}")
     groups = []
     for line in out.stdout.splitlines():
-        if re.match(r"^(train|decode), S = \d+, \d+ ranks:$", line):
+        if re.match(r"^(train|decode), S = \d+, \d+ ranks(, documents \S+)?:$", line):
             groups.append((line[:-1], [], [], []))
         elif groups and (m := re.match(r"^  \d+\. (\S+) +(\S+) s/step +([+-][0-9.]+)%", line)):
             groups[-1][1].append((m.group(1), float(m.group(2)), float(m.group(3))))

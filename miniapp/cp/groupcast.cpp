@@ -397,11 +397,17 @@ predict::Schedule groupcast_schedule(const Config& c, const predict::Topo& t, in
   const int P = plan->ranks();
   const double row = double(c.kv_heads) * c.head_dim, nq = double(plan->runs[size_t(r)].tokens());
   const predict::Spans q = layout::spans_of_positions((*plan->tokens)[size_t(r)]);
-  auto exchange = [&](int s, size_t e) {  // the larger direction of step s's exchange sets its time
-    const int64_t n = std::max(plan->count(r, (r + s) % P), plan->count((r - s + P) % P, r));
+  auto exchange = [&](int s, size_t e) {  // the K/V r sends at step s (its peers' steps carry theirs)
+    const int64_t n = plan->count(r, (r + s) % P);
     const bool inter = !t.same_node(r, (r + s) % P) || !t.same_node(r, (r - s + P) % P);
     return predict::CommCall{comm::EventKind::SendRecv, int64_t(2 * double(n) * row * e), P, inter};
   };
+  auto give_back = [&](int s) {  // step s's partials of the keys r received, back to their owner
+    const int64_t n = plan->count((r - s + P) % P, r);
+    const bool inter = !t.same_node(r, (r + s) % P) || !t.same_node(r, (r - s + P) % P);
+    return predict::CommCall{comm::EventKind::SendRecv, int64_t(2 * double(n) * row * dkv_elem(c, elem)), P, inter};
+  };
+
   predict::Schedule out;
   for (int s = 0; s < P; ++s) {
     predict::Step st;
@@ -417,7 +423,7 @@ predict::Schedule groupcast_schedule(const Config& c, const predict::Topo& t, in
       st.aux_values = (s + 1 < P ? 2 * double(plan->count(r, (r + s + 1) % P)) * row : 0) +
                       (s > 0 ? nq * c.heads * (c.head_dim + 1.0) : 0);
     } else {
-      if (s >= 2) st.overlapped.push_back(exchange(s - 1, dkv_elem(c, elem)));
+      if (s >= 2) st.overlapped.push_back(give_back(s - 1));
       st.aux_values = s > 0 ? 2 * got * row + 2 * sent * row : 0;
     }
     out.steps.push_back(st);
@@ -425,7 +431,7 @@ predict::Schedule groupcast_schedule(const Config& c, const predict::Topo& t, in
   if (backward && P > 1) {
     out.steps[0].exposed.push_back({comm::EventKind::AllReduce, 8, P, t.spans_nodes(0, P, 1)});
     predict::Step last;
-    last.exposed.push_back(exchange(P - 1, dkv_elem(c, elem)));
+    last.exposed.push_back(give_back(P - 1));
     out.steps.push_back(last);
   }
   return out;

@@ -354,6 +354,19 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
       fresh.layers.size(), s, path.c_str());
 }
 
+// What --advise and --predict's advice rank a case as: its scheme, and its dispatch where it
+// has one ("ring/area").
+std::string variant_of(const Case& c) {
+  return c.stack.attn.dispatch.empty() ? c.scheme : c.scheme + "/" + c.stack.attn.dispatch;
+}
+
+// The cases ranked together: one pass, seq_len, rank count and document mix.
+std::string advice_group(const Case& c) {
+  return std::string(model::to_string(c.stack.pass)) + ", S = " + std::to_string(c.stack.attn.seq_len) + ", " +
+         std::to_string(c.stack.attn.ranks) + " ranks" +
+         (c.documents_label.empty() ? "" : ", documents " + c.documents_label);
+}
+
 void run_predict(const Plan& p) {
   const PredictOptions& o = p.predict_opts;
   const predict::Calibration cal = table_of(o);
@@ -397,10 +410,7 @@ void run_predict(const Plan& p) {
       ++compared;
       within += std::abs(ratio - 1) <= 0.15 ? 1 : 0;
       if (std::abs(ratio - 1) > std::abs(worst - 1)) worst = ratio, worst_id = c.id;
-      if (c.scheme != "none")
-        groups[std::string(model::to_string(c.stack.pass)) + " S=" + std::to_string(c.stack.attn.seq_len) +
-               " P=" + std::to_string(c.stack.attn.ranks)]
-            .push_back({r.step_s, it->second.time_s, c.scheme});
+      if (c.scheme != "none") groups[advice_group(c)].push_back({r.step_s, it->second.time_s, variant_of(c)});
     }
     if (rows) std::printf("\n");
     for (const std::string& n : r.notes)
@@ -420,7 +430,7 @@ void run_predict(const Plan& p) {
       hits += hit ? 1 : 0;
       ++n;
       if (rows)
-        std::printf("  advise %-22s predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
+        std::printf("  advise %-22s: predicted best %-10s measured best %-10s (%+.1f%%): %s\n", key.c_str(),
                     std::get<2>(*best_pred).c_str(), std::get<2>(*best_meas).c_str(),
                     100 * (std::get<1>(*best_pred) / std::get<1>(*best_meas) - 1), hit ? "hit" : "miss");
     }
@@ -440,9 +450,7 @@ void run_advise(const Plan& p) {
   std::vector<std::string> order;
   for (const Case& c : p.cases) {
     if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
-    const std::string key = std::string(model::to_string(c.stack.pass)) +
-                            ", S = " + std::to_string(c.stack.attn.seq_len) + ", " +
-                            std::to_string(c.stack.attn.ranks) + " ranks";
+    const std::string key = advice_group(c);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&c);
   }
@@ -459,16 +467,18 @@ void run_advise(const Plan& p) {
     }
     std::sort(ok.begin(), ok.end(), [](auto& x, auto& y) { return x.first.step_s < y.first.step_s; });
     for (size_t i = 0; i < ok.size(); ++i)
-      std::printf("  %zu. %-10s %10.4g s/step  %+6.1f%%  %s\n", i + 1, ok[i].second->scheme.c_str(), ok[i].first.step_s,
-                  100 * (ok[i].first.step_s / ok[0].first.step_s - 1), predict::explain(ok[i].first).c_str());
+      std::printf("  %zu. %-20s %10.4g s/step  %+6.1f%%  %s\n", i + 1, variant_of(*ok[i].second).c_str(),
+                  ok[i].first.step_s, 100 * (ok[i].first.step_s / ok[0].first.step_s - 1),
+                  predict::explain(ok[i].first).c_str());
     // Closer than the model's own accuracy (docs/measurements.md): not a ranking to act on.
     std::string close;
     for (size_t i = 1; i < ok.size(); ++i)
-      if (ok[i].first.step_s <= 1.05 * ok[0].first.step_s) close += (close.empty() ? "" : ", ") + ok[i].second->scheme;
+      if (ok[i].first.step_s <= 1.05 * ok[0].first.step_s)
+        close += (close.empty() ? "" : ", ") + variant_of(*ok[i].second);
     if (!close.empty())
-      std::printf("     within 5%% of %s: %s (a tie at the model's accuracy)\n", ok[0].second->scheme.c_str(),
+      std::printf("     within 5%% of %s: %s (a tie at the model's accuracy)\n", variant_of(*ok[0].second).c_str(),
                   close.c_str());
-    for (const Case* c : refused) std::printf("     %-10s refused: %s\n", c->scheme.c_str(), c->refused.c_str());
+    for (const Case* c : refused) std::printf("     %-20s refused: %s\n", variant_of(*c).c_str(), c->refused.c_str());
   }
 }
 
