@@ -10,6 +10,8 @@
 #   make cp-study  overlap, CP efficiency and imbalance of the CP schemes (2 ranks)
 #   make fidelity-study  fp32 and bf16 error of every scheme against fp64 at P = 1..8, into results/fidelity.json
 #                        (ranks oversubscribe the cores; minutes; `make plots RUN=results/fidelity.json` draws it)
+#   make documents-study  packed documents: area imbalance, traffic and step time per dispatch and scheme, per
+#                         mix (2 ranks timed, 4 and 8 counted, 64 predicted; about 10 minutes), results/documents/
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 105 minutes), into results/fabric/
 #   make peer-study  the cpu-small layer in miniCP (`none`, 1 rank x PEER_THREADS threads) and in PyTorch,
@@ -55,7 +57,7 @@ q = '$(subst ','\'',$(1))'
 qs = $(foreach f,$(1),$(call q,$(f)))
 dq = $(subst `,\`,$(subst $$,\$$,$(subst ",\",$(subst \,\\,$(1)))))
 
-.PHONY: all help deps configure build test test-long run study calibrate predict-check kernel-study bench cp-study fidelity-study fabric-study scaling-study peer-deps peer-study report plots docs format sanitize clean
+.PHONY: all help deps configure build test test-long run study calibrate predict-check kernel-study bench cp-study fidelity-study fabric-study documents-study scaling-study peer-deps peer-study report plots docs format sanitize clean
 
 all: build
 
@@ -82,6 +84,7 @@ help:
 	  "CP_ARGS" "make cp-study: more flags of cp_study.py" \
 	  "FIDELITY_ARGS" "make fidelity-study: more flags of minicp-fidelity" \
 	  "FABRIC_ARGS" "make fabric-study: more flags of fabric_study.py" \
+	  "DOCUMENTS_ARGS" "make documents-study: more flags of documents_study.py" \
 	  "SCALING_ARGS" "make scaling-study: more flags of slurm/scaling-study" \
 	  "PREDICT_ARGS" "make predict-check: more flags of predict_check.py" \
 	  "REPORT_ARGS, PLOTS_ARGS" "more flags of the analysis' report and plots commands" \
@@ -155,6 +158,10 @@ PEER_THREADS ?= 2
 peer-study: build
 	$(call q,$(PY)) studies/peer_study.py --minicp $(call q,$(BUILD))/bin/minicp --seq-len $(call q,$(PEER_S)) \
 	  --rounds $(call q,$(PEER_ROUNDS)) --threads $(call q,$(PEER_THREADS)) --out results/peer.json $(PEER_ARGS)
+
+documents-study: build
+	$(call q,$(PY)) studies/documents_study.py --minicp $(call q,$(BUILD))/bin/minicp --mpiexec $(call q,$(MPIRUN)) \
+	  --mpiexec-flags $(call q,$(MPIRUN_FLAGS)) --out results/documents/documents.json $(DOCUMENTS_ARGS)
 
 scaling-study: build
 	$(call q,$(PY)) slurm/scaling-study $(SCALING_ARGS)

@@ -431,6 +431,7 @@ def case_table(inputs):
                 row = {**base, **info, "case": cid, "scheme": text(a.get("scheme", "")), "pass": text(a.get("pass", "")),
                        "mask": text(a.get("mask", "")), "dtype": text(a.get("dtype", "")),
                        "seq_len": int(a.get("seq_len", 0)), "ranks": int(a.get("ranks", 0)),
+                       "dispatch": text(a.get("dispatch", "")), "documents": text(a.get("documents_label", "")),
                        "status": text(a.get("status", "")),
                        "reps": int(a.get("reps", 0)) * int(a.get("rounds", 1)), "complete": text(a.get("complete", ""))}
                 for k in counts:
