@@ -275,13 +275,13 @@ TEST(Deck, DocumentsEachItemAtEachLengthItsOwnCases) {
 TEST(Deck, DispatchRunsOnTheSchemesThatTakeOne) {
   const std::vector<run::Case> cases =
       run::make_cases(tiny({"run.mask=\"documents\"", "run.pass=\"train\"", "sweep.ranks=[2]", "sweep.seq_len=[96]",
-                            "sweep.schemes=[\"none\",\"zigzag\",\"ulysses\"]", "sweep.documents=[[40, 1, 55]]",
+                            "sweep.schemes=[\"none\",\"zigzag\",\"allgather\"]", "sweep.documents=[[40, 1, 55]]",
                             "sweep.dispatch=[\"layout\",\"area\"]", "run.dispatch_chunk=8"}));
   std::vector<std::string> ids;
   for (const run::Case& c : cases) ids.push_back(c.id);
   const std::vector<std::string> want = {"000_train_none_S96_P1_docslist0", "001_train_zigzag_S96_P2_docslist0",
                                          "002_train_zigzag_S96_P2_docslist0_dispatcharea",
-                                         "003_train_ulysses_S96_P2_docslist0"};
+                                         "003_train_allgather_S96_P2_docslist0_chunks4"};
   EXPECT_EQ(ids, want);
   ASSERT_EQ(cases.size(), want.size());
   const minicp::cp::Config& a = cases[2].stack.attn;
@@ -290,13 +290,34 @@ TEST(Deck, DispatchRunsOnTheSchemesThatTakeOne) {
   EXPECT_EQ((*a.tokens)[0].size() + (*a.tokens)[1].size(), 96u);
   EXPECT_FALSE(cases[1].stack.attn.tokens);
   try {  // a named scheme that takes no dispatch, none listed that it runs
-    run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"ulysses\"]", "run.pass=\"train\"",
-                          "sweep.dispatch=[\"area\"]"}));
-    ADD_FAILURE() << "ulysses with only a dispatch must be refused";
+    run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"allgather\"]",
+                          "run.pass=\"train\"", "sweep.dispatch=[\"area\"]"}));
+    ADD_FAILURE() << "allgather with only a dispatch must be refused";
   } catch (const harness::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("ulysses takes no dispatch (sweep.dispatch \"area\")"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("allgather takes no dispatch (sweep.dispatch \"area\")"), std::string::npos)
         << e.what();
   }
+}
+
+// A sweep of several dispatches crosses each with every scheme that takes one: a combination
+// the scheme cannot run (ulysses on doc-zigzag's unequal counts) is listed refused, not fatal;
+// the same dispatch named alone is the user's request, and refused before anything runs.
+TEST(Deck, CrossedDispatchTheSchemeCannotRunIsListedRefused) {
+  const std::vector<std::string> sets = {
+      "run.mask=\"documents\"", "run.pass=\"train\"",          "sweep.ranks=[2]",
+      "sweep.seq_len=[96]",     "sweep.schemes=[\"ulysses\"]", "sweep.documents=[[1, 2, 93]]"};
+  auto with = [&](const std::string& dispatch) {
+    std::vector<std::string> v = sets;
+    v.push_back("sweep.dispatch=" + dispatch);
+    return tiny(v);
+  };
+  const std::vector<run::Case> cases = run::make_cases(with("[\"layout\", \"doc-zigzag\", \"contiguous\"]"));
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_TRUE(cases[0].refused.empty()) << cases[0].refused;
+  EXPECT_EQ(cases[1].refused,
+            "ulysses needs equal tokens on every rank; dispatch doc-zigzag gives 47 to 49 over 2 ranks");
+  EXPECT_TRUE(cases[2].refused.empty()) << cases[2].refused;
+  EXPECT_THROW(run::make_cases(with("[\"doc-zigzag\"]")), harness::UsageError);
 }
 
 // A lengths file over 64 MiB is refused before it is read (a sparse file: no disk used).

@@ -206,6 +206,16 @@ class OnlineMerge {
 // (then all shards must be equal-sized).
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,
                                                       const std::vector<int64_t>& mine);
+// "" when every rank holds as many tokens as the others, else why `scheme` (whose exchanges
+// need equal blocks) refuses the dispatch's tokens.
+inline std::string equal_tokens(const std::vector<std::vector<int64_t>>& tokens, const std::string& scheme,
+                                const std::string& dispatch) {
+  size_t lo = SIZE_MAX, hi = 0;
+  for (const auto& t : tokens) lo = std::min(lo, t.size()), hi = std::max(hi, t.size());
+  if (lo == hi) return "";
+  return scheme + " needs equal tokens on every rank; dispatch " + dispatch + " gives " + std::to_string(lo) + " to " +
+         std::to_string(hi) + " over " + std::to_string(tokens.size()) + " ranks";
+}
 // Tokens of the largest of these shards.
 inline size_t max_rows(const std::vector<std::vector<int64_t>>& all) {
   size_t m = 0;

@@ -561,7 +561,10 @@ std::vector<Case> make_cases(const Deck& d) {
                 for (const auto& combo : setting_combos(d, info)) {
                   Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo, packing,
                                      dispatch);
-                  if (!c.refused.empty() && !d.all_schemes)
+                  // Named schemes must run, except where a sweep of several dispatches
+                  // crosses one with a scheme that cannot run it: that case is listed refused.
+                  const bool crossed = dispatch != "layout" && d.dispatch.size() > 1;
+                  if (!c.refused.empty() && !d.all_schemes && !crossed)
                     throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
                   cases.push_back(c);
                 }
