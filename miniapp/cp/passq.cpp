@@ -3,6 +3,8 @@
 // their owners, which merge by LSE. Backward: Q travels with dout, o, lse; dQ partials return the same way.
 // Precision (bf16 runs): Q (backward: Q, dOut, O) travels in bf16, the LSE and the partials
 // that go home to be merged or summed, (O, LSE) and dQ, in fp32; dK, dV stay on their rank.
+// Its layout is a choice: a dispatch that gives every rank as many tokens replaces zigzag
+// (the Q blocks and the all-to-all of the partials are equal-sized).
 #include <string>
 #include <vector>
 
@@ -11,6 +13,11 @@
 
 namespace minicp::cp {
 namespace {
+
+// Rank r's tokens: the case's dispatch, or zigzag.
+std::vector<int64_t> passq_tokens(const Config& c, int P, int r) {
+  return c.tokens ? (*c.tokens)[size_t(r)] : layout::zigzag(c.seq_len, P, r);
+}
 
 // out[n] = sum over p < P of slots[p*n + i] (the dQ partials of one block, in rank order),
 // summed in acc_t and stored once.
@@ -37,13 +44,13 @@ template <class T>
 class PassQ final : public Scheme<T> {
  public:
   using A = kernels::acc_t<T>;
-  // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows) -> o[Sl,H,D], lse[Sl,H].
+  // q[Sl,H,D], k,v[Sl,Hkv,D] (zigzag rows, or the dispatch's) -> o[Sl,H,D], lse[Sl,H].
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
     const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
     const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
-    const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
+    const auto kvpos = passq_tokens(ctx.cfg, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
     View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n), scratch<T>("cp::passq::q1", n)};
     copy_into<T>(qbuf[0].data(), q.data(), n);
@@ -103,7 +110,7 @@ class PassQ final : public Scheme<T> {
     // One travelling block: Q, dOut, O [Sl,H,D] in T, then LSE [Sl,H] in acc_t (3n values of
     // T: 4-byte aligned, n being even with D).
     const size_t blk = 3 * n + lse_values(Sl * H);
-    const auto kvpos = layout::zigzag(ctx.cfg.seq_len, P, r);
+    const auto kvpos = passq_tokens(ctx.cfg, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);
     View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk), scratch<T>("cp::passq::qblk1", blk)};
     auto lse_of = [&](T* p) { return reinterpret_cast<A*>(p + 3 * n); };
@@ -168,14 +175,17 @@ static predict::Schedule passq_schedule(const Config& c, const predict::Topo& t,
   const size_t acc = kernels::acc_size(elem);  // the LSE and the partials that go home
   const predict::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
                                inter};
-  const predict::Spans kv = layout::zigzag_spans(c.seq_len, P, r);
+  auto rows = [&](int b) {
+    return c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(b)]) : layout::zigzag_spans(c.seq_len, P, b);
+  };
+  const predict::Spans kv = rows(r);
   predict::Schedule out;
   for (int s = 0; s < P; ++s) {
     predict::Step st;
-    if (s == 0)  // the positions of every Q block
+    if (s == 0 && !c.tokens)  // the positions of every Q block (a dispatch's every rank knows)
       st.exposed.push_back(
           {comm::EventKind::AllGather, int64_t(layout::count(kv) * sizeof(int64_t)), P, t.spans_nodes(0, P, 1)});
-    st.attn.push_back({layout::zigzag_spans(c.seq_len, P, (r - s + P) % P), kv, c.heads, c.kv_heads});
+    st.attn.push_back({rows((r - s + P) % P), kv, c.heads, c.kv_heads});
     if (s < P - 1) st.overlapped.push_back(pass);
     out.steps.push_back(st);
   }
@@ -193,10 +203,14 @@ SchemeInfo passq_scheme() {
       "passq",
       "Q blocks around a ring, K,V stay (Meta's pass-Q), zigzag layout; partial (O, LSE) and dQ return by all-to-all");
   s.ring_family = true;
-  s.refuses = "seq_len not divisible by 2*ranks";
-  s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq"); };
+  s.takes_dispatch = true;
+  s.refuses = "seq_len not divisible by 2*ranks (its own layout); a dispatch of unequal token counts";
+  s.check = [](const Config& c) {
+    return c.tokens ? equal_tokens(*c.tokens, "passq", c.dispatch)
+                    : layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq");
+  };
   s.shard = [](const Config& c, int r) {
-    const auto t = layout::zigzag(c.seq_len, c.ranks, r);
+    const auto t = passq_tokens(c, c.ranks, r);
     return Shard{t, t};
   };
   // Forward: two Q blocks, P partials (O, LSE) and their received copies; backward: two
