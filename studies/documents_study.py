@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Packed documents: area imbalance, traffic and step time per dispatch and scheme, per mix.
 
-Runs one deck (default inputs/documents-study.toml: every named mix, the dispatches, ring,
+Runs one deck (default inputs/documents-study.toml: every named mix, the dispatches on ring,
 groupcast, allgather and ulysses, training) three times and predicts it once:
   - at 2 ranks, timed (the deck's reps), with the model's prediction of every case beside it
     (run.calibration = "measure": prediction_ratio);

@@ -275,13 +275,13 @@ TEST(Deck, DocumentsEachItemAtEachLengthItsOwnCases) {
 TEST(Deck, DispatchRunsOnTheSchemesThatTakeOne) {
   const std::vector<run::Case> cases =
       run::make_cases(tiny({"run.mask=\"documents\"", "run.pass=\"train\"", "sweep.ranks=[2]", "sweep.seq_len=[96]",
-                            "sweep.schemes=[\"none\",\"zigzag\",\"allgather\"]", "sweep.documents=[[40, 1, 55]]",
+                            "sweep.schemes=[\"none\",\"zigzag\",\"doublering\"]", "sweep.documents=[[40, 1, 55]]",
                             "sweep.dispatch=[\"layout\",\"area\"]", "run.dispatch_chunk=8"}));
   std::vector<std::string> ids;
   for (const run::Case& c : cases) ids.push_back(c.id);
   const std::vector<std::string> want = {"000_train_none_S96_P1_docslist0", "001_train_zigzag_S96_P2_docslist0",
                                          "002_train_zigzag_S96_P2_docslist0_dispatcharea",
-                                         "003_train_allgather_S96_P2_docslist0_chunks4"};
+                                         "003_train_doublering_S96_P2_docslist0_inner_ring0"};
   EXPECT_EQ(ids, want);
   ASSERT_EQ(cases.size(), want.size());
   const minicp::cp::Config& a = cases[2].stack.attn;
@@ -290,11 +290,11 @@ TEST(Deck, DispatchRunsOnTheSchemesThatTakeOne) {
   EXPECT_EQ((*a.tokens)[0].size() + (*a.tokens)[1].size(), 96u);
   EXPECT_FALSE(cases[1].stack.attn.tokens);
   try {  // a named scheme that takes no dispatch, none listed that it runs
-    run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"allgather\"]",
+    run::make_cases(tiny({"sweep.ranks=[2]", "sweep.seq_len=[64]", "sweep.schemes=[\"doublering\"]",
                           "run.pass=\"train\"", "sweep.dispatch=[\"area\"]"}));
-    ADD_FAILURE() << "allgather with only a dispatch must be refused";
+    ADD_FAILURE() << "doublering with only a dispatch must be refused";
   } catch (const harness::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("allgather takes no dispatch (sweep.dispatch \"area\")"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("doublering takes no dispatch (sweep.dispatch \"area\")"), std::string::npos)
         << e.what();
   }
 }

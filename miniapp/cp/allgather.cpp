@@ -2,6 +2,8 @@
 // Unlike one up-front gather, K,V rows go in chunks pipelined with compute (double-buffered),
 // each chunk holding a piece of both zigzag halves so its causal work is balanced; the backward
 // re-gathers the same way and reduce-scatters each chunk's dK,dV under the next chunk's compute.
+// Its layout is a choice: a dispatch that gives every rank as many tokens replaces zigzag, its
+// shards cut into chunks of consecutive local rows (one "half"; the gathers are equal-sized).
 // Precision (bf16 runs): K,V are gathered in bf16; the merge, dQ and the per-chunk dK,dV are
 // fp32, reduce-scattered in fp32 (DType::F32), or with Config::bf16_dkv rounded to bf16 and
 // reduce-scattered as BF16 (summed in fp32 where they arrive, rounded once into dk, dv).
@@ -22,19 +24,30 @@ namespace {
 // early and late keys and the causal work per chunk is balanced across ranks like zigzag
 // itself (chunks of one half made one rank wait for the other at every gather). Piece h of
 // chunk c is local rows [h*half + begin(c), h*half + begin(c) + size(c)); sizes differ by at
-// most one and are the same on every rank (all shards are equal-sized).
+// most one and are the same on every rank (all shards are equal-sized). A dispatch's shard is
+// one half (halves = 1).
 struct Chunks {
   int64_t half = 0, count = 1;  // rows per half; chunks
+  int halves = 2;
   int64_t size(int64_t c) const { return half / count + (c < half % count ? 1 : 0); }
   int64_t begin(int64_t c) const { return c * (half / count) + std::min(c, half % count); }
   int64_t first_row(int64_t c, int h) const { return h * half + begin(c); }
   int64_t max_size() const { return size(0); }
+  // Rows of gathered chunk c over P ranks.
+  size_t gathered(int64_t c, int P) const { return size_t(halves) * size_t(P) * size_t(size(c)); }
 };
+
+// The chunks of a case whose shards hold `rows` rows each (zigzag: two halves; a dispatch: one).
+Chunks chunks_of(const Config& cfg, int64_t rows) {
+  const int halves = cfg.tokens ? 1 : 2;
+  const int64_t half = rows / halves;
+  return Chunks{half, std::max<int64_t>(1, std::min<int64_t>(cfg.setting("chunks"), half)), halves};
+}
 
 // Key positions of gathered chunk c: piece 0 of every rank in rank order, then piece 1.
 std::vector<int64_t> chunk_positions(const std::vector<std::vector<int64_t>>& all, const Chunks& ch, int64_t c) {
   std::vector<int64_t> out;
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < ch.halves; ++h)
     for (const auto& p : all)
       out.insert(out.end(), p.begin() + ch.first_row(c, h), p.begin() + ch.first_row(c, h) + ch.size(c));
   return out;
@@ -48,7 +61,7 @@ class KVGather {
  public:
   KVGather(Context& ctx, CView3<T> k, CView3<T> v, const Chunks& ch)
       : ctx_(ctx), k_(k), v_(v), ch_(ch), P_(ctx.comm.world().size), row_(k.extent(1) * k.extent(2)) {
-    const size_t n = 2 * size_t(P_) * size_t(ch.max_size()) * row_;
+    const size_t n = ch.gathered(0, P_) * row_;
     for (int i = 0; i < 2; ++i) {
       k_buf_[i] = scratch<T>("cp::allgather::k" + std::to_string(i), n);
       v_buf_[i] = scratch<T>("cp::allgather::v" + std::to_string(i), n);
@@ -63,7 +76,7 @@ class KVGather {
     if (c >= ch_.count || !communicates(ctx_)) return;
     const size_t bytes = size_t(ch_.size(c)) * row_ * sizeof(T), gathered = size_t(P_) * size_t(ch_.size(c)) * row_;
     const int s = slot(c);
-    for (int h = 0; h < 2; ++h) {  // piece h lands after piece h-1 of every rank
+    for (int h = 0; h < ch_.halves; ++h) {  // piece h lands after piece h-1 of every rank
       const size_t off = size_t(ch_.first_row(c, h)) * row_, dst = h * gathered;
       req_[s][2 * h] = ctx_.comm.iallgather(k_.data() + off, k_buf_[s].data() + dst, bytes, ctx_.comm.world(), int(c));
       req_[s][2 * h + 1] =
@@ -79,7 +92,7 @@ class KVGather {
 
  private:
   int slot(int64_t c) const { return communicates(ctx_) ? int(c % 2) : 0; }
-  size_t rows(int64_t c) const { return 2 * size_t(P_) * size_t(ch_.size(c)); }
+  size_t rows(int64_t c) const { return ch_.gathered(c, P_); }
   Context& ctx_;
   CView3<T> k_, v_;
   Chunks ch_;
@@ -132,7 +145,7 @@ class AllGather final : public Scheme<T> {
     const std::vector<int64_t>& qpos = all[g.rank];
     const Chunks ch = chunks(ctx.cfg, k.extent(0));
     const size_t Hkv = k.extent(1), D = k.extent(2), row = Hkv * D;
-    const size_t n = 2 * size_t(P) * size_t(ch.max_size()) * row;
+    const size_t n = ch.gathered(0, P) * row;
     const bool thin = DkvWire<T>::narrow(ctx.cfg);  // bf16 on the wire (see Grads)
     const comm::DType dt = thin ? dtype_of<T>() : dtype_of<A>();
     KVGather<T> gather(ctx, k, v, ch);
@@ -154,11 +167,11 @@ class AllGather final : public Scheme<T> {
       const size_t rows = size_t(ch.size(c)), cnt = rows * row;
       gather.post(c + 1);
       gather.wait(c);
-      auto dKc = view3<A>(dk_buf[s].data(), 2 * P * rows, Hkv, D),
-           dVc = view3<A>(dv_buf[s].data(), 2 * P * rows, Hkv, D);
+      const size_t all_rows = ch.gathered(c, P);  // (rows per rank and half: `rows`)
+      auto dKc = view3<A>(dk_buf[s].data(), all_rows, Hkv, D), dVc = view3<A>(dv_buf[s].data(), all_rows, Hkv, D);
       timed_aux(ctx, [&] {
-        Kokkos::deep_copy(View1<A>(dk_buf[s].data(), 2 * P * cnt), A(0));
-        Kokkos::deep_copy(View1<A>(dv_buf[s].data(), 2 * P * cnt), A(0));
+        Kokkos::deep_copy(View1<A>(dk_buf[s].data(), all_rows * row), A(0));
+        Kokkos::deep_copy(View1<A>(dv_buf[s].data(), all_rows * row), A(0));
       });
       if (computes(ctx)) {
         const auto kpos = chunk_positions(all, ch, c);
@@ -174,10 +187,10 @@ class AllGather final : public Scheme<T> {
       }
       if (thin && communicates(ctx))  // this chunk's partials, rounded once for the wire
         timed_aux(ctx, [&] {
-          kernels::convert<T, A>(dk16[s].data(), dk_buf[s].data(), int64_t(2 * P * cnt));
-          kernels::convert<T, A>(dv16[s].data(), dv_buf[s].data(), int64_t(2 * P * cnt));
+          kernels::convert<T, A>(dk16[s].data(), dk_buf[s].data(), int64_t(all_rows * row));
+          kernels::convert<T, A>(dv16[s].data(), dv_buf[s].data(), int64_t(all_rows * row));
         });
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < ch.halves; ++h) {
         // Block i of each piece's gathered rows belongs to rank i: each rank gets the sum of its own.
         const size_t off = size_t(ch.first_row(c, h)) * row, src = size_t(h) * P * cnt;
         if (communicates(ctx)) {
@@ -249,14 +262,12 @@ class AllGather final : public Scheme<T> {
     Kokkos::deep_copy(View1<A>(static_cast<A*>(dst), cnt), CVA(src, cnt));
   }
   static std::vector<std::vector<int64_t>> positions(const Config& cfg, int P) {
+    if (cfg.tokens) return *cfg.tokens;
     std::vector<std::vector<int64_t>> all(P);
     for (int i = 0; i < P; ++i) all[i] = layout::zigzag(cfg.seq_len, P, i);
     return all;
   }
-  static Chunks chunks(const Config& cfg, size_t rows) {  // rows = 2*half (zigzag shard)
-    const int64_t half = int64_t(rows) / 2;
-    return Chunks{half, std::max<int64_t>(1, std::min<int64_t>(cfg.setting("chunks"), half))};
-  }
+  static Chunks chunks(const Config& cfg, size_t rows) { return chunks_of(cfg, int64_t(rows)); }
 };
 
 }  // namespace
@@ -268,11 +279,12 @@ class AllGather final : public Scheme<T> {
 static predict::Schedule allgather_schedule(const Config& c, const predict::Topo& t, int r, bool backward,
                                             size_t elem) {
   const int P = c.ranks;
-  const int64_t half = c.seq_len / (2 * P);
-  const Chunks ch{half, std::max<int64_t>(1, std::min<int64_t>(c.setting("chunks"), half))};
+  const Chunks ch = chunks_of(c, c.tokens ? int64_t((*c.tokens)[0].size()) : c.seq_len / P);
+  const int64_t half = ch.half;
   const bool inter = t.spans_nodes(0, P, 1);
-  const predict::Spans q = layout::zigzag_spans(c.seq_len, P, r);
-  auto piece = [&](int64_t k, comm::EventKind op) {  // one of the 4 calls per chunk (K, V x 2 halves)
+  const predict::Spans q =
+      c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(r)]) : layout::zigzag_spans(c.seq_len, P, r);
+  auto piece = [&](int64_t k, comm::EventKind op) {  // one of the calls per chunk (K, V x halves)
     const size_t e = op == comm::EventKind::ReduceScatter ? dkv_elem(c, elem) : elem;
     return predict::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * e), P, inter};
   };
@@ -280,21 +292,29 @@ static predict::Schedule allgather_schedule(const Config& c, const predict::Topo
   for (int64_t k = 0; k < ch.count; ++k) {
     predict::Step st;
     predict::Spans kv;
-    for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < P; ++i) kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
+    for (int h = 0; h < ch.halves; ++h)
+      for (int i = 0; i < P; ++i)
+        if (c.tokens) {
+          const auto& tok = (*c.tokens)[size_t(i)];
+          const auto piece_spans = layout::spans_of_positions(
+              std::vector<int64_t>(tok.begin() + ch.first_row(k, h), tok.begin() + ch.first_row(k, h) + ch.size(k)));
+          kv.insert(kv.end(), piece_spans.begin(), piece_spans.end());
+        } else {
+          kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});
+        }
     st.attn.push_back({q, kv, c.heads, c.kv_heads});
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < 2 * ch.halves; ++j) {
       if (k == 0) st.exposed.push_back(piece(0, comm::EventKind::AllGather));
       if (k + 1 < ch.count) st.overlapped.push_back(piece(k + 1, comm::EventKind::AllGather));
       if (backward && k >= 1) st.overlapped.push_back(piece(k - 1, comm::EventKind::ReduceScatter));
     }
-    const double gathered = 2.0 * P * double(ch.size(k)) * c.kv_heads * c.head_dim;
+    const double gathered = double(ch.gathered(k, P)) * c.kv_heads * c.head_dim;
     st.aux_values = backward ? 2 * gathered : double(layout::count(q)) * c.heads * (c.head_dim + 1.0);
     out.steps.push_back(st);
   }
   if (backward && P > 1) {
     predict::Step last;
-    for (int j = 0; j < 4; ++j) last.exposed.push_back(piece(ch.count - 1, comm::EventKind::ReduceScatter));
+    for (int j = 0; j < 2 * ch.halves; ++j) last.exposed.push_back(piece(ch.count - 1, comm::EventKind::ReduceScatter));
     out.steps.push_back(last);
   }
   return out;
@@ -309,10 +329,14 @@ SchemeInfo allgather_scheme() {
                  4,
                  1,
                  {}}};
-  s.refuses = "seq_len not divisible by 2*ranks";
-  s.check = [](const Config& c) { return layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather"); };
+  s.takes_dispatch = true;
+  s.refuses = "seq_len not divisible by 2*ranks (its own layout); a dispatch of unequal token counts";
+  s.check = [](const Config& c) {
+    return c.tokens ? equal_tokens(*c.tokens, "allgather", c.dispatch)
+                    : layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather");
+  };
   s.shard = [](const Config& c, int r) {
-    const auto t = layout::zigzag(c.seq_len, c.ranks, r);
+    const auto t = c.tokens ? (*c.tokens)[size_t(r)] : layout::zigzag(c.seq_len, c.ranks, r);
     return Shard{t, t};
   };
   // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each, dK
@@ -320,11 +344,11 @@ SchemeInfo allgather_scheme() {
   // more than one chunk one partial (O, LSE) in acc_t; a bf16 run's fp32 accumulators of o, dq,
   // and of dk, dv unless they come back in bf16.
   s.workspace = [](const Config& c) {
-    const double n = double(c.seq_len) / c.ranks, half = n / 2;
+    const double n = double(c.seq_len) / c.ranks, half = c.tokens ? n : n / 2;
     const double count = std::max(1.0, std::min<double>(c.setting("chunks"), std::floor(half)));
     const double rows_c = std::ceil(half / count);
     const double nq = n * c.heads * c.head_dim, nkv = n * c.kv_heads * c.head_dim;
-    const double chunk = 2 * c.ranks * rows_c * c.kv_heads * c.head_dim;
+    const double chunk = (c.tokens ? 1 : 2) * c.ranks * rows_c * c.kv_heads * c.head_dim;
     return by_precision(c, [&](const Units& u) {
       const bool thin = u.dkv < u.acc;
       const double partial = count > 1 ? u.acc * n * c.heads * (c.head_dim + 1.0) : 0;
