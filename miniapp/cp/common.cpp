@@ -1,6 +1,10 @@
 // Shared scheme helpers (see common.hpp).
 #include "miniapp/cp/common.hpp"
 
+#include <mutex>
+
+#include "miniapp/cp/layout.hpp"
+
 namespace minicp::cp {
 
 namespace {
@@ -14,6 +18,20 @@ void detail::register_scratch_cache(std::function<void()> clear) { scratch_cache
 
 void release_scratch() {
   for (const auto& clear : scratch_caches()) clear();
+}
+
+std::shared_ptr<const std::vector<predict::Spans>> dispatch_spans(
+    const std::shared_ptr<const std::vector<std::vector<int64_t>>>& tokens) {
+  static std::mutex mu;
+  static std::shared_ptr<const std::vector<std::vector<int64_t>>> key;  // held: its address stays its own
+  static std::shared_ptr<const std::vector<predict::Spans>> value;
+  std::lock_guard<std::mutex> lock(mu);
+  if (key != tokens) {
+    auto spans = std::make_shared<std::vector<predict::Spans>>();
+    for (const auto& t : *tokens) spans->push_back(layout::spans_of_positions(t));
+    key = tokens, value = spans;
+  }
+  return value;
 }
 
 std::vector<std::vector<int64_t>> allgather_positions(Context& ctx, const comm::Group& g,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -216,6 +217,10 @@ inline std::string equal_tokens(const std::vector<std::vector<int64_t>>& tokens,
   return scheme + " needs equal tokens on every rank; dispatch " + dispatch + " gives " + std::to_string(lo) + " to " +
          std::to_string(hi) + " over " + std::to_string(tokens.size()) + " ranks";
 }
+// The spans (consecutive runs) of every rank's tokens of a dispatch, computed once per token
+// set and shared: the model asks a schedule for every rank, and each for every rank's rows.
+std::shared_ptr<const std::vector<predict::Spans>> dispatch_spans(
+    const std::shared_ptr<const std::vector<std::vector<int64_t>>>& tokens);
 // Tokens of the largest of these shards.
 inline size_t max_rows(const std::vector<std::vector<int64_t>>& all) {
   size_t m = 0;

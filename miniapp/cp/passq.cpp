@@ -176,7 +176,7 @@ static predict::Schedule passq_schedule(const Config& c, const predict::Topo& t,
   const predict::CommCall pass{comm::EventKind::SendRecv, int64_t(backward ? 3 * n * elem + lse * acc : n * elem), P,
                                inter};
   auto rows = [&](int b) {
-    return c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(b)]) : layout::zigzag_spans(c.seq_len, P, b);
+    return c.tokens ? (*dispatch_spans(c.tokens))[size_t(b)] : layout::zigzag_spans(c.seq_len, P, b);
   };
   const predict::Spans kv = rows(r);
   predict::Schedule out;

@@ -310,8 +310,7 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
     return c.tokens ? std::string() : layout::check(kind, c.seq_len, c.ranks, name);
   };
   auto rows = [kind](const Config& c, int r) {
-    return c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(r)])
-                    : layout::spans_of(kind, c.seq_len, c.ranks, r);
+    return c.tokens ? (*dispatch_spans(c.tokens))[size_t(r)] : layout::spans_of(kind, c.seq_len, c.ranks, r);
   };
   s.shard = [kind](const Config& c, int r) {
     const auto t = ring_tokens(kind, c, c.ranks, r);
