@@ -68,7 +68,7 @@ def check_generated(minicp, source, fails):
 
 
 MADE_UP = {"name": "zz_test", "summary": "a scheme only this test knows", "problems": ["train"],
-           "ring_family": True, "refuses": "", "settings": [{"name": "zz_hops", "help": "hops", "default": 1,
+           "ring_family": True, "takes_dispatch": False, "refuses": "", "settings": [{"name": "zz_hops", "help": "hops", "default": 1,
                                                               "min": 1}]}
 
 

@@ -63,6 +63,7 @@ std::string registry_json(int indent) {
                    {"summary", info.summary},
                    {"problems", problems},
                    {"ring_family", info.ring_family},
+                   {"takes_dispatch", info.takes_dispatch},
                    {"refuses", info.refuses},
                    {"settings", settings}});
   }

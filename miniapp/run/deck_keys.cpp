@@ -271,8 +271,9 @@ std::vector<Row> sweep_rows() {
           .def("[1]")
           .to(&Deck::decode_tokens),
       list_of("sweep", "dispatch", dispatch_names(),
-              "which tokens each rank holds: \"layout\" the scheme's own, or a dispatch (schemes that take one: "
-              "the ring family); contiguous, zigzag, striped, doc-zigzag (zigzag in each document), area (chunks by "
+              "which tokens each rank holds: \"layout\" the scheme's own, or a dispatch (the schemes that take one "
+              "say so in --list-schemes); contiguous, zigzag, striped, doc-zigzag (zigzag in each document), area "
+              "(chunks by "
               "mask area to the least-loaded rank)")
           .def("[\"layout\"]")
           .to(&Deck::dispatch),

@@ -122,6 +122,7 @@ std::string scheme_list() {
     for (const cp::Setting& st : info.settings)
       s += "    setting " + st.name + " (default " + std::to_string(st.default_value) +
            ", >= " + std::to_string(st.min_value) + "): " + st.help + "\n";
+    if (info.takes_dispatch) s += "    takes sweep.dispatch (which tokens each rank holds)\n";
     if (!info.refuses.empty()) s += "    refuses: " + info.refuses + "\n";
   }
   return s;
