@@ -192,7 +192,7 @@ class GroupCast final : public Scheme<T> {
   // q[Sl,H,D], k,v[Sl,Hkv,D] (the dispatch's rows) -> o[Sl,H,D], lse[Sl,H].
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto plan = plan_of(ctx.cfg);
-    const Exchanges x = exchanges_of(*plan, ctx.comm.world().rank);
+    const Exchanges& x = exchanges(plan, ctx.comm.world().rank);
     const std::vector<int64_t>& mine = (*plan->tokens)[size_t(x.r)];
     Transfer tr(ctx, x, k, v, kept_reserve(ctx, x, k));
     const AccOut<T> oa(o, "groupcast_o_acc");
@@ -223,7 +223,7 @@ class GroupCast final : public Scheme<T> {
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto plan = plan_of(ctx.cfg);
     const auto& g = ctx.comm.world();
-    const Exchanges x = exchanges_of(*plan, g.rank);
+    const Exchanges& x = exchanges(plan, g.rank);
     const std::vector<int64_t>& mine = (*plan->tokens)[size_t(x.r)];
     const bool held = kept_valid_ && kept_k_ == fingerprint(k) && kept_v_ == fingerprint(v);
     Transfer tr(ctx, x, k, v, held ? kept_ : kept_reserve(ctx, x, k));
@@ -383,6 +383,15 @@ class GroupCast final : public Scheme<T> {
     return kept_;
   }
 
+  // This rank's exchanges under plan, derived once per plan (every forward and backward of the
+  // case reads the same).
+  const Exchanges& exchanges(const std::shared_ptr<const Plan>& plan, int r) {
+    if (plan != plan_ || !x_ || x_->r != r) x_ = std::make_unique<Exchanges>(exchanges_of(*plan, r)), plan_ = plan;
+    return *x_;
+  }
+
+  std::shared_ptr<const Plan> plan_;  // the plan x_ was derived from
+  std::unique_ptr<Exchanges> x_;
   View1<T> kept_;  // every step's received [K | V], in step order (Exchanges::recv_offset)
   Fingerprint kept_k_, kept_v_;
   bool kept_valid_ = false;
@@ -397,15 +406,15 @@ predict::Schedule groupcast_schedule(const Config& c, const predict::Topo& t, in
   const int P = plan->ranks();
   const double row = double(c.kv_heads) * c.head_dim, nq = double(plan->runs[size_t(r)].tokens());
   const predict::Spans q = layout::spans_of_positions((*plan->tokens)[size_t(r)]);
-  auto exchange = [&](int s, size_t e) {  // the K/V r sends at step s (its peers' steps carry theirs)
-    const int64_t n = plan->count(r, (r + s) % P);
+  // Step s's exchange with its n tokens of K and V (or dK and dV) at e bytes a value: what r
+  // sends (its peers' steps carry theirs).
+  auto call = [&](int s, int64_t n, size_t e) {
     const bool inter = !t.same_node(r, (r + s) % P) || !t.same_node(r, (r - s + P) % P);
     return predict::CommCall{comm::EventKind::SendRecv, int64_t(2 * double(n) * row * e), P, inter};
   };
+  auto exchange = [&](int s) { return call(s, plan->count(r, (r + s) % P), elem); };  // the K/V r sends
   auto give_back = [&](int s) {  // step s's partials of the keys r received, back to their owner
-    const int64_t n = plan->count((r - s + P) % P, r);
-    const bool inter = !t.same_node(r, (r + s) % P) || !t.same_node(r, (r - s + P) % P);
-    return predict::CommCall{comm::EventKind::SendRecv, int64_t(2 * double(n) * row * dkv_elem(c, elem)), P, inter};
+    return call(s, plan->count((r - s + P) % P, r), dkv_elem(c, elem));
   };
 
   predict::Schedule out;
@@ -419,7 +428,7 @@ predict::Schedule groupcast_schedule(const Config& c, const predict::Topo& t, in
     st.attn.push_back({q, kv, c.heads, c.kv_heads});
     const double got = double(layout::count(kv)), sent = double(plan->count(r, (r + s) % P));
     if (!backward) {
-      if (s + 1 < P) st.overlapped.push_back(exchange(s + 1, elem));
+      if (s + 1 < P) st.overlapped.push_back(exchange(s + 1));
       st.aux_values = (s + 1 < P ? 2 * double(plan->count(r, (r + s + 1) % P)) * row : 0) +
                       (s > 0 ? nq * c.heads * (c.head_dim + 1.0) : 0);
     } else {
