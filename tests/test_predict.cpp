@@ -222,6 +222,33 @@ TEST(PerfModel, TileCountsEqualTheTileByTileCount) {
   }
 }
 
+// One counter over many calls keeps the sides it has seen (and sorts the key runs under
+// listed documents): every call of a shuffled sequence of pairs, each side seen again and
+// again, with the tiles changing between them, must equal the tile-by-tile count.
+TEST(PerfModel, ATileCounterOverManyCallsEqualsTheTileByTileCount) {
+  std::mt19937_64 g(20261205);
+  auto U = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(g); };
+  int failures = 0;
+  for (int round = 0; round < 40 && failures < 5; ++round) {
+    cp::Config c;
+    c.mask = random_mask(U);
+    std::vector<predict::Spans> sides;
+    for (int i = 0; i < 6; ++i) sides.push_back(random_rows(g));
+    const kernels::AttnTiles tiles[] = {{int(U(1, 70)), int(U(1, 70))}, {int(U(1, 4)), int(U(1, 4))}};
+    predict::TileCounter count(c);
+    for (int call = 0; call < 60 && failures < 5; ++call) {
+      const predict::Spans &q = sides[size_t(U(0, 5))], &kv = sides[size_t(U(0, 5))];
+      const kernels::AttnTiles t = tiles[U(0, 4) == 0 ? 1 : 0];
+      const predict::TileCount got = count(q, kv, t), want = tile_by_tile::count(c, q, kv, t);
+      if (same_count(got, want)) continue;
+      ++failures;
+      ADD_FAILURE() << "call " << call << ": q " << describe(q) << " kv " << describe(kv) << " tiles " << t.q << "x"
+                    << t.k << " mask " << c.mask.describe() << ": " << describe(got) << ", tile by tile "
+                    << describe(want);
+    }
+  }
+}
+
 // A 2^40-token sequence in zigzag over 8 ranks, each rank's queries against every rank's keys
 // (together: the whole sequence). Tiles of 64 never straddle a chunk, so the query tile of
 // global index m sees m whole key tiles and the diagonal one, and the visible (query, key)

@@ -282,8 +282,8 @@ static predict::Schedule allgather_schedule(const Config& c, const predict::Topo
   const Chunks ch = chunks_of(c, c.tokens ? int64_t((*c.tokens)[0].size()) : c.seq_len / P);
   const int64_t half = ch.half;
   const bool inter = t.spans_nodes(0, P, 1);
-  const predict::Spans q =
-      c.tokens ? layout::spans_of_positions((*c.tokens)[size_t(r)]) : layout::zigzag_spans(c.seq_len, P, r);
+  const auto table = c.tokens ? dispatch_spans(c.tokens) : nullptr;  // the dispatch's rows per rank
+  const predict::Spans q = table ? (*table)[size_t(r)] : layout::zigzag_spans(c.seq_len, P, r);
   auto piece = [&](int64_t k, comm::EventKind op) {  // one of the calls per chunk (K, V x halves)
     const size_t e = op == comm::EventKind::ReduceScatter ? dkv_elem(c, elem) : elem;
     return predict::CommCall{op, int64_t(double(ch.size(k)) * c.kv_heads * c.head_dim * e), P, inter};
@@ -294,10 +294,8 @@ static predict::Schedule allgather_schedule(const Config& c, const predict::Topo
     predict::Spans kv;
     for (int h = 0; h < ch.halves; ++h)
       for (int i = 0; i < P; ++i)
-        if (c.tokens) {
-          const auto& tok = (*c.tokens)[size_t(i)];
-          const auto piece_spans = layout::spans_of_positions(
-              std::vector<int64_t>(tok.begin() + ch.first_row(k, h), tok.begin() + ch.first_row(k, h) + ch.size(k)));
+        if (table) {
+          const auto piece_spans = layout::rows_of((*table)[size_t(i)], ch.first_row(k, h), ch.size(k));
           kv.insert(kv.end(), piece_spans.begin(), piece_spans.end());
         } else {
           kv.push_back({(h == 0 ? i : 2 * P - 1 - i) * half + ch.begin(k), ch.size(k), 1});

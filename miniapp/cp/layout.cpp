@@ -1,6 +1,7 @@
 // Token layouts (see layout.hpp).
 #include "miniapp/cp/layout.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace minicp::layout {
@@ -81,6 +82,21 @@ Spans spans_of_positions(const std::vector<int64_t>& positions) {
       ++out.back().count;
     else
       out.push_back({p, 1, 1});
+  }
+  return out;
+}
+
+Spans rows_of(const Spans& s, int64_t first, int64_t n) {
+  Spans out;
+  for (const Span& sp : s) {
+    if (n <= 0) break;
+    if (first >= sp.count) {
+      first -= sp.count;
+      continue;
+    }
+    const int64_t take = std::min(n, sp.count - first);
+    out.push_back({sp.at(first), take, sp.stride});
+    n -= take, first = 0;
   }
   return out;
 }

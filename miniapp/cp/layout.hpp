@@ -33,6 +33,8 @@ std::vector<int64_t> expand(const Spans& s);
 // Sorted positions as spans (runs of stride 1): a dispatch's tokens as the model reads them.
 Spans spans_of_positions(const std::vector<int64_t>& positions);
 int64_t count(const Spans& s);
+// Rows [first, first + n) of s, in its order, as spans (a piece of a rank's rows, not listed).
+Spans rows_of(const Spans& s, int64_t first, int64_t n);
 
 std::vector<int64_t> contiguous(int64_t S, int P, int r);
 std::vector<int64_t> zigzag(int64_t S, int P, int r);

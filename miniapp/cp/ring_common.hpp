@@ -309,9 +309,6 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
   s.check = [name, kind](const Config& c) {
     return c.tokens ? std::string() : layout::check(kind, c.seq_len, c.ranks, name);
   };
-  auto rows = [kind](const Config& c, int r) {
-    return c.tokens ? (*dispatch_spans(c.tokens))[size_t(r)] : layout::spans_of(kind, c.seq_len, c.ranks, r);
-  };
   s.shard = [kind](const Config& c, int r) {
     const auto t = ring_tokens(kind, c, c.ranks, r);
     return Shard{t, t};
@@ -324,10 +321,11 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
       return w;
     });
   };
-  s.schedule = [rows](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
+  s.schedule = [kind](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
+    const auto table = c.tokens ? dispatch_spans(c.tokens) : nullptr;  // looked up once, not per step
+    auto block = [&](int i) { return table ? (*table)[size_t(i)] : layout::spans_of(kind, c.seq_len, c.ranks, i); };
     return predict::Schedule{ring_steps(
-        c, t, c.ranks, r, [](int i) { return i; }, [&](int i) { return rows(c, i); }, c.heads, c.kv_heads, backward,
-        elem)};
+        c, t, c.ranks, r, [](int i) { return i; }, block, c.heads, c.kv_heads, backward, elem)};
   };
   return s;
 }

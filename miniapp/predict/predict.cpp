@@ -234,9 +234,9 @@ struct CaseRates {
     return r;
   }
   // Seconds of one attention call of a step.
-  double attn(const cp::Config& c, const AttnCall& a, bool backward) const {
+  double attn(const cp::Config& c, TileCounter& count, const AttnCall& a, bool backward) const {
     const AttnRate* r = pass[backward ? 1 : 0].attn;
-    const TileCount t = count_tiles(c, a.q, a.kv, {r->tile_q, r->tile_k});
+    const TileCount t = count(a.q, a.kv, {r->tile_q, r->tile_k});
     if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
     // The table's rates are per whole tile and head at its head_dim; another head_dim scales
     // with D, a smaller tile with its area.
@@ -264,6 +264,7 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
   PassPart p;
   p.compute.assign(size_t(r1 - r0), 0.0);
   const double aux_s = rates.copy_s;
+  TileCounter count(c);
   for (int r = r0; r < r1; ++r) {
     const Schedule sch = s.schedule(c, m.topo, r, backward, elem);
     if (p.step_time.size() < sch.steps.size()) {
@@ -275,7 +276,7 @@ PassPart attention_ranks(const cp::Config& c, const cp::SchemeInfo& s, const Mac
       const Step& st = sch.steps[i];
       double comp = st.aux_values * aux_s, alone = 0, exp = 0;
       Beside beside;
-      for (const AttnCall& a : st.attn) comp += rates.attn(c, a, backward);
+      for (const AttnCall& a : st.attn) comp += rates.attn(c, count, a, backward);
       for (const CommCall& cc : st.overlapped) {
         const Link& l = cc.inter ? m.inter : m.intra;
         const double posted = posted_seconds(cc, l);
@@ -408,9 +409,10 @@ std::vector<double> attention_area(const cp::Config& c, const cp::SchemeInfo& s)
   if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
   std::vector<double> out(size_t(c.ranks), 0.0);
   const Topo topo{c.ranks, c.ranks};  // the pairs a rank computes do not depend on the nodes
+  TileCounter count(c);
   for (int r = 0; r < c.ranks; ++r)
     for (const Step& st : s.schedule(c, topo, r, false, sizeof(float)).steps)
-      for (const AttnCall& a : st.attn) out[size_t(r)] += a.heads * count_tiles(c, a.q, a.kv, {1, 1}).full;
+      for (const AttnCall& a : st.attn) out[size_t(r)] += a.heads * count(a.q, a.kv, {1, 1}).full;
   return out;
 }
 

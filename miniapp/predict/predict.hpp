@@ -21,6 +21,7 @@
 //             at the end is exposed.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,22 @@ struct TileCount {
 enum class TileCut { Cheapest, QueryResidues, KeyResidues, QueryDocuments, KeyDocuments };
 TileCount count_tiles(const cp::Config& cfg, const Spans& q, const Spans& kv, kernels::AttnTiles tiles,
                       TileCut cut = TileCut::Cheapest);
+// The same over many calls under one config's mask. It keeps the query side of the last call
+// (its tile runs and, for documents of several lengths, each query tile's documents): a
+// scheme's steps mostly attend one rank's queries against one key block after another, and
+// with a dispatch of small pieces finding the query tiles' documents dominated the count.
+class TileCounter {
+ public:
+  explicit TileCounter(const cp::Config& cfg, TileCut cut = TileCut::Cheapest);
+  ~TileCounter();
+  TileCounter(const TileCounter&) = delete;
+  TileCounter& operator=(const TileCounter&) = delete;
+  TileCount operator()(const Spans& q, const Spans& kv, kernels::AttnTiles tiles);
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
 
 // The links of a job: within a node and across nodes.
 struct Link {

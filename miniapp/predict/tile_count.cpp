@@ -18,6 +18,7 @@
 // are counted per query tile instead (count_listed_documents).
 #include <algorithm>
 #include <array>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -163,8 +164,8 @@ struct Pairs {
 };
 
 // The runs of tiles of b consecutive rows of `rows` (tile_bounds' tiles, in its order).
-std::vector<Run> tile_runs(const Spans& rows, int b) {
-  std::vector<Run> out;
+void tile_runs(const Spans& rows, int b, std::vector<Run>& out) {
+  out.clear();
   i128 lo = 0, hi = 0, open = 0;  // the tile being filled across spans
   for (const Span& sp : rows) {
     if (sp.count <= 0) continue;
@@ -185,7 +186,6 @@ std::vector<Run> tile_runs(const Spans& rows, int b) {
     if (i < n && open == 0) lo = std::min(pos(i), pos(n - 1)), hi = std::max(pos(i), pos(n - 1)), open = n - i;
   }
   if (open > 0) out.push_back({1, lo, 0, hi - lo, open});
-  return out;
 }
 
 // The bounds classify() puts on an inner run's tile index j against tile t of an outer run whose
@@ -353,53 +353,162 @@ Pairs count_runs(const Run& q, const Run& k, const Mask& m, TileCut cut) {
   return by_documents(k, false, q, m);
 }
 
-// Documents of several lengths (cp::Mask::doc_starts), causal: for each query tile, the key
-// tiles seen and the key tiles full each form one interval of the key run's indices, since
-// every condition bounds a key tile's lowest or highest position, which grow with its index;
-// the bounds come from the query tile's first and last documents. The cost grows with the
-// query run's tiles (times a search of the document list), not with the key run's.
-Pairs count_listed_documents(const Run& q, const Run& k, const cp::Mask& mask) {
+// Documents of several lengths (cp::Mask::doc_starts), causal. What classify() needs of a query
+// tile: its positions and the starts of its first document, the one after it, and the one
+// after its last; found once per query tile, not once per key run it meets.
+struct QueryTileDocs {
+  i128 qmin = 0, qmax = 0, first = 0, after_first = 0, after_last = 0;
+  bool one_doc = false;
+};
+std::vector<QueryTileDocs> query_tile_docs(const Run& q, const cp::Mask& mask) {
   const std::vector<int64_t>& starts = mask.doc_starts();
   const i128 past = i128(1) << 100;  // the start of the document after the last
   auto start = [&](i128 d) { return d < i128(starts.size()) ? i128(starts[size_t(d)]) : past; };
+  std::vector<QueryTileDocs> out(size_t(q.n));
+  for (i128 t = 0; t < q.n; ++t) {
+    QueryTileDocs& e = out[size_t(t)];
+    e.qmin = q.p + q.s * t, e.qmax = e.qmin + q.w;
+    const i128 d0 = mask.doc_of(int64_t(e.qmin)), d1 = mask.doc_of(int64_t(e.qmax));
+    e.first = start(d0), e.after_first = start(d0 + 1), e.after_last = start(d1 + 1), e.one_doc = d0 == d1;
+  }
+  return out;
+}
+
+// For each query tile, the key tiles seen and the key tiles full each form one interval of the
+// key run's indices, since every condition bounds a key tile's lowest or highest position,
+// which grow with its index; the bounds come from the query tile's first and last documents.
+// The cost grows with the query run's tiles, not with the key run's; a key run wholly after
+// the query run or outside its documents costs nothing more.
+Pairs count_listed_documents(const Run& q, const std::vector<QueryTileDocs>& qd, const Run& k) {
+  if (q.n == 0 || k.n == 0) return {};
+  const i128 klast = k.p + k.s * (k.n - 1) + k.w;  // the key run's highest position
+  if (k.p > qd.back().qmax || klast < qd.front().first || k.p >= qd.back().after_last) return {};
   // The last index whose lowest position is <= x, the first whose lowest is >= x (a run of
   // step 0 has every tile at one place: all or none).
   auto upto = [&](i128 x) { return k.s > 0 ? fdiv(x - k.p, k.s) : k.p <= x ? i128(k.n - 1) : i128(-1); };
   auto from = [&](i128 x) { return k.s > 0 ? cdiv(x - k.p, k.s) : k.p >= x ? i128(0) : i128(k.n); };
   Pairs out;
-  for (i128 t = 0; t < q.n; ++t) {
-    const i128 qmin = q.p + q.s * t, qmax = qmin + q.w;
-    const i128 d0 = mask.doc_of(int64_t(qmin)), d1 = mask.doc_of(int64_t(qmax));
+  for (const QueryTileDocs& e : qd) {
+    if (e.one_doc && k.p >= e.first && klast <= e.qmin && klast < e.after_first) {  // every key tile full
+      out.seen += k.n, out.full += k.n;
+      continue;
+    }
     // Seen: lowest <= qmax (causal), highest >= the start of d0, lowest before the document after d1.
-    const i128 lo = std::max<i128>(0, from(start(d0) - k.w));
-    const i128 hi = std::min({i128(k.n - 1), upto(qmax), upto(start(d1 + 1) - 1)});
+    const i128 lo = std::max<i128>(0, from(e.first - k.w));
+    const i128 hi = std::min({i128(k.n - 1), upto(e.qmax), upto(e.after_last - 1)});
     if (hi < lo) continue;
     out.seen += hi - lo + 1;
-    if (d0 != d1) continue;
+    if (!e.one_doc) continue;
     // Full: highest <= qmin, and the whole key tile inside document d0.
-    const i128 flo = std::max(lo, from(start(d0))),
-               fhi = std::min({hi, upto(qmin - k.w), upto(start(d0 + 1) - 1 - k.w)});
+    const i128 flo = std::max(lo, from(e.first)),
+               fhi = std::min({hi, upto(e.qmin - k.w), upto(e.after_first - 1 - k.w)});
     if (fhi >= flo) out.full += fhi - flo + 1;
   }
   return out;
 }
 
+bool same_spans(const Spans& a, const Spans& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const Span& x, const Span& y) {
+    return x.start == y.start && x.count == y.count && x.stride == y.stride;
+  });
+}
+i128 highest(const Run& r) { return r.p + r.s * (r.n - 1) + r.w; }
+
 }  // namespace
 
-TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles, TileCut cut) {
-  const std::vector<Run> qr = tile_runs(q, tiles.q), kr = tile_runs(kv, tiles.k);
-  const cp::Mask& mask = c.mask;
-  const bool listed = mask.has_documents() && mask.doc_period() == 0;
-  const Mask m{mask.is_causal(), mask.window(), mask.doc_period()};
+// One side of a call as the counts read it: the spans and tile rows it came from, and their runs.
+struct Side {
+  Spans spans;
+  int tile = -1;
+  std::vector<Run> runs;
+  std::vector<std::vector<QueryTileDocs>> docs;  // query side, listed documents: per run, per tile
+  std::vector<i128> reach;                       // key side, listed documents: see State
+  bool is(const Spans& s, int t) const { return t == tile && same_spans(s, spans); }
+};
+
+struct TileCounter::State {
+  const cp::Config& c;
+  TileCut cut;
+  bool listed;  // documents of several lengths
+  Mask m;
+  // Query sides by their spans' hash: a scheme's steps attend one rank's queries in turn
+  // (ring) or every rank's (passq), and finding each query tile's documents is most of the
+  // count under a dispatch of small pieces. Dropped whole past a bound on what they hold.
+  std::unordered_map<uint64_t, std::vector<Side>> queries;
+  size_t held = 0;  // runs held in `queries`
+  // The last call's key side. Under listed documents its runs are sorted by lowest position
+  // (a sum over pairs does not depend on their order), and reach[i] is the highest position of
+  // runs 0..i: the runs a query run can meet are found by bisection, not tried one by one
+  // (an all-gathered K/V is thousands of runs in rank order).
+  Side keys;
+
+  State(const cp::Config& cfg, TileCut k)
+      : c(cfg),
+        cut(k),
+        listed(cfg.mask.has_documents() && cfg.mask.doc_period() == 0),
+        m{cfg.mask.is_causal(), cfg.mask.window(), cfg.mask.doc_period()} {}
+  static uint64_t hash(const Spans& spans, int tile) {
+    uint64_t h = uint64_t(tile) * 0x9E3779B97F4A7C15ull;
+    for (const Span& x : spans)
+      for (int64_t v : {x.start, x.count, x.stride}) h = (h ^ uint64_t(v)) * 0x100000001B3ull;
+    return h;
+  }
+  const Side& query_side(const Spans& spans, int tile) {
+    std::vector<Side>& bucket = queries[hash(spans, tile)];
+    for (const Side& e : bucket)
+      if (e.is(spans, tile)) return e;
+    if (held > (size_t(1) << 20)) queries.clear(), held = 0;
+    std::vector<Side>& into = queries[hash(spans, tile)];
+    Side e{spans, tile, {}, {}, {}};
+    tile_runs(spans, tile, e.runs);
+    for (size_t i = 0; listed && i < e.runs.size(); ++i) e.docs.push_back(query_tile_docs(e.runs[i], c.mask));
+    held += e.runs.size();
+    into.push_back(std::move(e));
+    return into.back();
+  }
+  const Side& key_side(const Spans& spans, int tile) {
+    if (keys.is(spans, tile)) return keys;
+    keys.spans = spans, keys.tile = tile;
+    tile_runs(spans, tile, keys.runs);
+    keys.reach.clear();
+    if (!listed) return keys;
+    std::sort(keys.runs.begin(), keys.runs.end(), [](const Run& x, const Run& y) { return x.p < y.p; });
+    for (const Run& r : keys.runs)
+      keys.reach.push_back(std::max(keys.reach.empty() ? highest(r) : keys.reach.back(), highest(r)));
+    return keys;
+  }
+};
+
+TileCounter::TileCounter(const cp::Config& c, TileCut cut) : st_(new State(c, cut)) {}
+TileCounter::~TileCounter() = default;
+
+TileCount TileCounter::operator()(const Spans& q, const Spans& kv, kernels::AttnTiles tiles) {
+  State& s = *st_;
+  const Side &qs = s.query_side(q, tiles.q), &ks = s.key_side(kv, tiles.k);
   i128 full = 0, partial = 0, full_area = 0, partial_area = 0;  // areas in rows x keys
-  for (const Run& a : qr)
-    for (const Run& b : kr) {
-      const Pairs p = listed ? count_listed_documents(a, b, mask) : count_runs(a, b, m, cut);
+  for (size_t i = 0; i < qs.runs.size(); ++i) {
+    const Run& a = qs.runs[i];
+    size_t b0 = 0, b1 = ks.runs.size();
+    if (s.listed && a.n > 0) {  // key runs with a key at or after the first document, none past the last query
+      const i128 from = qs.docs[i].front().first, upto = qs.docs[i].back().qmax;
+      b0 = size_t(std::lower_bound(ks.reach.begin(), ks.reach.end(), from) - ks.reach.begin());
+      b1 = size_t(
+          std::partition_point(ks.runs.begin() + long(b0), ks.runs.end(), [&](const Run& r) { return r.p <= upto; }) -
+          ks.runs.begin());
+    }
+    for (size_t j = b0; j < b1; ++j) {
+      const Run& b = ks.runs[j];
+      const Pairs p = s.listed ? count_listed_documents(a, qs.docs[i], b) : count_runs(a, b, s.m, s.cut);
       full += p.full, partial += p.seen - p.full;
       full_area += p.full * a.rows * b.rows, partial_area += (p.seen - p.full) * a.rows * b.rows;
     }
+  }
   const double whole = double(tiles.q) * tiles.k;
   return {double(full), double(partial), double(full_area) / whole, double(partial_area) / whole};
+}
+
+TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles, TileCut cut) {
+  return TileCounter(c, cut)(q, kv, tiles);
 }
 
 }  // namespace minicp::predict

@@ -1,6 +1,7 @@
 // The performance model's commands (see predict_cmds.hpp).
 #include "miniapp/run/predict_cmds.hpp"
 
+#include <malloc.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -367,7 +368,17 @@ std::string advice_group(const Case& c) {
          (c.documents_label.empty() ? "" : ", documents " + c.documents_label);
 }
 
+// The model builds and frees each rank's schedule in turn while its tile counts keep what they
+// found: with glibc's default trimming, the freed top of the heap goes back to the kernel and
+// is faulted in again for the next rank (half the time of a 1024-rank case with a dispatch).
+// The model's commands run nothing else in their process, so they keep the heap.
+static void keep_heap() {
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+}
+
 void run_predict(const Plan& p) {
+  keep_heap();
   const PredictOptions& o = p.predict_opts;
   const predict::Calibration cal = table_of(o);
   const auto t0 = std::chrono::steady_clock::now();
@@ -440,6 +451,7 @@ void run_predict(const Plan& p) {
 }
 
 void run_advise(const Plan& p) {
+  keep_heap();
   const PredictOptions& o = p.predict_opts;
   const predict::Calibration cal = table_of(o);
   predict::Machine base = machine_for(p.deck, cal, o.threads, o.ranks_per_node);
