@@ -15,6 +15,7 @@
 
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
+#include "miniapp/cp/dispatch.hpp"
 #include "miniapp/cp/layout.hpp"
 #include "miniapp/predict/predict.hpp"
 #include "tests/mpi_util.hpp"
@@ -311,33 +312,41 @@ void schedules_send_what_the_schemes_send(bool bf16_dkv) {
   auto comm = comm::make_mpi_comm(comm::Progress::None);
   const std::string what = std::string(kernels::dtype_name<T>()) + (bf16_dkv ? " bf16_dkv" : "");
   int checked = 0;
-  for (const cp::SchemeInfo& info : cp::registry()) {
-    cp::Config cfg;
-    cfg.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
-    cfg.seq_len = 32 * P, cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.ranks = P, cfg.decode_tokens = 3;
-    cfg.bf16_dkv = bf16_dkv;
-    if (!cp::check(info, cfg).empty()) continue;  // e.g. none at P > 1
-    const cp::Shard sh = info.shard(cfg, r);
-    const int64_t sq = int64_t(sh.q.size()), skv = int64_t(sh.kv.size());
-    kernels::View3<T> q("q", sq, 4, 8), k("k", skv, 2, 8), v("v", skv, 2, 8), o("o", sq, 4, 8), dq("dq", sq, 4, 8),
-        dk("dk", skv, 2, 8), dv("dv", skv, 2, 8);
-    kernels::View2<A> lse("lse", sq, 4);
-    Kokkos::deep_copy(q, T(0.1)), Kokkos::deep_copy(k, T(0.2)), Kokkos::deep_copy(v, T(0.3));
-    cp::Context ctx{*comm, cfg};
-    auto scheme = cp::make_scheme<T>(info);
-    const predict::Topo topo{P, P};
-    scheme->forward(ctx, q, k, v, o, lse);
-    EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(T))))
-        << info.name << " forward, rank " << r << ", " << what;
-    if (cfg.problem == cp::Problem::Train) {
-      ctx.reset();
-      scheme->backward(ctx, q, k, v, o, lse, o, dq, dk, dv);
-      EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, true, sizeof(T))))
-          << info.name << " backward, rank " << r << ", " << what;
+  for (const cp::SchemeInfo& info : cp::registry())
+    for (const std::string dispatch : {"", "area", "doc-zigzag"}) {  // the layout, then dispatches
+      if (!dispatch.empty() && !info.takes_dispatch) continue;
+      cp::Config cfg;
+      cfg.problem = info.solves(cp::Problem::Train) ? cp::Problem::Train : cp::Problem::Decode;
+      cfg.seq_len = 32 * P, cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.ranks = P, cfg.decode_tokens = 3;
+      cfg.bf16_dkv = bf16_dkv;
+      if (!dispatch.empty()) {  // documents of odd lengths: doc-zigzag's counts differ by rank, area's do not
+        cfg.mask = cp::Mask::documents({1, 5 * P + 2, 3, 17 * P - 6, 7 * P, 3 * P});
+        cfg.dispatch = dispatch;
+        cfg.tokens = std::make_shared<const std::vector<std::vector<int64_t>>>(
+            cp::dispatch_tokens(cp::Dispatch::parse(dispatch, 8), cfg.mask, cfg.seq_len, P));
+      }
+      if (!cp::check(info, cfg).empty()) continue;  // e.g. none at P > 1, ulysses on unequal counts
+      const cp::Shard sh = info.shard(cfg, r);
+      const int64_t sq = int64_t(sh.q.size()), skv = int64_t(sh.kv.size());
+      kernels::View3<T> q("q", sq, 4, 8), k("k", skv, 2, 8), v("v", skv, 2, 8), o("o", sq, 4, 8), dq("dq", sq, 4, 8),
+          dk("dk", skv, 2, 8), dv("dv", skv, 2, 8);
+      kernels::View2<A> lse("lse", sq, 4);
+      Kokkos::deep_copy(q, T(0.1)), Kokkos::deep_copy(k, T(0.2)), Kokkos::deep_copy(v, T(0.3));
+      cp::Context ctx{*comm, cfg};
+      auto scheme = cp::make_scheme<T>(info);
+      const predict::Topo topo{P, P};
+      scheme->forward(ctx, q, k, v, o, lse);
+      EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, false, sizeof(T))))
+          << info.name << " forward, rank " << r << ", " << what << " " << dispatch;
+      if (cfg.problem == cp::Problem::Train) {
+        ctx.reset();
+        scheme->backward(ctx, q, k, v, o, lse, o, dq, dk, dv);
+        EXPECT_EQ(ctx.bytes_sent(), schedule_bytes(info.schedule(cfg, topo, r, true, sizeof(T))))
+            << info.name << " backward, rank " << r << ", " << what << " " << dispatch;
+      }
+      ++checked;
     }
-    ++checked;
-  }
-  EXPECT_GT(checked, P == 1 ? 0 : 5) << what;
+  EXPECT_GT(checked, P == 1 ? 0 : 12) << what;
 }
 
 TEST(PerfModel, SchedulesSendWhatTheSchemesSend) {
@@ -356,26 +365,31 @@ TEST(PerfModel, AttentionAreaSharesTheMaskOnce) {
   int checked = 0;
   for (const cp::SchemeInfo& info : cp::registry())
     for (const cp::Mask& mask : masks)
-      for (int P = 1; P <= 4; ++P) {
-        cp::Config c;
-        c.seq_len = S, c.heads = 8, c.kv_heads = 2, c.head_dim = 16, c.ranks = P, c.mask = mask, c.decode_tokens = 3;
-        c.problem = info.problems.front();
-        if (!cp::check(info, c).empty()) continue;
-        // Decode: the new tokens (positions S..) against the cache, keys 0..S-1.
-        const bool decode = c.problem == cp::Problem::Decode;
-        const int64_t q0 = decode ? S : 0, nq = decode ? c.decode_tokens : S;
-        double want = 0;
-        for (int64_t q = q0; q < q0 + nq; ++q) {
-          const auto [lo, hi] = mask.keys_of(q);
-          want += double(std::max<int64_t>(0, std::min(hi, S - 1) - lo + 1));
+      for (int P = 1; P <= 4; ++P)
+        for (const std::string dispatch : {"", "area", "doc-zigzag"}) {
+          if (!dispatch.empty() && !info.takes_dispatch) continue;
+          cp::Config c;
+          c.seq_len = S, c.heads = 8, c.kv_heads = 2, c.head_dim = 16, c.ranks = P, c.mask = mask, c.decode_tokens = 3;
+          c.problem = info.problems.front();
+          if (!dispatch.empty())
+            c.dispatch = dispatch, c.tokens = std::make_shared<const std::vector<std::vector<int64_t>>>(
+                                       cp::dispatch_tokens(cp::Dispatch::parse(dispatch, 8), mask, S, P));
+          if (!cp::check(info, c).empty()) continue;
+          // Decode: the new tokens (positions S..) against the cache, keys 0..S-1.
+          const bool decode = c.problem == cp::Problem::Decode;
+          const int64_t q0 = decode ? S : 0, nq = decode ? c.decode_tokens : S;
+          double want = 0;
+          for (int64_t q = q0; q < q0 + nq; ++q) {
+            const auto [lo, hi] = mask.keys_of(q);
+            want += double(std::max<int64_t>(0, std::min(hi, S - 1) - lo + 1));
+          }
+          const std::vector<double> area = predict::attention_area(c, info);
+          double got = 0;
+          for (double a : area) got += a;
+          EXPECT_EQ(got, want * c.heads) << info.name << " P=" << P << " " << mask.describe() << " " << dispatch;
+          ++checked;
         }
-        const std::vector<double> area = predict::attention_area(c, info);
-        double got = 0;
-        for (double a : area) got += a;
-        EXPECT_EQ(got, want * c.heads) << info.name << " P=" << P << " " << mask.describe();
-        ++checked;
-      }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checked, 250);
   cp::Config c;
   c.seq_len = 4096, c.heads = 8, c.kv_heads = 8, c.head_dim = 16, c.ranks = 4;
   const std::vector<double> ring = predict::attention_area(c, cp::find("ring"));

@@ -283,8 +283,8 @@ inline std::vector<predict::Step> ring_steps(const Config& c, const predict::Top
       continue;
     }
     if (P == 1) break;
-    if (s + 1 < P - 1) st.overlapped.push_back(pass(b, elem));        // this block on, the next one in
-    if (s >= 1) st.overlapped.push_back(pass(b, dkv_elem(c, elem)));  // this block's dK/dV
+    if (s + 1 < P - 1) st.overlapped.push_back(pass(b, elem));                  // this block on, the next one in
+    if (s >= 1) st.overlapped.push_back(pass((r + s) % P, dkv_elem(c, elem)));  // the last step's block's dK/dV
     st.aux_values = (s >= 1 ? 2 : 1) * kv_values[size_t(b)] + (s == 0 ? nq * heads * c.head_dim : 0);
   }
   bool group_inter = false;

@@ -2,7 +2,9 @@
 // ranks (world rank = ring_index*U + ulysses_index). A Ulysses all-to-all inside each group
 // gives every member its H/U heads for the whole zigzag shard of its ring index; ring
 // attention then runs across the R groups, and the all-to-all goes back. U = P gives plain
-// Ulysses (local attention), U = 1 a zigzag ring.
+// Ulysses (local attention), U = 1 a zigzag ring. Its sequence shard is a choice: a dispatch
+// that gives every rank as many tokens replaces the zigzag one (the all-to-alls exchange equal
+// blocks); a ring block is then the dispatch's tokens of one group's members, in member order.
 // Group size U: the ulysses setting when set (it must divide P); otherwise the largest divisor U of P
 // with U <= P/2, so the ring keeps >= 2 ranks, that meets the head rules (heads % U == 0,
 // and kv_heads % U == 0 or U % kv_heads == 0); U = 1 when P == 1 or no divisor qualifies.
@@ -14,11 +16,16 @@
 namespace minicp::cp {
 namespace {
 
+// World rank w's tokens: the dispatch's, else its zigzag shard of the ring index.
+std::vector<int64_t> usp_tokens(const Config& c, int R, int U, int w) {
+  return c.tokens ? (*c.tokens)[size_t(w)] : layout::usp(c.seq_len, R, U, w);
+}
+
 template <class T>
 class Usp final : public Scheme<T> {
  public:
   using A = kernels::acc_t<T>;
-  // q[S/P,H,D], k,v[S/P,Hkv,D] (layout::usp rows) -> o[S/P,H,D], lse[S/P,H].
+  // q[S/P,H,D], k,v[S/P,Hkv,D] (layout::usp rows, or the dispatch's) -> o[S/P,H,D], lse[S/P,H].
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     setup(ctx);
     engine_.forward(ctx, *ulysses_, &*ring_, pos_, q, k, v, o, lse);
@@ -42,7 +49,7 @@ class Usp final : public Scheme<T> {
     ring_ = ctx.comm.split_strided(R, "ring");
     pos_.clear();
     for (int w : ulysses_->world_ranks) {
-      const auto part = layout::usp(c.seq_len, R, U, w);
+      const auto part = usp_tokens(c, R, U, w);
       pos_.insert(pos_.end(), part.begin(), part.end());
     }
   }
@@ -59,18 +66,23 @@ SchemeInfo usp_scheme() {
                  "usp: Ulysses group size U (ranks); 0 = the largest divisor of ranks <= ranks/2 that divides heads", 0,
                  0, [](const Config& c, const comm::Topology&) { return usp_ulysses_size(c); }}};
   s.ring_family = true;
-  s.refuses = "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks";
+  s.takes_dispatch = true;
+  s.refuses =
+      "ulysses not dividing ranks; heads not divisible by ulysses; seq_len not divisible by 2*ranks (its own layout); "
+      "a "
+      "dispatch of unequal token counts";
   s.check = [](const Config& c) -> std::string {
     const int U = c.setting("ulysses");
     if (U > 0 && c.ranks % U != 0)
       return "usp needs ulysses (" + std::to_string(U) + ") dividing ranks (" + std::to_string(c.ranks) + ")";
-    std::string why = layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
+    std::string why = c.tokens ? equal_tokens(*c.tokens, "usp", c.dispatch)
+                               : layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "usp");
     if (why.empty()) why = ulysses_head_check("usp", c.heads, usp_ulysses_size(c), "ulysses");
     return why;
   };
   s.shard = [](const Config& c, int r) {
     const int U = usp_ulysses_size(c);
-    const auto t = layout::usp(c.seq_len, c.ranks / U, U, r);
+    const auto t = usp_tokens(c, c.ranks / U, U, r);
     return Shard{t, t};
   };
   // The Ulysses engine's buffers, and the ring's over the R groups on the head-sharded rows
@@ -92,10 +104,13 @@ SchemeInfo usp_scheme() {
   s.schedule = [](const Config& c, const predict::Topo& t, int r, bool backward, size_t elem) {
     const int U = usp_ulysses_size(c), R = c.ranks / U, u = r % U;
     const HeadSplit qs = HeadSplit::query(c.heads, U), ks = HeadSplit::kv(c.heads, c.kv_heads, U);
+    const auto table = c.tokens ? dispatch_spans(c.tokens) : nullptr;  // the dispatch's rows per rank
     auto rows = [&](int i) {
       predict::Spans out;
-      for (int w = 0; w < U; ++w)
-        for (const predict::Span& sp : layout::usp_spans(c.seq_len, R, U, i * U + w)) out.push_back(sp);
+      for (int w = i * U; w < i * U + U; ++w) {
+        const predict::Spans part = table ? (*table)[size_t(w)] : layout::usp_spans(c.seq_len, R, U, w);
+        out.insert(out.end(), part.begin(), part.end());
+      }
       return out;
     };
     auto ring = ring_steps(
