@@ -138,6 +138,18 @@ void ulysses_unpack(Kokkos::View<const S*, Kokkos::LayoutRight, kernels::Mem> re
       "cp::ulysses::unpack", Kokkos::RangePolicy<kernels::Exec, Kokkos::IndexType<int64_t>>(0, n * Hx),
       KOKKOS_LAMBDA(const int64_t row) {
         const int64_t t = row / Hx, c = row % Hx;
+        // The slots holding head c are found once per row, not per element: one slot (the
+        // rule unless K/V heads were replicated) is a copy the compiler vectorises; searching
+        // the U x per slots for each of the D elements made this 8x a copy at 8 heads.
+        int hits = 0;
+        int64_t first = 0;
+        for (int w = 0; w < s.ranks; ++w)
+          for (int j = 0; j < per; ++j)
+            if (s.head(w, j) == c) first = hits++ == 0 ? ((w * n + t) * per + j) * D : first;
+        if (hits == 1) {
+          for (int64_t d = 0; d < D; ++d) out(t, c, d) = X(A(recv(first + d)));
+          return;
+        }
         for (int64_t d = 0; d < D; ++d) {
           A sum = A(0);
           for (int w = 0; w < s.ranks; ++w)
