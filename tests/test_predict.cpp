@@ -108,8 +108,10 @@ predict::TileCount count(const cp::Config& c, const predict::Spans& q, const pre
   const int64_t W = c.mask.window();
   const double whole = double(tiles.q) * tiles.k;
   predict::TileCount n;
-  for (const Bounds& a : tile_bounds(q, tiles.q, c.mask))
-    for (const Bounds& k : tile_bounds(kv, tiles.k, c.mask)) {
+  const std::vector<Bounds> qb = tile_bounds(q, tiles.q, c.mask), kb = tile_bounds(kv, tiles.k, c.mask);
+  n.q_tiles = double(qb.size()), n.k_tiles = double(kb.size());
+  for (const Bounds& a : qb)
+    for (const Bounds& k : kb) {
       if (causal && k.pmin > a.pmax) continue;
       if (W > 0 && k.pmax <= a.pmin - W) continue;
       if (k.dmax < a.dmin || k.dmin > a.dmax) continue;
@@ -125,11 +127,12 @@ predict::TileCount count(const cp::Config& c, const predict::Spans& q, const pre
 bool same_count(const predict::TileCount& a, const predict::TileCount& b) {
   auto near = [](double x, double y) { return std::abs(x - y) <= 1e-12 * std::max(1.0, std::abs(y)); };
   return near(a.full, b.full) && near(a.partial, b.partial) && near(a.full_area, b.full_area) &&
-         near(a.partial_area, b.partial_area);
+         near(a.partial_area, b.partial_area) && a.q_tiles == b.q_tiles && a.k_tiles == b.k_tiles;
 }
 std::string describe(const predict::TileCount& t) {
   return std::to_string(t.full) + " full, " + std::to_string(t.partial) + " partial, areas " +
-         std::to_string(t.full_area) + " / " + std::to_string(t.partial_area);
+         std::to_string(t.full_area) + " / " + std::to_string(t.partial_area) + ", tiles " + std::to_string(t.q_tiles) +
+         " x " + std::to_string(t.k_tiles);
 }
 std::string describe(const predict::Spans& s) {
   std::string out;
@@ -545,6 +548,27 @@ TEST(PerfModel, TableTextRoundTripsAndBadRowsNameTheLine) {
     EXPECT_NE(std::string(e.what()).find("bad.txt:2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(predict::parse_calibration("gemmm f32\n", "x"), std::runtime_error);
+}
+
+// An attention row's optional columns: TOUCHED, then ITEM; a row without them reads 0, a
+// negative one is refused, and the written text keeps both.
+TEST(PerfModel, AttentionRowsReadTheirOptionalColumns) {
+  const predict::Calibration c = predict::parse_calibration(
+      "attn f32 1 fwd 128 256 128 2e-6 3e-6 1e-5\n"
+      "attn f32 1 bwd 128 128 128 2e-6 3e-6 1e-5 4e-7\n"
+      "attn f32 2 bwd 128 128 128 2e-6 3e-6 1e-5 4e-7 5e-6\n",
+      "t.txt");
+  ASSERT_EQ(c.attn.size(), 3u);
+  EXPECT_EQ(c.attn[0].tile_s, 0.0);
+  EXPECT_EQ(c.attn[0].item_s, 0.0);
+  EXPECT_EQ(c.attn[1].tile_s, 4e-7);
+  EXPECT_EQ(c.attn[1].item_s, 0.0);
+  EXPECT_EQ(c.attn[2].item_s, 5e-6);
+  const predict::Calibration back = predict::parse_calibration(c.text(), "again");
+  EXPECT_EQ(back.attn[2].item_s, 5e-6);
+  EXPECT_EQ(back.text(), c.text());
+  EXPECT_THROW(predict::parse_calibration("attn f32 1 bwd 128 128 128 2e-6 3e-6 1e-5 4e-7 -1\n", "x"),
+               std::runtime_error);
 }
 
 // The overlap rule: with an instant link the step is the compute alone, a slower link never

@@ -47,7 +47,7 @@ std::string Calibration::text() const {
   for (const AttnRate& a : attn)
     o << "attn " << a.dtype << " " << a.threads << " " << (a.backward ? "bwd" : "fwd") << " " << a.head_dim << " "
       << a.tile_q << " " << a.tile_k << " " << num(a.full_s) << " " << num(a.partial_s) << " " << num(a.call_s) << " "
-      << num(a.tile_s) << "\n";
+      << num(a.tile_s) << " " << num(a.item_s) << "\n";
   for (const ElemRate& e : elem)
     o << "elem " << e.dtype << " " << e.threads << " " << e.op << " " << num(e.s_per_value) << "\n";
   for (const LinkRate& l : links)
@@ -172,8 +172,10 @@ bool read_rate(const std::string& kind, std::istringstream& ls, Calibration& c) 
               a.call_s) &&
          (pass == "fwd" || pass == "bwd") && a.head_dim > 0 && a.tile_q > 0 && a.tile_k > 0 && a.full_s > 0 &&
          a.partial_s >= 0 && a.call_s >= 0;
-    if (ok && !(ls >> a.tile_s)) a.tile_s = 0;  // optional column
-    ok = ok && a.tile_s >= 0;
+    const bool touched = ok && bool(ls >> a.tile_s);  // optional columns: TOUCHED, then ITEM
+    if (!touched) a.tile_s = 0;
+    if (!(touched && ls >> a.item_s)) a.item_s = 0;
+    ok = ok && a.tile_s >= 0 && a.item_s >= 0;
     a.backward = pass == "bwd";
     if (ok) c.attn.push_back(a);
   } else if (kind == "elem") {

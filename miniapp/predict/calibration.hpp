@@ -6,12 +6,14 @@
 //
 //   sgemm   THREADS FLOP/S                          BLAS SGEMM 2048^3 per rank: the drift reference
 //   gemm    DTYPE THREADS OPS M N K FLOP/S          one GEMM shape (OPS: NN, NT, TN)
-//   attn    DTYPE THREADS PASS D TQ TK FULL PARTIAL CALL [TOUCHED]
+//   attn    DTYPE THREADS PASS D TQ TK FULL PARTIAL CALL [TOUCHED [ITEM]]
 //                                                   seconds per (tile, head) of a fully visible tile
 //                                                   and of a partly masked one (scaled by the part
-//                                                   of a whole tile's area it has), per call, and
-//                                                   per (tile, head) touched whatever its area;
-//                                                   PASS fwd | bwd, tiles TQ x TK tokens
+//                                                   of a whole tile's area it has), per call, per
+//                                                   (tile, head) touched whatever its area, and per
+//                                                   work item whatever the mask leaves it (forward:
+//                                                   a query head's query tile; backward: a K/V
+//                                                   head's key tile); PASS fwd | bwd, tiles TQ x TK
 //   elem    DTYPE THREADS OP SECONDS                seconds per value of an element-wise kernel
 //                                                   (rmsnorm_fwd, rmsnorm_bwd, rope, swiglu_fwd,
 //                                                   swiglu_bwd, copy)
@@ -85,6 +87,10 @@ struct AttnRate {
   int head_dim = 0, tile_q = 0, tile_k = 0;
   double full_s = 0, partial_s = 0, call_s = 0;
   double tile_s = 0;  // per tile touched, whatever its area (K/V loads); optional column
+  // Per work item (forward: a query head's query tile; backward: a K/V head's key tile), each
+  // of which loads its tile, clears its buffers and finishes its rows however few tiles the
+  // mask leaves it: a call of short documents is mostly that. Optional column.
+  double item_s = 0;
 };
 struct ElemRate {
   std::string dtype, op;

@@ -181,12 +181,13 @@ struct Measure {
   AttnRate attention_rate(const model::Shape& s, bool bwd) {
     const int H = s.heads, Hkv = s.kv_heads, D = s.head_dim;
     const kernels::AttnTiles tiles = kernels::attention_default_tiles(bwd);
-    std::vector<std::array<double, 5>> rows;  // call, full area, partial area, tiles, seconds
+    std::vector<std::array<double, 6>> rows;  // call, full area, partial area, tiles, work items, seconds
     // One call of queries at qs against keys at ks, timed (median of reps) as a row of the fit;
     // `cold`: its K and V are read from memory, cycling through copies, as a decode call in a
     // layer reads its cache a layer of weights after the last read (timed warm, the same call
     // read 7-16% faster than cold and than the layer's).
-    auto time_call = [&](const Spans& qs, const Spans& ks, int reps, bool cold) {
+    // doc_len > 0: under documents of that many tokens.
+    auto time_call = [&](const Spans& qs, const Spans& ks, int reps, bool cold, int64_t doc_len = 0) {
       const int64_t nq = layout::count(qs), nk = layout::count(ks);
       // The kernel's output, LSE and gradients in the accumulator type (fp32 for bf16); the
       // backward reads the stored (rounded) output and its gradient, as a training step has them.
@@ -201,9 +202,8 @@ struct Measure {
       Kokkos::deep_copy(v, T(0.3));
       cp::Config c;
       c.seq_len = std::max(qs.front().start + nq, nk), c.heads = H, c.kv_heads = Hkv, c.head_dim = D, c.ranks = 1;
-      const auto qp = cp::to_device(layout::expand(qs), "cal_qpos"), kp = cp::to_device(layout::expand(ks), "cal_kpos");
-      kernels::AttnMask mask;
-      mask.q_pos = qp, mask.k_pos = kp, mask.causal = true;
+      if (doc_len > 0) c.mask = cp::Mask::equal_documents(doc_len);
+      const kernels::AttnMask mask = cp::make_mask(c, layout::expand(qs), layout::expand(ks));
       kernels::attention_fwd<T>(q, k, v, mask, o, lse);
       if (bwd) Kokkos::deep_copy(o_stored, T(0.3));
       const int copies = cold ? copies_filling_memory(2.0 * double(nk * Hkv * D) * sizeof(T), 64) : 1;
@@ -223,23 +223,30 @@ struct Measure {
                       }) /
           copies;
       const TileCount n = count_tiles(c, qs, ks, tiles);
-      rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H, t});
+      rows.push_back({1.0, n.full_area * H, n.partial_area * H, (n.full + n.partial) * H,
+                      bwd ? n.k_tiles * Hkv : n.q_tiles * H, t});
     };
     // Decode-sized calls (a few queries against a cache) weigh the per-call cost; decode runs
     // forward only, so only the forward's are read cold.
     for (int64_t m : {1024, 4096}) time_call({{m, 4, 1}}, {{0, m, 1}}, 5, !bwd);
     for (int64_t m : {256, 512, 1024})
       for (bool diag : {false, true}) time_call({{diag ? 0 : m, m, 1}}, {{0, m, 1}}, 3, false);
+    // Short documents, their ends inside the tiles: few tiles per work item, which weighs the
+    // items' own cost (what a call of packed documents pays beyond its tiles).
+    for (int64_t m : {1024, 4096}) time_call({{0, m, 1}}, {{0, m, 1}}, 3, false, 100);
     const auto x = fit(rows);
-    return AttnRate{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
+    AttnRate a{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
+    a.item_s = x[4];
+    return a;
   }
 
-  // Least squares of t ~ a0 + a1 area_full + a2 area_partial + a3 tiles (per call, per whole
-  // tile's area, per tile touched whatever its area: the K/V loads of a decode call), each row
-  // weighted by 1/t (relative errors); a negative coefficient is dropped and the rest fitted again.
-  static std::array<double, 4> fit(const std::vector<std::array<double, 5>>& rows) {
-    constexpr int K = 4;
-    std::array<bool, K> use{true, true, true, true};
+  // Least squares of t ~ a0 + a1 area_full + a2 area_partial + a3 tiles + a4 items (per call,
+  // per whole tile's area, per tile touched whatever its area: the K/V loads of a decode call,
+  // per work item), each row weighted by 1/t (relative errors); a negative coefficient is
+  // dropped and the rest fitted again.
+  static std::array<double, 5> fit(const std::vector<std::array<double, 6>>& rows) {
+    constexpr int K = 5;
+    std::array<bool, K> use{true, true, true, true, true};
     for (int pass = 0; pass < K; ++pass) {
       double A[K][K] = {}, b[K] = {};
       for (const auto& r : rows) {

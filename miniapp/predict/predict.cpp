@@ -239,11 +239,13 @@ struct CaseRates {
     const TileCount t = count(a.q, a.kv, {r->tile_q, r->tile_k});
     if (t.full + t.partial == 0) return 0;  // skipped as fully masked: no call
     // The table's rates are per whole tile and head at its head_dim; another head_dim scales
-    // with D, a smaller tile with its area.
+    // with D, a smaller tile with its area. Work items: the forward's are a query head's query
+    // tile, the backward's a K/V head's key tile (kernels/attention_tiled.hpp).
     const double d = double(c.head_dim) / r->head_dim;
+    const double items = backward ? a.kv_heads * t.k_tiles : a.heads * t.q_tiles;
     return (r->call_s +
-            a.heads * d *
-                (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s)) /
+            a.heads * d * (t.full_area * r->full_s + t.partial_area * r->partial_s + (t.full + t.partial) * r->tile_s) +
+            items * d * r->item_s) /
            rate_scale;
   }
 };

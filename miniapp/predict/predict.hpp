@@ -51,6 +51,7 @@ std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward);
 // (an edge tile, or a decode step's few queries, costs its part of a tile).
 struct TileCount {
   double full = 0, partial = 0, full_area = 0, partial_area = 0;
+  double q_tiles = 0, k_tiles = 0;  // the tiles of each side, whatever the mask
 };
 // Counted in closed form over the spans (tile_count.cpp): the cost does not grow with seq_len.
 // `cut`: how a pair of tile runs whose documents are not regular is cut up (the cheapest by

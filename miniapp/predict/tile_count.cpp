@@ -504,7 +504,10 @@ TileCount TileCounter::operator()(const Spans& q, const Spans& kv, kernels::Attn
     }
   }
   const double whole = double(tiles.q) * tiles.k;
-  return {double(full), double(partial), double(full_area) / whole, double(partial_area) / whole};
+  double q_tiles = 0, k_tiles = 0;
+  for (const Run& r : qs.runs) q_tiles += double(r.n);
+  for (const Run& r : ks.runs) k_tiles += double(r.n);
+  return {double(full), double(partial), double(full_area) / whole, double(partial_area) / whole, q_tiles, k_tiles};
 }
 
 TileCount count_tiles(const cp::Config& c, const Spans& q, const Spans& kv, kernels::AttnTiles tiles, TileCut cut) {
