@@ -76,6 +76,11 @@ Group Communicator::split_strided(int size, const std::string& name) {
   return split_color(world_.rank % (world_.size / size), name);
 }
 
+Group Communicator::split_job(int color, const std::string& name) {
+  if (color < 0) throw std::invalid_argument("group '" + name + "': a job split's color must be >= 0");
+  return split_job_color(color, name);
+}
+
 Event Communicator::posted(EventKind kind, int peer, const Group& g, int step, int64_t payload_bytes) {
   if (kind == EventKind::SendRecv && peer == g.rank) payload_bytes = 0;  // stays on this rank
   const int64_t bytes = bytes_leaving(kind, payload_bytes, g.size);
@@ -146,7 +151,7 @@ Topology Communicator::node_topology(const void* mpi_comm) {
 std::string nccl_unavailable(int) {
   return "this build has no NCCL backend (configure with -DMINICP_ENABLE_NCCL=ON, or -DMINICP_ENABLE_CUDA=ON)";
 }
-std::unique_ptr<Communicator> make_nccl_comm(int, void*) {
+std::unique_ptr<Communicator> make_nccl_comm(int, void*, int) {
   throw std::runtime_error("nccl backend: " + nccl_unavailable(1));
 }
 #endif

@@ -74,6 +74,11 @@ class Communicator {
   // Collective; throws std::invalid_argument when size does not divide the ranks.
   Group split_contiguous(int size, const std::string& name);
   Group split_strided(int size, const std::string& name);
+  // Splits the job (every rank of MPI_COMM_WORLD, whatever this communicator's world) into
+  // groups of the ranks that pass the same color (>= 0): the groups of a mesh that reach
+  // outside a CP world, TP and DP (comm::Mesh::color). Collective over the job's ranks; its
+  // ops go through this communicator, counted and traced as every other group's.
+  Group split_job(int color, const std::string& name);
 
   // Sends `bytes` from send to group rank dst and receives `bytes` into recv from group
   // rank src, non-blocking (the ring step). Deadlock-free in any ring. channel (0..kChannels-1)
@@ -119,6 +124,8 @@ class Communicator {
  protected:
   // The backend's split: ranks with the same color form a group, ordered by world rank.
   virtual Group split_color(int color, const std::string& name) = 0;
+  // The same over the job's ranks (MPI_COMM_WORLD), ordered by job rank.
+  virtual Group split_job_color(int color, const std::string& name) = 0;
 
   // The event of a call posted now (t_begin = MPI_Wtime()), its bytes by bytes_leaving;
   // adds them to bytes_sent(). Every operation builds its event here, once, when it is
@@ -151,14 +158,17 @@ enum class Staging { Direct, Host };
 // MPI backend (MPI must be initialised with MPI_THREAD_MULTIPLE when progress = Thread).
 // Its world is MPI_COMM_WORLD, or with group_size > 0 the group of group_size consecutive
 // world ranks this rank belongs to (world rank / group_size; collective over MPI_COMM_WORLD):
-// e.g. a CP group smaller than the job, or each rank alone (1) for a single-rank reference.
+// e.g. a CP group smaller than the job, or each rank alone (1) for a single-rank reference;
+// or with world_color >= 0 (group_size 0) the ranks that pass the same world_color, in
+// MPI_COMM_WORLD order: a mesh's CP group, which strides over TP's (comm::Mesh::color).
 // poll_us: progress-thread polling interval in microseconds.
 // progress_cpus: CPUs the progress thread is pinned to, one per node-local rank (local
 // rank i takes entry i mod size); empty leaves it where the OS puts it. A CPU that does
 // not exist throws std::invalid_argument.
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50,
                                             const std::vector<int>& progress_cpus = {},
-                                            Staging staging = Staging::Direct, int group_size = 0);
+                                            Staging staging = Staging::Direct, int group_size = 0,
+                                            int world_color = -1);
 
 // Parses a comma list of CPU numbers ("" -> empty); throws std::invalid_argument naming
 // the flag, the value and what is allowed.
@@ -170,10 +180,11 @@ std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag);
 std::string nccl_unavailable(int ranks_on_node);
 // NCCL backend (device buffers; MINICP_ENABLE_NCCL builds). Its world is every MPI rank, or
 // with group_size > 0 the group of group_size consecutive ranks this rank belongs to (as
-// make_mpi_comm). compute_stream: the cudaStream_t the tensors are computed on; each
+// make_mpi_comm), or with world_color >= 0 the ranks that pass the same world_color.
+// compute_stream: the cudaStream_t the tensors are computed on; each
 // operation waits for the work queued there so far (an event, no host wait), or with none
 // for the whole device. Throws std::runtime_error where nccl_unavailable() is not "".
-std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr);
+std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr, int world_color = -1);
 
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "comm/mesh.hpp"
 #include "kernels/bf16.hpp"
 #include "tests/mpi_util.hpp"
 
@@ -727,6 +728,45 @@ TEST(CommGroups, WorldOfConsecutiveRanks) {
     EXPECT_EQ(x, double(n));
   }
   EXPECT_THROW(mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, -1), std::invalid_argument);
+}
+
+// A mesh's groups over real ranks: the world is the CP group (world_color, strided over TP's
+// in Megatron's order) and split_job makes the TP group and the CP x DP group out of the job,
+// whose members lie outside that world. Each group's sum of job ranks says who is in it.
+TEST(CommGroups, MeshGroupsThroughWorldColorAndJobSplits) {
+  const int P = minicp::test::world_size(), me = minicp::test::world_rank();
+  int checked = 0;
+  for (int tp = 1; tp <= P; ++tp)
+    for (int cp = 1; tp * cp <= P; ++cp) {
+      if (P % (tp * cp) != 0) continue;
+      const mc::Mesh mesh(tp, cp, P / (tp * cp));
+      SCOPED_TRACE("mesh T" + std::to_string(tp) + "C" + std::to_string(cp) + "D" + std::to_string(mesh.dp()));
+      auto c = mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, 0, mesh.color(me, mc::Axis::CP));
+      const std::vector<int> cp_members = mesh.group(me, mc::Axis::CP);
+      EXPECT_EQ(c->world().world_ranks, cp_members);
+      EXPECT_EQ(c->world().rank, mesh.coord(me, mc::Axis::CP));
+      const mc::Group tpg = c->split_job(mesh.color(me, mc::Axis::TP), "tp");
+      const mc::Group grad = c->split_job(mesh.grad_color(me), "grad");
+      EXPECT_EQ(tpg.world_ranks, mesh.group(me, mc::Axis::TP));
+      EXPECT_EQ(grad.world_ranks, mesh.grad_group(me));
+      auto sum_of_ranks = [&](const mc::Group& g) {
+        double x = me;
+        c->allreduce(&x, 1, mc::DType::F64, mc::ReduceOp::Sum, g);
+        return x;
+      };
+      auto expected = [](const std::vector<int>& members) {
+        double s = 0;
+        for (int r : members) s += r;
+        return s;
+      };
+      EXPECT_EQ(sum_of_ranks(c->world()), expected(cp_members));
+      EXPECT_EQ(sum_of_ranks(tpg), expected(mesh.group(me, mc::Axis::TP)));
+      EXPECT_EQ(sum_of_ranks(grad), expected(mesh.grad_group(me)));
+      ++checked;
+    }
+  EXPECT_GE(checked, 1);
+  auto c = mc::make_mpi_comm(mc::Progress::None);
+  EXPECT_THROW(c->split_job(-1, "tp"), std::invalid_argument);
 }
 
 TEST(CommParse, ProgressNames) {
