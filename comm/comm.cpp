@@ -81,6 +81,11 @@ Group Communicator::split_job(int color, const std::string& name) {
   return split_job_color(color, name);
 }
 
+void Communicator::narrow_world(int color, const std::string& name) {
+  world_ = split_job(color, name);
+  topology_ = node_topology(world_.mpi);
+}
+
 Event Communicator::posted(EventKind kind, int peer, const Group& g, int step, int64_t payload_bytes) {
   if (kind == EventKind::SendRecv && peer == g.rank) payload_bytes = 0;  // stays on this rank
   const int64_t bytes = bytes_leaving(kind, payload_bytes, g.size);
@@ -151,7 +156,7 @@ Topology Communicator::node_topology(const void* mpi_comm) {
 std::string nccl_unavailable(int) {
   return "this build has no NCCL backend (configure with -DMINICP_ENABLE_NCCL=ON, or -DMINICP_ENABLE_CUDA=ON)";
 }
-std::unique_ptr<Communicator> make_nccl_comm(int, void*, int) {
+std::unique_ptr<Communicator> make_nccl_comm(int, void*) {
   throw std::runtime_error("nccl backend: " + nccl_unavailable(1));
 }
 #endif

@@ -74,10 +74,15 @@ class Communicator {
   // Collective; throws std::invalid_argument when size does not divide the ranks.
   Group split_contiguous(int size, const std::string& name);
   Group split_strided(int size, const std::string& name);
-  // Splits the job (every rank of MPI_COMM_WORLD, whatever this communicator's world) into
-  // groups of the ranks that pass the same color (>= 0): the groups of a mesh that reach
-  // outside a CP world, TP and DP (comm::Mesh::color). Collective over the job's ranks; its
-  // ops go through this communicator, counted and traced as every other group's.
+  // The job: this communicator's ranks when it was made (its first world). narrow_world makes
+  // the ranks of this rank's color (>= 0) the world, e.g. a mesh's CP group, which strides over
+  // TP's (comm::Mesh::color), so the schemes run on it unchanged; the topology follows it.
+  // split_job splits the job into the groups of the ranks that pass the same color (>= 0):
+  // the groups of a mesh that reach outside that world, TP and CP x DP, whose operations go
+  // through this communicator, counted and traced as every other group's. Both are collective
+  // over the job's ranks (not MPI_COMM_WORLD's: the ranks a case leaves idle take no part).
+  const Group& job() const { return job_; }
+  void narrow_world(int color, const std::string& name = "world");
   Group split_job(int color, const std::string& name);
 
   // Sends `bytes` from send to group rank dst and receives `bytes` into recv from group
@@ -124,7 +129,7 @@ class Communicator {
  protected:
   // The backend's split: ranks with the same color form a group, ordered by world rank.
   virtual Group split_color(int color, const std::string& name) = 0;
-  // The same over the job's ranks (MPI_COMM_WORLD), ordered by job rank.
+  // The same over the job's ranks, ordered by job rank.
   virtual Group split_job_color(int color, const std::string& name) = 0;
 
   // The event of a call posted now (t_begin = MPI_Wtime()), its bytes by bytes_leaving;
@@ -140,6 +145,7 @@ class Communicator {
   // topology_ from it.
 
   Group world_;
+  Group job_;  // the world at construction (each backend's constructor sets both)
   Trace trace_;
   Topology topology_;
   Progress progress_ = Progress::None;
@@ -158,17 +164,14 @@ enum class Staging { Direct, Host };
 // MPI backend (MPI must be initialised with MPI_THREAD_MULTIPLE when progress = Thread).
 // Its world is MPI_COMM_WORLD, or with group_size > 0 the group of group_size consecutive
 // world ranks this rank belongs to (world rank / group_size; collective over MPI_COMM_WORLD):
-// e.g. a CP group smaller than the job, or each rank alone (1) for a single-rank reference;
-// or with world_color >= 0 (group_size 0) the ranks that pass the same world_color, in
-// MPI_COMM_WORLD order: a mesh's CP group, which strides over TP's (comm::Mesh::color).
+// e.g. a CP group smaller than the job, or each rank alone (1) for a single-rank reference.
 // poll_us: progress-thread polling interval in microseconds.
 // progress_cpus: CPUs the progress thread is pinned to, one per node-local rank (local
 // rank i takes entry i mod size); empty leaves it where the OS puts it. A CPU that does
 // not exist throws std::invalid_argument.
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress = Progress::None, int poll_us = 50,
                                             const std::vector<int>& progress_cpus = {},
-                                            Staging staging = Staging::Direct, int group_size = 0,
-                                            int world_color = -1);
+                                            Staging staging = Staging::Direct, int group_size = 0);
 
 // Parses a comma list of CPU numbers ("" -> empty); throws std::invalid_argument naming
 // the flag, the value and what is allowed.
@@ -180,11 +183,10 @@ std::vector<int> parse_cpu_list(const std::string& s, const std::string& flag);
 std::string nccl_unavailable(int ranks_on_node);
 // NCCL backend (device buffers; MINICP_ENABLE_NCCL builds). Its world is every MPI rank, or
 // with group_size > 0 the group of group_size consecutive ranks this rank belongs to (as
-// make_mpi_comm), or with world_color >= 0 the ranks that pass the same world_color.
-// compute_stream: the cudaStream_t the tensors are computed on; each
+// make_mpi_comm). compute_stream: the cudaStream_t the tensors are computed on; each
 // operation waits for the work queued there so far (an event, no host wait), or with none
 // for the whole device. Throws std::runtime_error where nccl_unavailable() is not "".
-std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr, int world_color = -1);
+std::unique_ptr<Communicator> make_nccl_comm(int group_size = 0, void* compute_stream = nullptr);
 
 // Parses "none" / "thread"; throws std::invalid_argument naming the allowed values.
 Progress parse_progress(const std::string& s);

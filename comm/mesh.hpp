@@ -50,7 +50,7 @@ class Mesh {
   std::string id() const;
 
  private:
-  std::array<int, 3> n_{1, 1, 1};                          // sizes by Axis
+  std::array<int, 3> n_{1, 1, 1};                            // sizes by Axis
   std::array<Axis, 3> order_{Axis::TP, Axis::CP, Axis::DP};  // innermost first
   int stride(Axis a) const;                                  // world-rank step of one coordinate
 };

@@ -177,23 +177,23 @@ void sum_blocks<bf16>(const void* own, const char* staging, int nblocks, size_t 
 
 class MpiComm final : public Communicator {
  public:
-  MpiComm(Progress progress, int poll_us, const std::vector<int>& progress_cpus, Staging staging, int group_size,
-          int world_color)
+  MpiComm(Progress progress, int poll_us, const std::vector<int>& progress_cpus, Staging staging, int group_size)
       : poll_us_(poll_us), staged_(staging == Staging::Host) {
     progress_ = progress;
     int provided = 0;
     MPI_Query_thread(&provided);
     if (progress == Progress::Thread && provided < MPI_THREAD_MULTIPLE)
       throw std::runtime_error("progress=thread needs MPI initialised with MPI_THREAD_MULTIPLE");
-    if (group_size > 0 || world_color >= 0) {
+    if (group_size > 0) {
       int wr = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &wr);
       MPI_Comm c;
-      check(MPI_Comm_split(MPI_COMM_WORLD, group_size > 0 ? wr / group_size : world_color, wr, &c), "Comm_split");
+      check(MPI_Comm_split(MPI_COMM_WORLD, wr / group_size, wr, &c), "Comm_split");
       world_ = make_group(c, "world", /*dup=*/false);
     } else {
       world_ = make_group(MPI_COMM_WORLD, "world", /*dup=*/true);
     }
+    job_ = world_;
     topology_ = node_topology(world_.native);
     if (progress == Progress::Thread) {
       thread_ = std::thread([this] { progress_loop(); });
@@ -443,10 +443,8 @@ class MpiComm final : public Communicator {
     return make_group(c, name, /*dup=*/false);
   }
   Group split_job_color(int color, const std::string& name) override {
-    int wr = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     MPI_Comm c;
-    check(MPI_Comm_split(MPI_COMM_WORLD, color, wr, &c), "Comm_split");
+    check(MPI_Comm_split(comm_of(job_), color, job_.rank, &c), "Comm_split");
     return make_group(c, name, /*dup=*/false);
   }
 
@@ -647,11 +645,11 @@ class MpiComm final : public Communicator {
 };
 
 std::unique_ptr<Communicator> make_mpi_comm(Progress progress, int poll_us, const std::vector<int>& progress_cpus,
-                                            Staging staging, int group_size, int world_color) {
+                                            Staging staging, int group_size) {
   if (!progress_cpus.empty() && progress != Progress::Thread)
     throw std::invalid_argument("progress CPUs need progress=thread (got progress=none)");
   if (group_size < 0) throw std::invalid_argument("group_size must be >= 0");
-  return std::make_unique<MpiComm>(progress, poll_us, progress_cpus, staging, group_size, world_color);
+  return std::make_unique<MpiComm>(progress, poll_us, progress_cpus, staging, group_size);
 }
 
 bool mpi_device_aware() {

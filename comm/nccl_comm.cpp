@@ -42,7 +42,7 @@ struct NcclRequest : RequestState {
 
 class NcclComm final : public Communicator {
  public:
-  NcclComm(int group_size, cudaStream_t compute, int world_color) : compute_(compute) {
+  NcclComm(int group_size, cudaStream_t compute) : compute_(compute) {
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
       throw std::runtime_error("nccl backend: no CUDA device visible");
@@ -61,12 +61,10 @@ class NcclComm final : public Communicator {
     MPI_Comm mworld;
     MPI_Comm_dup(MPI_COMM_WORLD, &mworld);
     world_ = make_group(world, mworld, "world", rank, size);
-    job_ = world_;                              // the job's ranks: what split_job splits
     if (group_size > 0 && group_size < size) {  // the group of consecutive ranks, as the MPI backend's
       world_ = split_color(rank / group_size, "world");
-    } else if (group_size <= 0 && world_color >= 0) {  // the ranks of one color
-      world_ = split_color(world_color, "world");
     }
+    job_ = world_;
   }
   ~NcclComm() override {
     for (auto& c : comms_) ncclCommDestroy(*c);
@@ -214,7 +212,6 @@ class NcclComm final : public Communicator {
     return barrier_;
   }
 
-  Group job_;                       // every rank of the job: the parent of split_job's groups
   cudaStream_t stream_ = nullptr;   // the operations'
   cudaStream_t compute_ = nullptr;  // the tensors' (nullptr: unknown, the device is synchronised)
   cudaEvent_t ready_ = nullptr;     // compute_ up to an operation's start
@@ -223,8 +220,8 @@ class NcclComm final : public Communicator {
   std::vector<std::unique_ptr<MPI_Comm>> mpi_comms_;  // Group::mpi of each group
 };
 
-std::unique_ptr<Communicator> make_nccl_comm(int group_size, void* compute_stream, int world_color) {
-  return std::make_unique<NcclComm>(group_size, static_cast<cudaStream_t>(compute_stream), world_color);
+std::unique_ptr<Communicator> make_nccl_comm(int group_size, void* compute_stream) {
+  return std::make_unique<NcclComm>(group_size, static_cast<cudaStream_t>(compute_stream));
 }
 
 std::string nccl_unavailable(int ranks_on_node) {

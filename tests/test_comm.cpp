@@ -730,27 +730,35 @@ TEST(CommGroups, WorldOfConsecutiveRanks) {
   EXPECT_THROW(mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, -1), std::invalid_argument);
 }
 
-// A mesh's groups over real ranks: the world is the CP group (world_color, strided over TP's
-// in Megatron's order) and split_job makes the TP group and the CP x DP group out of the job,
-// whose members lie outside that world. Each group's sum of job ranks says who is in it.
-TEST(CommGroups, MeshGroupsThroughWorldColorAndJobSplits) {
-  const int P = minicp::test::world_size(), me = minicp::test::world_rank();
+// A mesh's groups over real ranks: narrow_world makes the CP group (strided over TP's in
+// Megatron's order) the world and split_job makes the TP group and the CP x DP group out of
+// the job, whose members lie outside that world. Each group's sum of job ranks says who is in
+// it. Then the same inside a job of the first half of the ranks (group_size), while the other
+// half runs its own: the splits are collective over a job, not over MPI_COMM_WORLD.
+void check_mesh_groups(int job_size, const std::string& what) {
+  const int me = minicp::test::world_rank(), base = me / job_size * job_size, jr = me - base;
   int checked = 0;
-  for (int tp = 1; tp <= P; ++tp)
-    for (int cp = 1; tp * cp <= P; ++cp) {
-      if (P % (tp * cp) != 0) continue;
-      const mc::Mesh mesh(tp, cp, P / (tp * cp));
-      SCOPED_TRACE("mesh T" + std::to_string(tp) + "C" + std::to_string(cp) + "D" + std::to_string(mesh.dp()));
-      auto c = mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, 0, mesh.color(me, mc::Axis::CP));
-      const std::vector<int> cp_members = mesh.group(me, mc::Axis::CP);
-      EXPECT_EQ(c->world().world_ranks, cp_members);
-      EXPECT_EQ(c->world().rank, mesh.coord(me, mc::Axis::CP));
-      const mc::Group tpg = c->split_job(mesh.color(me, mc::Axis::TP), "tp");
-      const mc::Group grad = c->split_job(mesh.grad_color(me), "grad");
-      EXPECT_EQ(tpg.world_ranks, mesh.group(me, mc::Axis::TP));
-      EXPECT_EQ(grad.world_ranks, mesh.grad_group(me));
+  for (int tp = 1; tp <= job_size; ++tp)
+    for (int cp = 1; tp * cp <= job_size; ++cp) {
+      if (job_size % (tp * cp) != 0) continue;
+      const mc::Mesh mesh(tp, cp, job_size / (tp * cp));
+      SCOPED_TRACE(what + " mesh T" + std::to_string(tp) + "C" + std::to_string(cp) + "D" + std::to_string(mesh.dp()));
+      auto c = mc::make_mpi_comm(mc::Progress::None, 50, {}, mc::Staging::Direct, job_size);
+      c->narrow_world(mesh.color(jr, mc::Axis::CP));
+      auto in_world = [&](std::vector<int> job_ranks) {  // MPI_COMM_WORLD ranks of job ranks
+        for (int& r : job_ranks) r += base;
+        return job_ranks;
+      };
+      EXPECT_EQ(c->job().size, job_size);
+      EXPECT_EQ(c->world().world_ranks, in_world(mesh.group(jr, mc::Axis::CP)));
+      EXPECT_EQ(c->world().rank, mesh.coord(jr, mc::Axis::CP));
+      EXPECT_EQ(c->topology().local_size, cp) << "one host: every member of the new world is local";
+      const mc::Group tpg = c->split_job(mesh.color(jr, mc::Axis::TP), "tp");
+      const mc::Group grad = c->split_job(mesh.grad_color(jr), "grad");
+      EXPECT_EQ(tpg.world_ranks, in_world(mesh.group(jr, mc::Axis::TP)));
+      EXPECT_EQ(grad.world_ranks, in_world(mesh.grad_group(jr)));
       auto sum_of_ranks = [&](const mc::Group& g) {
-        double x = me;
+        double x = jr;
         c->allreduce(&x, 1, mc::DType::F64, mc::ReduceOp::Sum, g);
         return x;
       };
@@ -759,12 +767,18 @@ TEST(CommGroups, MeshGroupsThroughWorldColorAndJobSplits) {
         for (int r : members) s += r;
         return s;
       };
-      EXPECT_EQ(sum_of_ranks(c->world()), expected(cp_members));
-      EXPECT_EQ(sum_of_ranks(tpg), expected(mesh.group(me, mc::Axis::TP)));
-      EXPECT_EQ(sum_of_ranks(grad), expected(mesh.grad_group(me)));
+      EXPECT_EQ(sum_of_ranks(c->world()), expected(mesh.group(jr, mc::Axis::CP)));
+      EXPECT_EQ(sum_of_ranks(tpg), expected(mesh.group(jr, mc::Axis::TP)));
+      EXPECT_EQ(sum_of_ranks(grad), expected(mesh.grad_group(jr)));
       ++checked;
     }
   EXPECT_GE(checked, 1);
+}
+
+TEST(CommGroups, MeshGroupsThroughNarrowWorldAndJobSplits) {
+  const int P = minicp::test::world_size();
+  check_mesh_groups(P, "the whole job");
+  if (P % 2 == 0 && P > 2) check_mesh_groups(P / 2, "half the ranks");
   auto c = mc::make_mpi_comm(mc::Progress::None);
   EXPECT_THROW(c->split_job(-1, "tp"), std::invalid_argument);
 }

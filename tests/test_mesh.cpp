@@ -98,8 +98,7 @@ TEST(Mesh, IdsAndRefusals) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("tp = 0"), std::string::npos) << e.what();
   }
-  for (const char* bad : {"tp-tp-dp", "tp-cp", "TP-CP-DP", "tp,cp,dp", ""})
-    try {
+  for (const char* bad : {"tp-tp-dp", "tp-cp", "TP-CP-DP", "tp,cp,dp", ""}) try {
       Mesh(1, 1, 1, bad);
       FAIL() << bad << " accepted";
     } catch (const std::invalid_argument& e) {
