@@ -17,6 +17,7 @@
 #include <string>
 
 #include "comm/comm.hpp"
+#include "comm/mesh.hpp"
 #include "miniapp/model/layer.hpp"
 #include "tests/mpi_util.hpp"
 #include "tests/reference.hpp"
@@ -160,6 +161,84 @@ TEST_P(LayerVsNone, OutputAndEveryGradient) {
 
 INSTANTIATE_TEST_SUITE_P(Layer, LayerVsNone, ::testing::Values(model::Pass::Train, model::Pass::Decode),
                          [](const ::testing::TestParamInfo<model::Pass>& i) { return model::to_string(i.param); });
+
+// Data parallelism (run with --scheme=zigzag): each of dp replicas of a cp-rank zigzag group
+// runs its own sequence, and every rank's weight gradients are the mean over the replicas of
+// the single-rank gradients of their sequences (fp64 `none`, one rank alone, replica d's
+// inputs); each replica's output is its own sequence's. Every split of the job's ranks.
+TEST(LayerDataParallel, GradientsAreTheReplicasMean) {
+  if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
+  const int P = test::world_size(), me = test::world_rank();
+  int checked = 0;
+  for (int dp = 2; dp <= P; ++dp) {
+    if (P % dp != 0) continue;
+    const comm::Mesh mesh(1, P / dp, dp);
+    SCOPED_TRACE("mesh " + mesh.id());
+    cp::Config causal;
+    causal.mask = cp::Mask::causal();
+    model::StackConfig cfg = small_config(model::Pass::Train, causal);
+    cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh;
+    auto job = comm::make_mpi_comm(comm::Progress::Thread);
+    job->narrow_world(mesh.color(me, comm::Axis::CP));
+    const Result got = run<double>(cfg, cp::find("zigzag"), *job);
+
+    model::StackConfig one = small_config(model::Pass::Train, causal);  // `none`, one rank, one replica
+    one.attn.ranks = 1;
+    auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+    std::vector<Vec> mean(size_t(cfg.shape.layers));
+    Result mine, first;
+    for (int d = 0; d < dp; ++d) {
+      one.replica = d;
+      const Result ref = run<double>(one, cp::find("none"), *self);
+      if (d == mesh.coord(me, comm::Axis::DP)) mine = ref;
+      if (d == 0) first = ref;
+      double differ = 0;  // the replicas' sequences are not one sequence
+      for (size_t i = 0; d > 0 && i < ref.y.size(); ++i) differ = std::max(differ, std::abs(ref.y[i] - first.y[i]));
+      if (d > 0) {
+        EXPECT_GT(differ, 1e-3 * max_abs(first.y)) << "replica " << d << " ran replica 0's sequence";
+      }
+      for (size_t l = 0; l < mean.size(); ++l) {
+        mean[l].resize(ref.dw[l].size(), 0.0);
+        for (size_t i = 0; i < mean[l].size(); ++i) mean[l][i] += ref.dw[l][i] / dp;
+      }
+    }
+    const int64_t C = cfg.shape.hidden;
+    EXPECT_LE(err_rows(got.y, got.rows, 0, mine.y, C), 1e-10) << "y against this replica's sequence";
+    for (size_t l = 0; l < mean.size(); ++l) {
+      double e = 0;
+      for (size_t i = 0; i < mean[l].size(); ++i) e = std::max(e, std::abs(got.dw[l][i] - mean[l][i]));
+      EXPECT_LE(e / std::max(1e-30, max_abs(mean[l])), 1e-10) << "layer " << l << " dW against the replicas' mean";
+    }
+    ++checked;
+  }
+  if (P == 1) GTEST_SKIP() << "one rank: no replicas to average";
+  EXPECT_GE(checked, 1);
+}
+
+// A mesh the layer cannot run is refused before anything is allocated or split: TP, and a
+// mesh whose CP group is not the communicator's world.
+TEST(LayerDataParallel, RefusesTensorParallelismAndAMeshOffTheWorld) {
+  if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
+  const int P = test::world_size();
+  cp::Config causal;
+  causal.mask = cp::Mask::causal();
+  model::StackConfig cfg = small_config(model::Pass::Train, causal);
+  cfg.attn.ranks = P;
+  auto job = comm::make_mpi_comm(comm::Progress::None);
+  auto refusal = [&](const comm::Mesh& mesh) {
+    cfg.mesh = mesh;
+    try {
+      model::Stack<double> st(cfg, cp::find("zigzag"), *job);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(comm::Mesh(2, P, 1)).find("tp = 2"), std::string::npos);
+  if (P > 1) {
+    EXPECT_NE(refusal(comm::Mesh(1, 1, P)).find("narrow_world"), std::string::npos);
+  }
+}
 
 // Central differences of loss = sum(y * dy) through the whole stack (fp64, `none`, np 1):
 // dx and a sample of every parameter's gradient in every layer.

@@ -153,11 +153,14 @@ struct Stack<T>::Impl {
   int64_t grad_bytes = 0;
   double grad_busy = 0;  // the collective thread's time on them (NaN: no such thread)  // bytes the last backward's dW
                          // all-reduces sent (comm::bytes_leaving)
+  comm::Group grad_group;  // the dW all-reduce's: the CP group, or with DP the CP x DP group
+  int replica = 0;         // the DP replica whose sequence this rank runs
 
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
     const std::string why = check(m);
     if (!why.empty()) throw std::invalid_argument(why);
+    join_mesh();
     C = m.hidden, H = m.heads, Hkv = m.kv_heads, D = m.head_dim, F = m.ffn;
     params = layer_params(m);
     const int rank = comm.world().rank;
@@ -238,10 +241,27 @@ struct Stack<T>::Impl {
   std::unique_ptr<cp::Scheme<T>> make_scheme() const { return cp::make_scheme<T>(info); }
 
   // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
+  // The group the weight gradients are reduced over and this rank's DP replica (see
+  // StackConfig::mesh); collective over the job's ranks when the mesh has DP.
+  void join_mesh() {
+    const comm::Mesh& mesh = cfg.mesh;
+    grad_group = comm.world(), replica = cfg.replica;
+    if (mesh.tp() > 1)
+      throw std::invalid_argument("tp = " + std::to_string(mesh.tp()) + ": the layer has no tensor parallelism");
+    if (mesh.dp() == 1) return;
+    if (mesh.cp() != comm.world().size || mesh.ranks() != comm.job().size)
+      throw std::invalid_argument("mesh " + mesh.id() + " on a communicator of " + std::to_string(comm.job().size) +
+                                  " ranks whose world holds " + std::to_string(comm.world().size) +
+                                  " (narrow_world to the CP group first)");
+    grad_group = comm.split_job(mesh.grad_color(comm.job().rank), "grad");
+    replica = mesh.coord(comm.job().rank, comm::Axis::DP);
+  }
+
   void fill_rows(View2<T> x, Stream s) const {
     auto h = Kokkos::create_mirror_view(x);
     for (int64_t i = 0; i < N; ++i)
-      for (int64_t c = 0; c < C; ++c) h(i, c) = T(gen_unit(cfg.seed, stream_id(s), uint64_t(rows[size_t(i)] * C + c)));
+      for (int64_t c = 0; c < C; ++c)
+        h(i, c) = T(gen_unit(cfg.seed, stream_id(s, replica), uint64_t(rows[size_t(i)] * C + c)));
     Kokkos::deep_copy(x, h);
   }
   // Norm weights 1 + 0.1 u, matrices u / sqrt(rows) (activations stay O(1) through the layers).
@@ -338,6 +358,13 @@ struct Stack<T>::Impl {
   }
 
   static void add(View2<T> out, CV2 a, CV2 b) { residual_add<T>(out, a, b); }
+  // The DP mean of a gradient summed over the replicas, as a data-parallel trainer takes it.
+  void average_over_replicas(View1<A> dw) const {
+    const A inv = A(1) / A(cfg.mesh.dp());
+    Kokkos::parallel_for(
+        "model::dp_average", Kokkos::RangePolicy<kernels::Exec>(0, dw.extent(0)),
+        KOKKOS_LAMBDA(const size_t i) { dw(i) *= inv; });
+  }
 
   // One GEMM of phase p as its own timed kernel event: C = op(X) op(Y) + beta C. C is T (an
   // activation or its gradient) or A (a weight gradient: kernels::gemm_acc).
@@ -441,7 +468,7 @@ struct Stack<T>::Impl {
     // The layer's dW are final: summed over the group while the layers below compute.
     // Posting can block (Open MPI copies or takes the progress thread's lock): that time is
     // all-reduce time the compute path pays, so it counts as such.
-    if (comm.world().size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly) {
+    if (grad_group.size > 1 && ctx.cfg.mode != cp::Mode::ComputeOnly) {
       harness::Watchdog::instance().part(int(Phase::GradAllreduce));
       const double p0 = MPI_Wtime();
       const int64_t b0 = comm.bytes_sent();
@@ -453,7 +480,7 @@ struct Stack<T>::Impl {
       const size_t elem = comm::dtype_size(dt), bucket = std::max<size_t>(1, kGradBucketBytes / elem);
       for (size_t at = 0; at < L.dw.span(); at += bucket)
         L.grad_reqs.push_back(comm.iallreduce(buf + at * elem, std::min(bucket, L.dw.span() - at), dt,
-                                              comm::ReduceOp::Sum, comm.world(), l));
+                                              comm::ReduceOp::Sum, grad_group, l));
       const double posting = MPI_Wtime() - p0;
       t.s[int(Phase::GradAllreduce)] += posting;
       grad_exposed += posting;
@@ -500,6 +527,7 @@ struct Stack<T>::Impl {
       L.grad_reqs.clear();
       if constexpr (kMixed)
         if (L.dw_wire.data()) kernels::convert_view<A, T>(L.dw, L.dw_wire);
+      if (cfg.mesh.dp() > 1) average_over_replicas(L.dw);
       const double dt = MPI_Wtime() - t0;
       L.bwd.s[int(Phase::GradAllreduce)] += dt;
       grad_exposed += dt;

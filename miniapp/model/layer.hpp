@@ -3,15 +3,17 @@
 //   scheme) -> output projection -> + x -> RMSNorm -> SwiGLU MLP (silu(h W1) * (h W3)) W2 -> + .
 // Each layer has its own weights (one flat buffer, model::layer_params order) and its own
 // cp::Scheme object (ring schemes keep a K/V block between forward and backward). Weight
-// gradients are summed over the CP group: each layer's all-reduce starts as soon as its dW
-// are final and runs during the backward of the layers below; the time still blocked on
-// them at the end is the exposed all-reduce time. Letters: see model.hpp.
+// gradients are summed over the CP group, or with data parallelism over the CP x DP group
+// and averaged over DP (each DP replica runs its own sequence): each layer's all-reduce
+// starts as soon as its dW are final and runs during the backward of the layers below; the
+// time still blocked on them at the end is the exposed all-reduce time. Letters: see model.hpp.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/comm.hpp"
+#include "comm/mesh.hpp"
 #include "miniapp/cp/scheme.hpp"
 #include "miniapp/model/model.hpp"
 
@@ -57,6 +59,15 @@ struct StackConfig {
   // bf16 stacks: the weight gradients are rounded to bf16 and summed over the group in bf16
   // (half the bytes), instead of summed in fp32. No effect on fp32 and fp64 stacks.
   bool bf16_grad_allreduce = false;
+  // The job's mesh (tp 1: the layer has no tensor parallelism yet). With dp > 1 the
+  // communicator's job is the mesh's ranks and its world this rank's CP group
+  // (Communicator::narrow_world); each DP replica runs its own sequence (inputs and upstream
+  // gradient drawn for its replica index) and the weight gradients are all-reduced over the
+  // CP x DP group and divided by dp. The default, 1 x 1 x 1, is a pure CP group.
+  comm::Mesh mesh;
+  // The replica whose sequence a stack without DP in its mesh runs: a single-rank reference of
+  // replica d's sequence. A mesh with DP sets it from the rank's DP coordinate.
+  int replica = 0;
 };
 
 // Bytes per value of the weight-gradient all-reduce of a stack of elem-byte stored values:
