@@ -158,9 +158,7 @@ struct Stack<T>::Impl {
 
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
-    const std::string why = check(m);
-    if (!why.empty()) throw std::invalid_argument(why);
-    join_mesh();
+    check_and_join_mesh();
     C = m.hidden, H = m.heads, Hkv = m.kv_heads, D = m.head_dim, F = m.ffn;
     params = layer_params(m);
     const int rank = comm.world().rank;
@@ -241,9 +239,11 @@ struct Stack<T>::Impl {
   std::unique_ptr<cp::Scheme<T>> make_scheme() const { return cp::make_scheme<T>(info); }
 
   // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
-  // The group the weight gradients are reduced over and this rank's DP replica (see
-  // StackConfig::mesh); collective over the job's ranks when the mesh has DP.
-  void join_mesh() {
+  // Refuses a shape or a mesh the layer cannot run; then the group the weight gradients are
+  // reduced over and this rank's DP replica (see StackConfig::mesh), collective over the
+  // job's ranks when the mesh has DP.
+  void check_and_join_mesh() {
+    if (const std::string why = check(m); !why.empty()) throw std::invalid_argument(why);
     const comm::Mesh& mesh = cfg.mesh;
     grad_group = comm.world(), replica = cfg.replica;
     if (mesh.tp() > 1)
