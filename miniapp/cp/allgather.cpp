@@ -334,7 +334,7 @@ SchemeInfo allgather_scheme() {
                     : layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "allgather");
   };
   s.shard = [](const Config& c, int r) {
-    const auto t = c.tokens ? (*c.tokens)[size_t(r)] : layout::zigzag(c.seq_len, c.ranks, r);
+    const auto t = shard_tokens(layout::Kind::Zigzag, c, c.ranks, r);
     return Shard{t, t};
   };
   // Two gathered chunks of K and of V and two of dK and of dV ([2*P*rows_c, Hkv, D] each, dK

@@ -15,6 +15,7 @@
 
 #include "kernels/attention.hpp"
 #include "kernels/convert.hpp"
+#include "miniapp/cp/layout.hpp"
 #include "miniapp/cp/scheme.hpp"
 
 namespace minicp::cp {
@@ -221,6 +222,11 @@ inline std::string equal_tokens(const std::vector<std::vector<int64_t>>& tokens,
 // set and shared: the model asks a schedule for every rank, and each for every rank's rows.
 std::shared_ptr<const std::vector<predict::Spans>> dispatch_spans(
     const std::shared_ptr<const std::vector<std::vector<int64_t>>>& tokens);
+// Rank r's tokens of a scheme whose layout is a choice: the case's dispatch when it has one,
+// else the scheme's own layout over P ranks.
+inline std::vector<int64_t> shard_tokens(layout::Kind kind, const Config& c, int P, int r) {
+  return c.tokens ? (*c.tokens)[size_t(r)] : layout::of(kind, c.seq_len, P, r);
+}
 // Tokens of the largest of these shards.
 inline size_t max_rows(const std::vector<std::vector<int64_t>>& all) {
   size_t m = 0;

@@ -14,11 +14,6 @@
 namespace minicp::cp {
 namespace {
 
-// Rank r's tokens: the case's dispatch, or zigzag.
-std::vector<int64_t> passq_tokens(const Config& c, int P, int r) {
-  return c.tokens ? (*c.tokens)[size_t(r)] : layout::zigzag(c.seq_len, P, r);
-}
-
 // out[n] = sum over p < P of slots[p*n + i] (the dQ partials of one block, in rank order),
 // summed in acc_t and stored once.
 template <class T>
@@ -50,7 +45,7 @@ class PassQ final : public Scheme<T> {
     const int P = g.size, r = g.rank;
     const size_t Sl = q.extent(0), H = q.extent(1), D = q.extent(2), n = q.span();
     const size_t slot = n + Sl * H;  // one partial: O[Sl,H,D] then LSE[Sl,H]
-    const auto kvpos = passq_tokens(ctx.cfg, P, r);
+    const auto kvpos = shard_tokens(layout::Kind::Zigzag, ctx.cfg, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);  // of every Q block
     View1<T> qbuf[2] = {scratch<T>("cp::passq::q0", n), scratch<T>("cp::passq::q1", n)};
     copy_into<T>(qbuf[0].data(), q.data(), n);
@@ -110,7 +105,7 @@ class PassQ final : public Scheme<T> {
     // One travelling block: Q, dOut, O [Sl,H,D] in T, then LSE [Sl,H] in acc_t (3n values of
     // T: 4-byte aligned, n being even with D).
     const size_t blk = 3 * n + lse_values(Sl * H);
-    const auto kvpos = passq_tokens(ctx.cfg, P, r);
+    const auto kvpos = shard_tokens(layout::Kind::Zigzag, ctx.cfg, P, r);
     const auto qpos = allgather_positions(ctx, g, kvpos);
     View1<T> buf[2] = {scratch<T>("cp::passq::qblk0", blk), scratch<T>("cp::passq::qblk1", blk)};
     auto lse_of = [&](T* p) { return reinterpret_cast<A*>(p + 3 * n); };
@@ -210,7 +205,7 @@ SchemeInfo passq_scheme() {
                     : layout::check(layout::Kind::Zigzag, c.seq_len, c.ranks, "passq");
   };
   s.shard = [](const Config& c, int r) {
-    const auto t = passq_tokens(c, c.ranks, r);
+    const auto t = shard_tokens(layout::Kind::Zigzag, c, c.ranks, r);
     return Shard{t, t};
   };
   // Forward: two Q blocks, P partials (O, LSE) and their received copies; backward: two

@@ -199,17 +199,6 @@ void ring_backward(Context& ctx, const comm::Group& g, CView3<T> q, CView3<T> k,
   }
 }
 
-}  // namespace minicp::cp
-
-#include "miniapp/cp/layout.hpp"
-
-namespace minicp::cp {
-
-// Rank r's tokens of a ring scheme: the case's dispatch when it has one, else the layout's.
-inline std::vector<int64_t> ring_tokens(layout::Kind kind, const Config& c, int P, int r) {
-  return c.tokens ? (*c.tokens)[size_t(r)] : layout::of(kind, c.seq_len, P, r);
-}
-
 // The ring schemes over the whole CP group, differing only in their token layout.
 template <class T>
 class RingScheme final : public Scheme<T> {
@@ -219,7 +208,7 @@ class RingScheme final : public Scheme<T> {
   using A = kernels::acc_t<T>;
   void forward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, View3<T> o, View2<A> lse) override {
     const auto& g = ctx.comm.world();
-    const auto pos = ring_tokens(kind_, ctx.cfg, g.size, g.rank);
+    const auto pos = shard_tokens(kind_, ctx.cfg, g.size, g.rank);
     const AccOut<T> oa(o, "ring_o_acc");
     ring_forward<T>(ctx, g, q, k, v, pos, pos, oa.acc(), lse, &kept_);
     oa.store(ctx);
@@ -227,7 +216,7 @@ class RingScheme final : public Scheme<T> {
   void backward(Context& ctx, CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CView2<A> lse, CView3<T> dout,
                 View3<T> dq, View3<T> dk, View3<T> dv) override {
     const auto& g = ctx.comm.world();
-    const auto pos = ring_tokens(kind_, ctx.cfg, g.size, g.rank);
+    const auto pos = shard_tokens(kind_, ctx.cfg, g.size, g.rank);
     const AccOut<T> dqa(dq, "ring_dq_acc"), dka(dk, "ring_dk_acc"), dva(dv, "ring_dv_acc");
     ring_backward<T>(ctx, g, q, k, v, o, lse, dout, pos, pos, dqa.acc(), dka.acc(), dva.acc(), &kept_);
     for (const AccOut<T>* x : {&dqa, &dka, &dva}) x->store(ctx);
@@ -310,7 +299,7 @@ inline SchemeInfo ring_family_info(const std::string& name, layout::Kind kind, c
     return c.tokens ? std::string() : layout::check(kind, c.seq_len, c.ranks, name);
   };
   s.shard = [kind](const Config& c, int r) {
-    const auto t = ring_tokens(kind, c, c.ranks, r);
+    const auto t = shard_tokens(kind, c, c.ranks, r);
     return Shard{t, t};
   };
   s.workspace = [](const Config& c) {  // n: the largest block's tokens

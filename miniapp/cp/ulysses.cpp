@@ -57,7 +57,7 @@ SchemeInfo ulysses_scheme() {
     return why;
   };
   s.shard = [](const Config& c, int r) {
-    const auto t = c.tokens ? (*c.tokens)[size_t(r)] : layout::contiguous(c.seq_len, c.ranks, r);
+    const auto t = shard_tokens(layout::Kind::Contiguous, c, c.ranks, r);
     return Shard{t, t};
   };
   s.workspace = [](const Config& c) {

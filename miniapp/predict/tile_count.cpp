@@ -353,6 +353,9 @@ Pairs count_runs(const Run& q, const Run& k, const Mask& m, TileCut cut) {
   return by_documents(k, false, q, m);
 }
 
+// The highest position of a run's tiles.
+i128 highest(const Run& r) { return r.p + r.s * (r.n - 1) + r.w; }
+
 // Documents of several lengths (cp::Mask::doc_starts), causal. What classify() needs of a query
 // tile: its positions and the starts of its first document, the one after it, and the one
 // after its last; found once per query tile, not once per key run it meets.
@@ -381,7 +384,7 @@ std::vector<QueryTileDocs> query_tile_docs(const Run& q, const cp::Mask& mask) {
 // the query run or outside its documents costs nothing more.
 Pairs count_listed_documents(const Run& q, const std::vector<QueryTileDocs>& qd, const Run& k) {
   if (q.n == 0 || k.n == 0) return {};
-  const i128 klast = k.p + k.s * (k.n - 1) + k.w;  // the key run's highest position
+  const i128 klast = highest(k);
   if (k.p > qd.back().qmax || klast < qd.front().first || k.p >= qd.back().after_last) return {};
   // The last index whose lowest position is <= x, the first whose lowest is >= x (a run of
   // step 0 has every tile at one place: all or none).
@@ -412,7 +415,6 @@ bool same_spans(const Spans& a, const Spans& b) {
     return x.start == y.start && x.count == y.count && x.stride == y.stride;
   });
 }
-i128 highest(const Run& r) { return r.p + r.s * (r.n - 1) + r.w; }
 
 }  // namespace
 
