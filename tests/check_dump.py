@@ -20,7 +20,11 @@ d<param> datasets; decode: the T new tokens at positions S.. against the cache
 (cache_k = K after RoPE, cache_v = V of tokens 0..S-1) and, under the same mask, each other.
 Exit code 0 when everything holds, 1 otherwise (each failure printed).
 
-Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--mask M] [--dtype f32|f64]
+With DP (attribute dp > 1) the activations hold dp sequences, replica d's at rows d*N..: each
+is checked on its own, and the weight gradients against the finite differences of the
+replicas' mean loss.
+
+Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--dp D] [--mask M] [--dtype f32|f64]
        (each option, when given, is also required of the file's attributes)
        --corrupt KIND   (for the test suite) damage the data after reading, to show that the
                         check catches it: rows (reverse the token order of the activations),
@@ -36,7 +40,7 @@ PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w1", "w3", "w2"]
 ROPE_CONVENTION = ("rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
                    "(decode: the new tokens at S..S+T-1)")
 INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len",
-             "ranks"]
+             "ranks", "dp"]
 FLOAT_ATTRS = ["rope_theta", "norm_eps"]
 STR_ATTRS = ["file_kind", "mask", "scheme", "dtype", "pass", "rope_convention"]
 
@@ -109,6 +113,19 @@ class Model:
             x = self.layer(x, weights[l], pos, None if caches is None else caches[l])
         return x
 
+    def forward_replicas(self, x, weights, pos, caches=None):
+        """The forward of each DP replica's sequence: x holds them one after another (len(pos)
+        rows each), the caches likewise (S rows each)."""
+        n = len(pos)
+        dp, ys = x.shape[0] // n, []
+        for d in range(dp):
+            cd = None
+            if caches is not None:
+                S = caches[0][0].shape[0] // dp
+                cd = [(k[d * S:(d + 1) * S], v[d * S:(d + 1) * S]) for k, v in caches]
+            ys.append(self.forward(x[d * n:(d + 1) * n], weights, pos, cd))
+        return np.concatenate(ys)
+
 
 def text(v):
     return v.decode() if isinstance(v, (bytes, np.bytes_)) else v
@@ -148,14 +165,14 @@ def attribute_value_errors(a, args):
         err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
     if a["dtype"] not in ("f32", "f64"):
         err(f"dtype = {a['dtype']!r}, expected f32 or f64")
-    for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks"):
+    for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks", "dp"):
         if a[k] < 1:
             err(f"{k} = {a[k]}, expected >= 1")
     if a["heads"] % max(1, a["kv_heads"]) or a["head_dim"] % 2:
         err(f"heads ({a['heads']}) must be a multiple of kv_heads ({a['kv_heads']}) and head_dim even")
     if not (a["rope_theta"] > 1 and a["norm_eps"] > 0):
         err(f"rope_theta = {a['rope_theta']}, norm_eps = {a['norm_eps']}")
-    for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("mask", "mask"),
+    for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("dp", "dp"), ("mask", "mask"),
                      ("dtype", "dtype")):
         want = getattr(args, opt)
         if want is not None and str(a[key]) != str(want):
@@ -165,8 +182,8 @@ def attribute_value_errors(a, args):
 
 def expected_datasets(m, a):
     """{name under /tensors: shape} of a dump of this pass."""
-    p, S = a["pass"], int(a["seq_len"])
-    N = int(a["decode_tokens"]) if p == "decode" else S
+    p, S, dp = a["pass"], int(a["seq_len"]), int(a["dp"])
+    N = (int(a["decode_tokens"]) if p == "decode" else S) * dp  # every DP replica's rows
     expect = {"x": (N, m.C), "y": (N, m.C)}
     if p == "train":
         expect.update({"dy": (N, m.C), "dx": (N, m.C)})
@@ -178,7 +195,7 @@ def expected_datasets(m, a):
                 expect[f"layers/{l}/d{name}"] = shape
         if p == "decode":
             for name in ("cache_k", "cache_v"):
-                expect[f"layers/{l}/{name}"] = (S, m.Hkv * m.D)
+                expect[f"layers/{l}/{name}"] = (S * dp, m.Hkv * m.D)
     return expect
 
 
@@ -258,7 +275,7 @@ def forward_errors(path, m, a, data, weights, pos):
     caches = None
     if a["pass"] == "decode":
         caches = [(data[f"layers/{l}/cache_k"], data[f"layers/{l}/cache_v"]) for l in range(m.L)]
-    y = m.forward(data["x"], weights, pos, caches)
+    y = m.forward_replicas(data["x"], weights, pos, caches)
     e = rel_err(data["y"], y)
     print(f"{path}: y: relative max error {e:.3e} (tolerance {y_tol:g})")
     if not e < y_tol:
@@ -268,14 +285,16 @@ def forward_errors(path, m, a, data, weights, pos):
 
 def gradient_errors(path, m, a, data, weights, pos, samples):
     """dx and every d<param> against central finite differences of loss = sum(y * dy), on the
-    largest entry and a random sample of each tensor."""
+    largest entry and a random sample of each tensor. With DP each replica's dx is its own
+    loss's gradient, and the weight gradients are the replicas' mean: of loss / dp."""
     errors = []
     dy, h = data["dy"], 1e-6
     g_tol = 2e-3 if a["dtype"] == "f32" else 1e-5
     rng = np.random.default_rng(12345)
+    dp = int(a["dp"])
 
-    def loss(x, ws):
-        return float(np.sum(m.forward(x, ws, pos) * dy))
+    def loss(x, ws, per=1):
+        return float(np.sum(m.forward_replicas(x, ws, pos) * dy)) / per
 
     def probe(what, grad, perturb, count):
         """perturb(index, delta) -> loss with that entry moved by delta."""
@@ -306,7 +325,7 @@ def gradient_errors(path, m, a, data, weights, pos, samples):
                 ws = [dict(w) for w in weights]
                 ws[l][name] = weights[l][name].copy()
                 ws[l][name].reshape(-1)[i] += delta
-                return loss(data["x"], ws)
+                return loss(data["x"], ws, dp)
             key = f"layers/{l}/d{name}"
             worst[key] = probe(key, data[key], perturb_w, samples)
     print(f"{path}: gradients: worst relative error {max(worst.values()):.3e} over dx and "
@@ -351,6 +370,7 @@ def main():
     ap.add_argument("--pass", dest="pass_", choices=["train", "prefill", "decode"])
     ap.add_argument("--scheme")
     ap.add_argument("--ranks", type=int)
+    ap.add_argument("--dp", type=int, help="the data-parallel degree the file must have (its attribute dp)")
     ap.add_argument("--mask", help="the mask's name the file must have (its attribute mask)")
     ap.add_argument("--dtype", choices=["f32", "f64"])
     ap.add_argument("--samples", type=int, default=4, help="random entries probed per weight tensor (dx: twice)")

@@ -32,7 +32,7 @@ ROOT = ["minicp_version", "git_sha", "git_dirty", "compiler", "compiler_flags", 
         "world_ranks", "slurm_job_id", "slurm_job_nodelist", "environment", "cpu_affinity", "launcher",
         "launcher_command_line", "start_time", "deck", "command_line", "sgemm_flops_per_s_per_rank", "complete",
         "file_kind"]
-CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "hidden", "heads", "kv_heads",
+CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "tp", "dp", "rank_order", "hidden", "heads", "kv_heads",
         "head_dim", "ffn", "layers", "complete", "documents", "documents_count", "documents_max_tokens"]
 CASE_RUN = ["start_time", "end_time"]
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
@@ -114,9 +114,14 @@ def check_root(f, args, fail):
         fail(f"blas_core_source {source!r} lacks {args.blas_source_has!r}")
 
 
+def job_ranks(a):
+    """A case's ranks: its mesh's, tp x ranks (its CP degree) x dp; every table has a row per rank."""
+    return int(a["tp"]) * int(a["ranks"]) * int(a["dp"])
+
+
 def check_tables(cid, g, fail):
     """Columns, units and row counts of the per-rank tables; returns the timing rows or None."""
-    ranks, layers = int(g.attrs["ranks"]), int(g.attrs["layers"])
+    ranks, layers = job_ranks(g.attrs), int(g.attrs["layers"])
     train = text(g.attrs["pass"]) == "train"
     for name, cols in (("timing", TIMING), ("steps", STEPS), ("memory", MEMORY), ("events", EVENTS)):
         if name not in g or list(g[name].dtype.names) != cols:
@@ -249,7 +254,7 @@ def check_figures(cid, g, s, modes, fail):
             fail(f"{cid}/summary: {k} = {v} outside [{lo}, {hi}] and not flagged in out_of_range")
     if (int(s["figures_in_range"]) == 1) != (flagged == ""):
         fail(f"{cid}/summary: figures_in_range {s['figures_in_range']} with out_of_range {flagged!r}")
-    ranks = int(g.attrs["ranks"])
+    ranks = job_ranks(g.attrs)
     three = modes == 3 and ranks > 1  # overlap needs the three modes and communication
     if (not three and not math.isnan(s["overlap"])) or (three and math.isnan(s["overlap"]) and not text(s["overlap_note"])):
         fail(f"{cid}/summary: overlap {s['overlap']} ({text(s['overlap_note'])!r}) with {modes} modes on {ranks} ranks "
@@ -310,11 +315,11 @@ def mask_area(a, lengths):
 
 
 def check_area(cid, g, s, lengths, fail):
-    """attention_area_pairs, the schedules' count, against the mask's area times the heads;
-    area_imbalance 1 on one rank."""
+    """attention_area_pairs, the schedules' count, against the mask's area times the heads and
+    the DP replicas; area_imbalance 1 on one rank."""
     a = g.attrs
     if text(a["pass"]) != "decode":
-        want = mask_area(a, lengths) * int(a["heads"])
+        want = mask_area(a, lengths) * int(a["heads"]) * int(a["dp"])
         if float(s["attention_area_pairs"]) != want:
             fail(f"{cid}/summary: attention_area_pairs {float(s['attention_area_pairs']):.0f}, the mask's area x heads "
                  f"{want}")
@@ -324,7 +329,7 @@ def check_area(cid, g, s, lengths, fail):
 
 def check_memory(cid, g, args, fail):
     worst = 0.0
-    ranks = int(g.attrs["ranks"])
+    ranks = job_ranks(g.attrs)
     m = g["memory"][()]
     if sorted(m["rank"]) != list(range(ranks)):
         fail(f"{cid}/memory: one row per rank expected, got ranks {list(m['rank'])}")
@@ -348,7 +353,7 @@ def check_memory(cid, g, args, fail):
 
 
 def check_events(cid, g, args, fail):
-    ranks = int(g.attrs["ranks"])
+    ranks = job_ranks(g.attrs)
     e = g["events"][()]
     kinds = text(g["events"].attrs["kind_names"]).split(",")
     if args.no_events:
@@ -386,7 +391,7 @@ def check_clock(cid, g, s, fail, warn):
         warn(f"{cid}/summary: clock uncertainty {1e6 * u:.0f} us > 50 us: the clock exchanges waited for a core (the "
              f"events are aligned within that bound; the figures do not use it)")
     e = g["events"][()]
-    if len(e) == 0 or int(g.attrs["ranks"]) < 2:
+    if len(e) == 0 or job_ranks(g.attrs) < 2:
         return
     steps = {}  # (mode, rep) -> (first t_begin, last t_end) over every rank
     for k in set(zip(e["mode"].tolist(), e["rep"].tolist())):

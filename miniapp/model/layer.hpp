@@ -76,6 +76,12 @@ inline size_t grad_allreduce_elem(const StackConfig& cfg, size_t elem) {
   return cfg.bf16_grad_allreduce ? elem : kernels::acc_size(elem);
 }
 
+// The stack's job as a mesh: cfg.mesh with its CP degree cfg.attn.ranks (the default mesh,
+// 1 x 1 x 1, stands for a pure CP group of any size).
+inline comm::Mesh job_mesh(const StackConfig& cfg) {
+  return comm::Mesh(cfg.mesh.tp(), cfg.attn.ranks, cfg.mesh.dp(), cfg.mesh.order());
+}
+
 // The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
 // the pass's problem.
 cp::Config attention_config(const StackConfig& cfg);

@@ -209,7 +209,7 @@ struct CaseRates {
     rate_scale = m.rate_scale;
     for (int b = 0; b < (cfg.pass == model::Pass::Train ? 2 : 1); ++b) {
       Pass& p = pass[b];
-      const int ranks = std::min(c.ranks, std::max(1, m.topo.ranks_per_node));
+      const int ranks = std::min(model::job_mesh(cfg).ranks(), std::max(1, m.topo.ranks_per_node));
       const double in_layer = factor_of(m, dtype, cfg.shape, N, b == 1, ranks, notes);
       p.ops = layer_ops(cfg.shape, N, b == 1);
       for (const LayerOp& op : p.ops) p.op_s.push_back(in_layer * table_seconds(m, dtype, op, notes) / m.rate_scale);
@@ -368,15 +368,18 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
     out.imbalance = std::max(out.imbalance, a.imbalance);
     pass_s[b] = L * (layer + a.total);
   }
-  if (train && c.ranks > 1) {  // the weight-gradient all-reduces, queued behind the backward
-    const bool inter = m.topo.spans_nodes(0, c.ranks, 1);
+  // The weight-gradient all-reduces over the CP x DP group, queued behind the backward. Without
+  // TP that group is the whole job, its ranks 0 .. cp*dp-1.
+  const int grad_ranks = model::job_mesh(cfg).cp() * cfg.mesh.dp();
+  if (train && grad_ranks > 1) {
+    const bool inter = m.topo.spans_nodes(0, grad_ranks, 1);
     const Link& l = inter ? m.inter : m.intra;
     const double params = double(model::layer_param_count(cfg.shape)) * double(model::grad_allreduce_elem(cfg, elem));
     const double bucket = double(model::kGradBucketBytes);
     double alone = 0;  // one layer's buckets
     Beside beside;
     for (double at = 0; at < params; at += bucket) {
-      const CommCall call{comm::EventKind::AllReduce, int64_t(std::min(bucket, params - at)), c.ranks, inter};
+      const CommCall call{comm::EventKind::AllReduce, int64_t(std::min(bucket, params - at)), grad_ranks, inter};
       const Beside b = beside_compute(call, l);
       alone += comm_seconds(call, l), beside.wire_s += b.wire_s, beside.cpu_s += b.cpu_s;
     }

@@ -50,7 +50,7 @@ void write_mask(H5File& f, const cp::Config& a, int64_t Nq, int64_t q0) {
 
 std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path, kDumpKind); }
 
-MPI_Comm mpi_world(const comm::Communicator& comm) { return comm::mpi_of(comm.world()); }
+MPI_Comm mpi_job(const comm::Communicator& comm) { return comm::mpi_of(comm.job()); }
 
 template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
@@ -65,7 +65,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   if (train && st.dx().extent(0) != rows.size())
     throw std::logic_error("write_dump '" + path + "': a train dump needs the stack's backward() first");
 
-  H5File f(path, mpi_world(comm));
+  H5File f(path, mpi_job(comm));
   f.set_attr("/", "file_kind", kDumpKind);
   f.set_attr("/", "rope_theta", m.rope_theta);
   f.set_attr("/", "norm_eps", m.norm_eps);
@@ -81,20 +81,27 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   f.set_attr("/", "softmax_scale", a.attn.scale > 0 ? a.attn.scale : 1.0 / std::sqrt(double(m.head_dim)));
   f.set_attr("/", "scheme", scheme);
   f.set_attr("/", "ranks", comm.world().size);
+  f.set_attr("/", "dp", cfg.mesh.dp());
   f.set_attr("/", "dtype", kernels::dtype_name<T>());
   f.set_attr("/", "pass", model::to_string(cfg.pass));
   f.set_attr("/", "rope_convention", kRopeConvention);
   if (decode) f.set_attr("/", "decode_tokens", T_);
 
-  // Activations: each rank its own rows, at their global token index (decode: the T new
-  // tokens, the same on every rank).
+  // Activations: each rank its own rows, at their global token index, DP replica d's
+  // sequence at rows d*S.. (decode: the T new tokens, the same on every rank of a replica).
+  const int dp = cfg.mesh.dp(), replica = dp > 1 ? cfg.mesh.coord(comm.job().rank, comm::Axis::DP) : 0;
+  std::vector<int64_t> at = rows;  // (rows) each row's place in the file
+  for (int64_t& r : at) r += replica * (decode ? T_ : S);
+  std::vector<int64_t> new_tokens(static_cast<size_t>(T_));  // decode: the T new tokens' places
+  for (int64_t t = 0; t < T_; ++t) new_tokens[size_t(t)] = replica * T_ + t;
+  const bool one_writer = comm.world().rank == 0;  // of a replica's decode rows (its ranks hold the same)
   auto activation = [&](const char* name, const kernels::View2<T>& v) {
     const auto h = on_host(v);
     const std::string dset = std::string("/tensors/") + name;
     if (decode)
-      f.write_replicated(dset, T_, C, h.data());
+      f.write_rows(dset, dp * T_, C, one_writer ? new_tokens : std::vector<int64_t>(), h.data());
     else
-      f.write_rows(dset, S, C, rows, h.data());
+      f.write_rows(dset, dp * S, C, at, h.data());
   };
   write_mask(f, a, decode ? T_ : S, decode ? S : 0);
   activation("x", st.x());
@@ -117,8 +124,10 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
     }
     if (decode) {
       const auto k = on_host(st.cache_k(l)), v = on_host(st.cache_v(l));
-      f.write_rows(dir + "cache_k", S, KD, st.cache_rows(), k.data());
-      f.write_rows(dir + "cache_v", S, KD, st.cache_rows(), v.data());
+      std::vector<int64_t> cache_at = st.cache_rows();  // replica d's cache at rows d*S..
+      for (int64_t& r : cache_at) r += replica * S;
+      f.write_rows(dir + "cache_k", dp * S, KD, cache_at, k.data());
+      f.write_rows(dir + "cache_v", dp * S, KD, cache_at, v.data());
     }
   }
   f.commit();

@@ -9,6 +9,8 @@
 //   /mask/keys                               [Nq, 2] the first and last key position each
 //                                            query row sees (cp::Mask::keys_of)
 //   decode: x, y are [T, hidden], the decode tokens at positions S..S+T-1.
+//   With DP (root attribute dp > 1) every activation and cache holds dp sequences, replica d's
+//   at rows d*S.. (decode: d*T..), and the weight gradients are the replicas' mean.
 // Root attributes describe the shape, the mask (its name), the run and the RoPE convention.
 #pragma once
 #include <mpi.h>
@@ -21,7 +23,7 @@
 namespace minicp::record {
 
 // Writes the dump of `st` (after its forward; train: after its backward too) to `path`,
-// atomically (record::H5File). Collective over comm's world; the datasets have the stack's
+// atomically (record::H5File). Collective over comm's job (every DP replica); the datasets have the stack's
 // type T. `scheme` is the CP scheme's name, recorded as an attribute. Throws
 // std::runtime_error naming the path (and the dataset) when the file cannot be written,
 // std::logic_error when a train stack has not run its backward.
@@ -34,8 +36,7 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
 constexpr const char* kDumpKind = "minicp dump";
 std::string not_a_dump_file(const std::string& path);
 
-// The MPI communicator spanning comm's world (MPI backends: their own; NCCL: MPI_COMM_WORLD,
-// which it is built over).
-MPI_Comm mpi_world(const comm::Communicator& comm);
+// The MPI communicator spanning comm's job (its control communicator, whatever the backend).
+MPI_Comm mpi_job(const comm::Communicator& comm);
 
 }  // namespace minicp::record

@@ -374,6 +374,14 @@ void check_sizes(Deck& d, int world, bool any_ranks) {
     if (p > world && !any_ranks)
       throw UsageError("sweep.ranks = " + std::to_string(p) + ": larger than the MPI job (" + std::to_string(world) +
                        " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
+  for (int p : d.ranks)
+    for (int dp : d.dp) {
+      const int64_t need = int64_t(p) * dp;
+      if (dp > 1 && (need > INT32_MAX || (need > world && !any_ranks)))
+        throw UsageError("sweep.dp = " + std::to_string(dp) + " with sweep.ranks = " + std::to_string(p) + ": " +
+                         std::to_string(need) + " ranks, more than the MPI job's " + std::to_string(world) +
+                         "; launch at least " + std::to_string(need) + " ranks or lower either");
+    }
 }
 
 // The resolved deck: every key with the value this run uses. A table's keys are kept sorted,
@@ -507,9 +515,10 @@ std::string apply_dispatch(const Deck& d, const cp::SchemeInfo& info, const std:
   return "";
 }
 
-Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks, int decode_tokens,
+Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, const comm::Mesh& mesh, int decode_tokens,
                const cp::SchemeInfo& info, const std::map<std::string, int>& settings, const Packing& packing,
                const std::string& dispatch) {
+  const int ranks = mesh.cp();
   Case c;
   c.index = index;
   c.info = &info;
@@ -518,6 +527,7 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
   c.stack.pass = pass;
   c.stack.seed = d.seed;
   c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
+  c.stack.mesh = mesh;
   cp::Config& a = c.stack.attn;
   a.seq_len = S;
   a.ranks = ranks;
@@ -527,9 +537,8 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
   a.bf16_dkv = d.dkv_accumulator == "bf16";
   a.settings = settings;
   char id[96];
-  std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_P%d", index, model::to_string(pass), info.name.c_str(), (long long)S,
-                ranks);
-  c.id = id;
+  std::snprintf(id, sizeof id, "%03d_%s_%s_S%lld_", index, model::to_string(pass), info.name.c_str(), (long long)S);
+  c.id = id + ranks_token(mesh);
   if (!packing.item.empty()) c.id += "_docs" + packing.label;
   if (dispatch != "layout") c.id += "_dispatch" + dispatch;
   if (pass == model::Pass::Decode) c.id += "_decode_tokens" + std::to_string(decode_tokens);
@@ -543,32 +552,38 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, int ranks,
 
 }  // namespace
 
+std::string ranks_token(const comm::Mesh& mesh) {
+  return mesh.id().empty() ? "P" + std::to_string(mesh.cp()) : mesh.id();
+}
+
 std::vector<Case> make_cases(const Deck& d) {
   std::vector<Case> cases;
   for (model::Pass pass : d.passes)
     for (int64_t S : d.seq_len)
       for (const Packing& packing : packings(d, S))
         for (int P : d.ranks)
-          for (const std::string& name : d.schemes) {
-            const cp::SchemeInfo& info = cp::find(name);
-            if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
-            if (name == "none" && P != d.ranks.front()) continue;  // the reference: once per problem
-            const int ranks = name == "none" ? 1 : P;
-            // decode_tokens is a size of the decode problem: the other passes take its first value.
-            const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
-            for (size_t t = 0; t < n_tokens; ++t)
-              for (const std::string& dispatch : dispatches_of(d, info))
-                for (const auto& combo : setting_combos(d, info)) {
-                  Case c = make_case(d, int(cases.size()), pass, S, ranks, d.decode_tokens[t], info, combo, packing,
-                                     dispatch);
-                  // Named schemes must run, except where a sweep of several dispatches
-                  // crosses one with a scheme that cannot run it: that case is listed refused.
-                  const bool crossed = dispatch != "layout" && d.dispatch.size() > 1;
-                  if (!c.refused.empty() && !d.all_schemes && !crossed)
-                    throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-                  cases.push_back(c);
-                }
-          }
+          for (int dp : d.dp)
+            for (const std::string& name : d.schemes) {
+              const cp::SchemeInfo& info = cp::find(name);
+              if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
+              // the reference: once per problem, on one rank
+              if (name == "none" && (P != d.ranks.front() || dp != d.dp.front())) continue;
+              const comm::Mesh mesh = name == "none" ? comm::Mesh() : comm::Mesh(1, P, dp, d.rank_order);
+              // decode_tokens is a size of the decode problem: the other passes take its first value.
+              const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
+              for (size_t t = 0; t < n_tokens; ++t)
+                for (const std::string& dispatch : dispatches_of(d, info))
+                  for (const auto& combo : setting_combos(d, info)) {
+                    Case c = make_case(d, int(cases.size()), pass, S, mesh, d.decode_tokens[t], info, combo, packing,
+                                       dispatch);
+                    // Named schemes must run, except where a sweep of several dispatches
+                    // crosses one with a scheme that cannot run it: that case is listed refused.
+                    const bool crossed = dispatch != "layout" && d.dispatch.size() > 1;
+                    if (!c.refused.empty() && !d.all_schemes && !crossed)
+                      throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+                    cases.push_back(c);
+                  }
+            }
   // Ids sort as the sweep runs: the index is padded to the width of the largest (3 at least).
   const int width = std::max<int>(3, int(std::to_string(cases.empty() ? 0 : cases.size() - 1).size()));
   for (Case& c : cases) {

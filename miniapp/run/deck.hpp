@@ -42,7 +42,9 @@ struct Deck {
   std::vector<std::string> schemes;  // names, "all" expanded (each runs the passes it solves)
   bool all_schemes = false;          // sweep.schemes = ["all"]: cases a scheme refuses are skipped
   std::vector<int64_t> seq_len;
-  std::vector<int> ranks;
+  std::vector<int> ranks;                            // sweep.ranks: CP degrees
+  std::vector<int> dp;                               // sweep.dp: data-parallel degrees
+  std::string rank_order;                            // run.rank_order: the mesh's axis order (comm::Mesh)
   std::vector<int> decode_tokens;                    // the decode pass's query tokens
   std::vector<std::string> documents;                // sweep.documents' items (documents.hpp); empty: none
   std::vector<std::string> dispatch;                 // sweep.dispatch: "layout" (the scheme's own) or a dispatch
@@ -112,7 +114,7 @@ Deck load_deck_text(const std::string& text, const std::string& path, const std:
 // One point of the sweep.
 struct Case {
   int index = 0;  // 0-based, in sweep order
-  // "<index>_<pass>_<scheme>_S<seq_len>_P<ranks>[_docs<label>][_decode_tokens<T>][_<setting><value>...]"
+  // "<index>_<pass>_<scheme>_S<seq_len>_<ranks_token>[_docs<label>][_decode_tokens<T>][_<setting><value>...]"
   std::string id;
   std::string documents;  // the sweep.documents item of its mask ("" without one), and its id label
   std::string documents_label;
@@ -126,10 +128,14 @@ struct Case {
   std::string refused;  // "" or the scheme's reason (only kept when sweep.schemes is "all")
 };
 
-// The cases of the sweep: for each pass, seq_len, ranks and scheme that solves the pass (and
+// A case's ranks in its id and summary token: "P<cp>" on a pure CP group (the ids of such
+// cases keep their form), the mesh's id ("T1C2D2") where TP or DP is above 1.
+std::string ranks_token(const comm::Mesh& mesh);
+
+// The cases of the sweep: for each pass, seq_len, ranks, dp and scheme that solves the pass (and
 // for the decode pass each decode_tokens), each combination of the values of the settings the
 // scheme declares (other settings take their first value). `none` is the single-rank
-// reference: it runs at ranks 1 only, once per problem (pass, seq_len, decode_tokens).
+// reference: it runs at ranks 1 (and dp 1) only, once per problem (pass, seq_len, decode_tokens).
 // Throws UsageError for a named scheme that cannot run a case (its check() sentence); with
 // ["all"] such cases are kept with `refused` set.
 std::vector<Case> make_cases(const Deck& d);

@@ -222,6 +222,11 @@ std::vector<Row> run_rows() {
           .def("128")
           .to(&Deck::dispatch_chunk)
           .attr(),
+      one_of("run", "rank_order", comm::Mesh::orders(),
+             "the mesh's axes, innermost first: which ranks form a TP, CP and DP group (tp-cp-dp: a CP group's "
+             "ranks stride over TP's, a DP group's over both, as Megatron orders them)")
+          .def("\"tp-cp-dp\"")
+          .to(&Deck::rank_order),
       one_of("run", "progress", {"thread", "none"}, "communication progress: a thread per rank, or none")
           .def("\"thread\"")
           .to(&Deck::progress),
@@ -267,6 +272,11 @@ std::vector<Row> sweep_rows() {
       integers("sweep", "ranks", 1, INT32_MAX, "CP group sizes, each <= the MPI job's ranks (the others wait)")
           .note("the MPI job's size")
           .to(&Deck::ranks),
+      integers("sweep", "dp", 1, INT32_MAX,
+               "data-parallel degrees: replicas of the CP group, each on its own sequence, the weight gradients "
+               "all-reduced over CP x DP; ranks x dp <= the MPI job's ranks")
+          .def("[1]")
+          .to(&Deck::dp),
       integers("sweep", "decode_tokens", 1, INT32_MAX, "decode: query tokens decoded against the KV cache (tokens)")
           .def("[1]")
           .to(&Deck::decode_tokens),

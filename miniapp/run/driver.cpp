@@ -498,12 +498,18 @@ void align_events(const hn::ClockSync& clock0, std::vector<record::EventRow>& ev
   summary.real["clock_drift"] = err[1];          // |d offset / d t|, dimensionless
 }
 
-// The communicator of a case's P ranks: NCCL where the fabric profile asks for it
-// (check_communicator has refused what cannot run), else MPI, staging device tensors
-// through host memory unless MPI is GPU-aware.
-std::unique_ptr<comm::Communicator> case_comm(const ProgressSettings& prog, int P) {
-  if (wants_nccl()) return comm::make_nccl_comm(P, kernels::compute_stream());
-  return comm::make_mpi_comm(prog.progress, prog.poll_us, {}, comm::staging_for(kernels::kHostMemory), P);
+// The communicator of a case's mesh: its job is the first tp x cp x dp ranks and, where the
+// mesh has TP or DP, its world this rank's CP group (the ranks past the job get a group of
+// their own, which they leave unused). NCCL where the fabric profile asks for it
+// (check_communicator has refused what cannot run), else MPI, staging device tensors through
+// host memory unless MPI is GPU-aware.
+std::unique_ptr<comm::Communicator> case_comm(const ProgressSettings& prog, const comm::Mesh& mesh, int world_rank) {
+  const int n = mesh.ranks();
+  std::unique_ptr<comm::Communicator> c =
+      wants_nccl() ? comm::make_nccl_comm(n, kernels::compute_stream())
+                   : comm::make_mpi_comm(prog.progress, prog.poll_us, {}, comm::staging_for(kernels::kHostMemory), n);
+  if (!mesh.id().empty() && world_rank < n) c->narrow_world(mesh.color(c->job().rank, comm::Axis::CP));
+  return c;
 }
 
 // Everything one run keeps across its cases.
@@ -528,7 +534,7 @@ struct RunState {
 // One round of one case, measured on its group (the other ranks wait); after its last round
 // the figures on rank 0 and one transaction. A refused case is written in the first round.
 void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
-  const int world_rank = rs.a.rank(), P = c.stack.attn.ranks;
+  const int world_rank = rs.a.rank(), job = c.stack.mesh.ranks();
   record::CaseRecord& rec = run.record;
   rec.id = c.id;
   if (!c.documents.empty()) rec.document_lengths = c.stack.attn.mask.doc_lengths(c.stack.attn.seq_len);
@@ -540,10 +546,10 @@ void run_one(RunState& rs, const Case& c, int round, CaseResult& run) {
     if (record::Results* file = rs.results) rs.write_s += file->add_case(rec);
     return;
   }
-  auto comm = case_comm(rs.prog, P);
+  auto comm = case_comm(rs.prog, c.stack.mesh, world_rank);
   comm->trace().set_enabled(false);
   const std::string dump = &c == &rs.p.cases.front() ? rs.p.o.dump : "";  // --dump: the first case
-  if (world_rank < P) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
+  if (world_rank < job) measure_case(rs.p, c, *comm, dump, rs.ceiling, run, round);
   MPI_Barrier(MPI_COMM_WORLD);
   if (round < rs.p.deck.rounds - 1) return;
   at(Stage::Gathering);

@@ -144,8 +144,9 @@ void cp_efficiency(record::Attrs& s, const Case& c, const NoneTimes& none, int t
   // NaN); cp_efficiency_core_scaled assumes none would speed up linearly.
   double cpe = kNaN, scaled = kNaN;
   if (none.count(none_key(c))) {
-    const double tn = none.at(none_key(c));
-    const int cores_case = c.stack.attn.ranks * threads, cores_none = threads;
+    // `none` runs one sequence; a case with DP runs one per replica.
+    const double tn = none.at(none_key(c)) * c.stack.mesh.dp();
+    const int cores_case = c.stack.mesh.ranks() * threads, cores_none = threads;
     if (cores_case == cores_none) cpe = tn / t;
     scaled = tn * cores_none / (t * cores_case);
   }
@@ -192,16 +193,19 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   // The mask's area as the scheme shares it out, and the bytes it needs moved (all layers):
   // the traffic's redundancy, NaN when it needs none.
   const bool train = c.stack.pass == model::Pass::Train, decode = c.stack.pass == model::Pass::Decode;
+  // One CP group's share; the mesh runs tp x dp such groups (each TP rank its heads, each DP
+  // replica its sequence), so the whole job's area and bytes are that many times the group's.
   const predict::MaskShare share = predict::mask_share(c.stack.attn, *c.info, m.elem, train);
+  const double groups = double(c.stack.mesh.ranks() / c.stack.mesh.cp());
   double pairs = 0;
   for (double a : share.area) pairs += a;
-  r["attention_area_pairs"] = pairs;
+  r["attention_area_pairs"] = groups * pairs;
   r["area_imbalance"] = hn::imbalance(share.area);
-  const double need = decode ? 0 : c.stack.shape.layers * share.needed_bytes;
+  const double need = decode ? 0 : groups * c.stack.shape.layers * share.needed_bytes;
   double sent = 0;
   for (double b : m.attn_bytes) sent += b;
   r["traffic_redundancy"] = need > 0 ? sent / need : kNaN;
-  r["attn_bytes_needed_per_rank"] = decode ? kNaN : need / c.stack.attn.ranks;
+  r["attn_bytes_needed_per_rank"] = decode ? kNaN : need / c.stack.mesh.ranks();
   overlap_figures(
       s, "", by, [](const Rep& x) { return x.step; }, max_of(m.bytes) > 0);
   overlap_figures(
@@ -303,7 +307,7 @@ constexpr FigureInfo kFigures[] = {
      false},
     {"attention_area_pairs", "pairs",
      "visible (query, key) pairs of one forward's attention over every rank and query head: the mask's area times the "
-     "heads",
+     "heads and the DP replicas",
      true},
     // communication
     {"block_bytes_per_value", "B/value", "bytes per value of K/V/Q blocks, activations and Ulysses' exchanges", false},

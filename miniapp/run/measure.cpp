@@ -67,7 +67,7 @@ double step_useful_flops(const Case& c) {
   const cp::Mask::Kind k = a.mask.kind();
   if (!decode && (k == cp::Mask::Kind::Window || k == cp::Mask::Kind::Documents))
     f.attention = 4.0 * a.head_dim * a.heads * a.mask.area(a.seq_len) * (train ? 3.5 : 1.0);
-  return c.stack.shape.layers * f.total();
+  return c.stack.mesh.dp() * c.stack.shape.layers * f.total();  // each DP replica runs its own sequence
 }
 
 const CeilingCache::Timed& CeilingCache::component(MPI_Comm g, const std::vector<int64_t>& key,
@@ -151,7 +151,7 @@ kernels::GemmShape largest_gemm(const Case& c) {
 template <class T>
 void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, cp::Mode mode, int rep, int rank,
                 const double t[3], CaseResult& out) {
-  const bool bwd = train && mode != cp::Mode::ComputeOnly && ctx.comm.world().size > 1;
+  const bool bwd = train && mode != cp::Mode::ComputeOnly && ctx.comm.job().size > 1;
   record::StepRow row{mode_code(mode),
                       rep,
                       rank,
@@ -240,8 +240,10 @@ template <class T>
 void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const std::string& dump,
                    CeilingCache& ceiling, CaseResult& out, int round) {
   const cp::SchemeInfo& info = *c.info;
-  MPI_Comm g = comm::mpi_of(comm.world());
-  const int rank = comm.world().rank, P = c.stack.attn.ranks;
+  // The case's job: its mesh's ranks (with TP or DP, more than the CP group comm.world()). The
+  // steps start together over it, its rows carry job ranks, and its figures are gathered over it.
+  MPI_Comm g = comm::mpi_of(comm.job());
+  const int rank = comm.job().rank, P = comm.job().size;
   const bool last = round == p.deck.rounds - 1;
   CaseResult& m = out;
   hn::MemTracker& mem = hn::MemTracker::instance();
@@ -302,7 +304,7 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   m.grad_bytes = gather_median(out.rep_grad_bytes, g);
   for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i]);
   m.useful_flops = step_useful_flops(c);
-  m.tokens = double(cp::global_q_tokens(ctx.cfg));
+  m.tokens = double(cp::global_q_tokens(ctx.cfg)) * c.stack.mesh.dp();
   at(Stage::CaseCeiling);
   const CeilingCache::Reading after = ceiling.get(g, P, shape, m.bf16);
   m.after = after.rates, m.bf16_after = after.bf16;

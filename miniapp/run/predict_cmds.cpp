@@ -225,7 +225,7 @@ predict::Machine machine_for(const Deck& d, const predict::Calibration& cal, int
 namespace {
 
 predict::Prediction predict_case(const Case& c, predict::Machine m, const Deck& d, int rpn_flag) {
-  m.topo.ranks = c.stack.attn.ranks;
+  m.topo.ranks = model::job_mesh(c.stack).ranks();
   m.topo.ranks_per_node = m.topo.ranks_per_node > 0 ? m.topo.ranks_per_node : ranks_per_node(d, m.topo.ranks, rpn_flag);
   return predict::predict_step(c.stack, *c.info, m, elem_of(d));
 }
@@ -499,7 +499,7 @@ void prediction_figures(record::Attrs& s, const Case& c, const predict::Machine&
   predict::Machine m = base;
   const auto sg = m.cal.sgemm.find(m.threads);
   if (std::isfinite(group_sgemm) && group_sgemm > 0 && sg != m.cal.sgemm.end())
-    m.rate_scale = group_sgemm / c.stack.attn.ranks / sg->second;
+    m.rate_scale = group_sgemm / c.stack.mesh.ranks() / sg->second;  // the job's ranks summed it
   s.real["prediction_rate_scale"] = m.rate_scale;
   std::string note;
   predict::Prediction r;

@@ -232,6 +232,9 @@ record::Attrs case_attrs(const Case& c, const Deck& d, const comm::Topology& top
   documents_attrs(a, cfg.mask, cfg.seq_len);
   a.text["status"] = c.refused.empty() ? "ok" : "refused: " + c.refused;
   a.integer["seq_len"] = cfg.seq_len, a.integer["ranks"] = cfg.ranks;
+  // The mesh: ranks is its CP degree; the job's ranks are tp x ranks x dp.
+  a.integer["tp"] = c.stack.mesh.tp(), a.integer["dp"] = c.stack.mesh.dp();
+  a.text["rank_order"] = c.stack.mesh.order();
   a.integer["decode_tokens"] = cfg.decode_tokens;
   a.integer["causal"] = cfg.mask.is_causal() ? 1 : 0;
   for (const auto& [name, v] : cfg.settings) a.integer[name] = v;
@@ -280,7 +283,7 @@ void print_case(const Case& c, const record::Attrs& summary, const CaseResult& m
 
 std::string summary_token(const Case& c, const record::Attrs& summary) {
   return std::string(model::to_string(c.stack.pass)) + "_" + c.scheme + "_S" + std::to_string(c.stack.attn.seq_len) +
-         "_P" + std::to_string(c.stack.attn.ranks) + (c.documents_label.empty() ? "" : "_docs" + c.documents_label) +
+         "_" + ranks_token(c.stack.mesh) + (c.documents_label.empty() ? "" : "_docs" + c.documents_label) +
          (c.stack.attn.dispatch.empty() ? "" : "_dispatch" + c.stack.attn.dispatch) + "=" +
          fmt("%.3f", summary.real.at("layer_efficiency"));
 }
