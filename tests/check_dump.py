@@ -24,7 +24,7 @@ With DP (attribute dp > 1) the activations hold dp sequences, replica d's at row
 is checked on its own, and the weight gradients against the finite differences of the
 replicas' mean loss.
 
-Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--dp D] [--mask M] [--dtype f32|f64]
+Usage: check_dump.py FILE [--pass P] [--scheme NAME] [--ranks N] [--tp T] [--dp D] [--mask M] [--dtype f32|f64]
        (each option, when given, is also required of the file's attributes)
        --corrupt KIND   (for the test suite) damage the data after reading, to show that the
                         check catches it: rows (reverse the token order of the activations),
@@ -40,7 +40,7 @@ PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w1", "w3", "w2"]
 ROPE_CONVENTION = ("rotate-half, angle = position * rope_theta^(-2i/head_dim), i < head_dim/2, positions 0..S-1 "
                    "(decode: the new tokens at S..S+T-1)")
 INT_ATTRS = ["heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len",
-             "ranks", "dp"]
+             "ranks", "tp", "dp"]
 FLOAT_ATTRS = ["rope_theta", "norm_eps"]
 STR_ATTRS = ["file_kind", "mask", "scheme", "dtype", "pass", "rope_convention"]
 
@@ -165,14 +165,14 @@ def attribute_value_errors(a, args):
         err(f"rope_convention = {a['rope_convention']!r}, expected {ROPE_CONVENTION!r}")
     if a["dtype"] not in ("f32", "f64"):
         err(f"dtype = {a['dtype']!r}, expected f32 or f64")
-    for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks", "dp"):
+    for k in ("heads", "kv_heads", "head_dim", "layers", "hidden", "ffn", "seq_len", "ranks", "tp", "dp"):
         if a[k] < 1:
             err(f"{k} = {a[k]}, expected >= 1")
     if a["heads"] % max(1, a["kv_heads"]) or a["head_dim"] % 2:
         err(f"heads ({a['heads']}) must be a multiple of kv_heads ({a['kv_heads']}) and head_dim even")
     if not (a["rope_theta"] > 1 and a["norm_eps"] > 0):
         err(f"rope_theta = {a['rope_theta']}, norm_eps = {a['norm_eps']}")
-    for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("dp", "dp"), ("mask", "mask"),
+    for opt, key in (("pass_", "pass"), ("scheme", "scheme"), ("ranks", "ranks"), ("tp", "tp"), ("dp", "dp"), ("mask", "mask"),
                      ("dtype", "dtype")):
         want = getattr(args, opt)
         if want is not None and str(a[key]) != str(want):
@@ -370,6 +370,7 @@ def main():
     ap.add_argument("--pass", dest="pass_", choices=["train", "prefill", "decode"])
     ap.add_argument("--scheme")
     ap.add_argument("--ranks", type=int)
+    ap.add_argument("--tp", type=int, help="the tensor-parallel degree the file must have (its attribute tp)")
     ap.add_argument("--dp", type=int, help="the data-parallel degree the file must have (its attribute dp)")
     ap.add_argument("--mask", help="the mask's name the file must have (its attribute mask)")
     ap.add_argument("--dtype", choices=["f32", "f64"])

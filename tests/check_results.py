@@ -37,7 +37,7 @@ CASE = ["scheme", "pass", "mask", "dtype", "status", "seq_len", "ranks", "tp", "
 CASE_RUN = ["start_time", "end_time"]
 TIMING = ["mode", "rep", "rank", "layer", "pass", "phase", "seconds"]
 STEPS = ["mode", "rep", "rank", "forward_s", "backward_s", "step_s", "phases_s", "attn_s", "attn_comm_wait_s",
-         "grad_allreduce_s", "grad_allreduce_busy_s"]
+         "grad_allreduce_s", "grad_allreduce_busy_s", "tp_comm_s"]
 MEMORY = ["rank", "kokkos_peak_bytes", "space_peak_bytes", "rss_peak_bytes", "predicted_bytes"]
 EVENTS = ["rank", "rep", "mode", "layer", "pass", "step", "kind", "peer", "group", "label", "bytes", "flops",
           "t_begin", "t_end"]
@@ -272,8 +272,9 @@ def check_figures(cid, g, s, modes, fail):
         fail(f"{cid}/summary: executed FLOP/s {s['exec_flops_per_s']} below useful {s['useful_flops_per_s']}")
     if modes == 3 and math.isnan(s["compute_only_time_s"]):
         fail(f"{cid}/summary: compute_only_time_s NaN though compute-only ran")
-    if abs(s["bytes_sent_per_rank"] - s["attn_bytes_sent_per_rank"] - s["grad_allreduce_bytes_per_rank"]) > 0.5:
-        fail(f"{cid}/summary: bytes_sent_per_rank != attention + gradient all-reduce bytes")
+    if abs(s["bytes_sent_per_rank"] - s["attn_bytes_sent_per_rank"] - s["grad_allreduce_bytes_per_rank"]
+           - s["tp_bytes_sent_per_rank"]) > 0.5:
+        fail(f"{cid}/summary: bytes_sent_per_rank != attention + gradient all-reduce + TP bytes")
 
 
 def check_documents(cid, g, fail):

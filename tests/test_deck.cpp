@@ -346,18 +346,18 @@ TEST(Figures, EqualStepTimesTakeTheLowestRank) {
   const run::Case& c = cases.front();
   run::CaseResult m;
   m.bytes = m.attn_bytes = {1e6, 1e6};
-  m.grad_bytes = {0, 0};
+  m.grad_bytes = m.tp_bytes = {0, 0};
   m.compute = m.exec_flops = {1, 1};
   const double ms = 1e-3;
   for (int rep = 0; rep < 3; ++rep) {
     const double jitter = 0.1 * ms * rep;
     // mode, rep, rank, forward, backward, step, phases, attn, attn wait, grad, grad busy
-    m.steps.push_back({0, rep, 0, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 6 * ms, 0, 0, 0});
-    m.steps.push_back({0, rep, 1, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 2 * ms, 0, 0, 0});
-    m.steps.push_back({1, rep, 0, 3 * ms, 5 * ms, 8 * ms, 8 * ms, 5 * ms, 0, 0, 0});
-    m.steps.push_back({1, rep, 1, 3 * ms, 4 * ms, 7 * ms, 7 * ms, 1 * ms, 0, 0, 0});
-    m.steps.push_back({2, rep, 0, 1 * ms, 3 * ms, 4 * ms, 4 * ms, 4 * ms, 0, 0, 0});
-    m.steps.push_back({2, rep, 1, 1 * ms, 2 * ms, 3 * ms, 3 * ms, 3 * ms, 0, 0, 0});
+    m.steps.push_back({0, rep, 0, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 6 * ms, 0, 0, 0, 0});
+    m.steps.push_back({0, rep, 1, 4 * ms, 6 * ms + jitter, 10 * ms + jitter, 10 * ms + jitter, 2 * ms, 0, 0, 0, 0});
+    m.steps.push_back({1, rep, 0, 3 * ms, 5 * ms, 8 * ms, 8 * ms, 5 * ms, 0, 0, 0, 0});
+    m.steps.push_back({1, rep, 1, 3 * ms, 4 * ms, 7 * ms, 7 * ms, 1 * ms, 0, 0, 0, 0});
+    m.steps.push_back({2, rep, 0, 1 * ms, 3 * ms, 4 * ms, 4 * ms, 4 * ms, 0, 0, 0, 0});
+    m.steps.push_back({2, rep, 1, 1 * ms, 2 * ms, 3 * ms, 3 * ms, 3 * ms, 0, 0, 0, 0});
   }
   const minicp::record::Attrs s = run::figures(c, m, {}, 1);
   // Rank 0's attention: 6 ms in full mode, 5 ms compute-only, 4 ms comm-only.

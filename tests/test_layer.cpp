@@ -60,7 +60,7 @@ Result run(const model::StackConfig& cfg, const cp::SchemeInfo& info, comm::Comm
   if (cfg.pass == model::Pass::Train) {
     st.backward(ctx);
     r.dx = test::to_vec(st.dx());
-    for (int l = 0; l < cfg.shape.layers; ++l) r.dw.push_back(test::to_vec(st.grads(l)));
+    for (int l = 0; l < cfg.shape.layers; ++l) r.dw.push_back(test::to_vec(st.whole_grads(l)));
   }
   return r;
 }
@@ -162,62 +162,122 @@ TEST_P(LayerVsNone, OutputAndEveryGradient) {
 INSTANTIATE_TEST_SUITE_P(Layer, LayerVsNone, ::testing::Values(model::Pass::Train, model::Pass::Decode),
                          [](const ::testing::TestParamInfo<model::Pass>& i) { return model::to_string(i.param); });
 
-// Data parallelism (run with --scheme=zigzag): each of dp replicas of a cp-rank zigzag group
-// runs its own sequence, and every rank's weight gradients are the mean over the replicas of
-// the single-rank gradients of their sequences (fp64 `none`, one rank alone, replica d's
-// inputs); each replica's output is its own sequence's. Every split of the job's ranks.
-TEST(LayerDataParallel, GradientsAreTheReplicasMean) {
-  if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
+// The meshes of the job's ranks: tp x cp x dp = P with tp and dp in {1, 2} (not the pure CP
+// group the tests above run); every scheme runs those with TP, zigzag also those without.
+std::vector<comm::Mesh> test_meshes(int P) {
+  std::vector<comm::Mesh> out;
+  for (int tp = 1; tp <= 2; ++tp)
+    for (int dp = 1; dp <= 2; ++dp)
+      if ((tp > 1 || dp > 1) && P % (tp * dp) == 0 && (tp > 1 || g_scheme == "zigzag"))
+        out.emplace_back(tp, P / (tp * dp), dp);
+  return out;
+}
+
+// Tensor and data parallelism: each TP rank holds its slice of every layer and the scheme runs
+// on its heads (sequence parallelism on, and off); each of dp replicas runs its own sequence.
+// Each rank's output and input gradient are its own sequence's from the single-rank layer
+// (fp64 `none`, one rank alone, replica d's inputs), and the whole weight gradients (the TP
+// slices put together) are the mean over the replicas of the single-rank gradients.
+TEST(LayerMesh, MatchesTheSingleRankLayer) {
+  const cp::SchemeInfo& info = cp::find(g_scheme);
+  if (!info.solves(cp::Problem::Train)) GTEST_SKIP() << g_scheme << " does not train";
   const int P = test::world_size(), me = test::world_rank();
   int checked = 0;
-  for (int dp = 2; dp <= P; ++dp) {
-    if (P % dp != 0) continue;
-    const comm::Mesh mesh(1, P / dp, dp);
-    SCOPED_TRACE("mesh " + mesh.id());
-    cp::Config causal;
-    causal.mask = cp::Mask::causal();
-    model::StackConfig cfg = small_config(model::Pass::Train, causal);
-    cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh;
-    auto job = comm::make_mpi_comm(comm::Progress::Thread);
-    job->narrow_world(mesh.color(me, comm::Axis::CP));
-    const Result got = run<double>(cfg, cp::find("zigzag"), *job);
+  for (const comm::Mesh& mesh : test_meshes(P))
+    for (const bool sp : {true, false}) {
+      if (!sp && mesh.tp() == 1) continue;
+      SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces"));
+      cp::Config causal;
+      causal.mask = cp::Mask::causal();
+      model::StackConfig cfg = small_config(model::Pass::Train, causal);
+      cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp;
+      if (!cp::check(info, model::attention_config(cfg)).empty() || !model::check_mesh(cfg, info).empty()) continue;
+      auto job = comm::make_mpi_comm(comm::Progress::Thread);
+      job->narrow_world(mesh.color(me, comm::Axis::CP));
+      const Result got = run<double>(cfg, info, *job);
 
-    model::StackConfig one = small_config(model::Pass::Train, causal);  // `none`, one rank, one replica
-    one.attn.ranks = 1;
-    auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
-    std::vector<Vec> mean(size_t(cfg.shape.layers));
-    Result mine, first;
-    for (int d = 0; d < dp; ++d) {
-      one.replica = d;
-      const Result ref = run<double>(one, cp::find("none"), *self);
-      if (d == mesh.coord(me, comm::Axis::DP)) mine = ref;
-      if (d == 0) first = ref;
-      double differ = 0;  // the replicas' sequences are not one sequence
-      for (size_t i = 0; d > 0 && i < ref.y.size(); ++i) differ = std::max(differ, std::abs(ref.y[i] - first.y[i]));
-      if (d > 0) {
-        EXPECT_GT(differ, 1e-3 * max_abs(first.y)) << "replica " << d << " ran replica 0's sequence";
+      model::StackConfig one = small_config(model::Pass::Train, causal);  // `none`, one rank, one replica
+      one.attn.ranks = 1;
+      auto self = comm::make_mpi_comm(comm::Progress::None, 50, {}, comm::Staging::Direct, 1);
+      std::vector<Vec> mean(size_t(cfg.shape.layers));
+      Result mine, first;
+      for (int d = 0; d < mesh.dp(); ++d) {
+        one.replica = d;
+        const Result ref = run<double>(one, cp::find("none"), *self);
+        if (d == mesh.coord(me, comm::Axis::DP)) mine = ref;
+        if (d == 0) first = ref;
+        double differ = 0;  // the replicas' sequences are not one sequence
+        for (size_t i = 0; d > 0 && i < ref.y.size(); ++i) differ = std::max(differ, std::abs(ref.y[i] - first.y[i]));
+        if (d > 0) {
+          EXPECT_GT(differ, 1e-3 * max_abs(first.y)) << "replica " << d << " ran replica 0's sequence";
+        }
+        for (size_t l = 0; l < mean.size(); ++l) {
+          mean[l].resize(ref.dw[l].size(), 0.0);
+          for (size_t i = 0; i < mean[l].size(); ++i) mean[l][i] += ref.dw[l][i] / mesh.dp();
+        }
       }
+      const int64_t C = cfg.shape.hidden;
+      EXPECT_LE(err_rows(got.y, got.rows, 0, mine.y, C), 1e-10) << "y against this replica's sequence";
+      EXPECT_LE(err_rows(got.dx, got.rows, 0, mine.dx, C), 1e-10) << "dx against this replica's sequence";
       for (size_t l = 0; l < mean.size(); ++l) {
-        mean[l].resize(ref.dw[l].size(), 0.0);
-        for (size_t i = 0; i < mean[l].size(); ++i) mean[l][i] += ref.dw[l][i] / dp;
+        ASSERT_EQ(got.dw[l].size(), mean[l].size()) << "layer " << l << ": the whole layer's gradients";
+        double e = 0;
+        for (size_t i = 0; i < mean[l].size(); ++i) e = std::max(e, std::abs(got.dw[l][i] - mean[l][i]));
+        EXPECT_LE(e / std::max(1e-30, max_abs(mean[l])), 1e-10) << "layer " << l << " dW against the replicas' mean";
       }
+      ++checked;
     }
-    const int64_t C = cfg.shape.hidden;
-    EXPECT_LE(err_rows(got.y, got.rows, 0, mine.y, C), 1e-10) << "y against this replica's sequence";
-    for (size_t l = 0; l < mean.size(); ++l) {
-      double e = 0;
-      for (size_t i = 0; i < mean[l].size(); ++i) e = std::max(e, std::abs(got.dw[l][i] - mean[l][i]));
-      EXPECT_LE(e / std::max(1e-30, max_abs(mean[l])), 1e-10) << "layer " << l << " dW against the replicas' mean";
-    }
-    ++checked;
-  }
-  if (P == 1) GTEST_SKIP() << "one rank: no replicas to average";
+  if (test_meshes(P).empty())
+    GTEST_SKIP() << "no mesh with TP" << (g_scheme == "zigzag" ? " or DP" : "") << " at np " << P;
   EXPECT_GE(checked, 1);
 }
 
-// A mesh the layer cannot run is refused before anything is allocated or split: TP, and a
-// mesh whose CP group is not the communicator's world.
-TEST(LayerDataParallel, RefusesTensorParallelismAndAMeshOffTheWorld) {
+// The bytes the TP collectives send, as the communicator counts them (comm::bytes_leaving, in
+// every call's trace event), against model::tp_calls (the performance model's list) and
+// against Megatron's closed form: each sequence-parallel all-gather or reduce-scatter moves
+// (tp-1)/tp x N x C values, N the CP shard's tokens; an all-reduce 2 (tp-1)/tp x N x C.
+TEST(LayerMesh, TpBytesAreTheClosedForm) {
+  if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
+  const int P = test::world_size(), me = test::world_rank();
+  if (P % 2 != 0) GTEST_SKIP() << "needs tp = 2 to divide the ranks";
+  for (const bool sp : {true, false}) {
+    const comm::Mesh mesh(2, P / 2, 1);
+    SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces"));
+    cp::Config causal;
+    causal.mask = cp::Mask::causal();
+    model::StackConfig cfg = small_config(model::Pass::Train, causal);
+    cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp;
+    auto job = comm::make_mpi_comm(comm::Progress::None);
+    job->narrow_world(mesh.color(me, comm::Axis::CP));
+    model::Stack<double> st(cfg, cp::find("zigzag"), *job);
+    cp::Context ctx{*job, model::attention_config(cfg)};
+    job->trace().set_enabled(true);
+    st.forward(ctx);
+    st.backward(ctx);
+    int64_t traced = 0;  // the TP group's and the K/V holders' events
+    for (const comm::Event& e : job->trace().events())
+      if (e.kind != comm::EventKind::Wait && e.bytes > 0 && e.group != job->world().id && e.group != -1)
+        traced += e.bytes;
+    const int64_t N = int64_t(st.rows().size()) * (sp ? 2 : 1), L = cfg.shape.layers, C = cfg.shape.hidden;
+    int64_t listed = 0;
+    for (const bool bwd : {false, true})
+      for (const model::TpCall& c : model::tp_calls(cfg, N, bwd, sizeof(double)))
+        listed += comm::bytes_leaving(c.op, c.payload, c.group);
+    EXPECT_EQ(st.tp_bytes(), L * listed);
+    EXPECT_EQ(traced, st.tp_bytes()) << "the trace's events of the TP groups";
+    // Megatron's closed form: 4 collectives forward and 4 backward of (tp-1)/tp x N x C values
+    // each with sequence parallelism (2 all-reduces each way without), and with it the norms'
+    // gradients (2 x C fp64 values all-reduced) in the backward.
+    const int64_t per = N * C * int64_t(sizeof(double)) / 2;  // (tp-1)/tp = 1/2
+    const int64_t want = sp ? L * (8 * per + 2 * (2 * C * int64_t(sizeof(double)) / 2)) : L * 4 * (2 * per);
+    EXPECT_EQ(st.tp_bytes(), want);
+  }
+}
+
+// A mesh the layer cannot run is refused before anything is allocated or split: TP that does
+// not split the heads, sequence parallelism on tokens that do not divide by tp, and a mesh
+// whose CP group is not the communicator's world.
+TEST(LayerMesh, RefusesWhatItCannotSplit) {
   if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
   const int P = test::world_size();
   cp::Config causal;
@@ -234,7 +294,11 @@ TEST(LayerDataParallel, RefusesTensorParallelismAndAMeshOffTheWorld) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refusal(comm::Mesh(2, P, 1)).find("tp = 2"), std::string::npos);
+  EXPECT_NE(refusal(comm::Mesh(5, P, 1)).find("sweep.tp = 5: must divide model.heads (12)"), std::string::npos);
+  cfg.attn.seq_len = 2 * 3 * P;  // zigzag: 6 tokens on each rank, which 4 does not divide
+  EXPECT_NE(refusal(comm::Mesh(4, P, 1)).find("sequence parallelism needs every CP rank's tokens divisible by tp = 4"),
+            std::string::npos);
+  cfg.attn.seq_len = 48;
   if (P > 1) {
     EXPECT_NE(refusal(comm::Mesh(1, 1, P)).find("narrow_world"), std::string::npos);
   }

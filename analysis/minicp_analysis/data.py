@@ -24,7 +24,7 @@ PASSES = ("train", "prefill", "decode")
 # the inputs' scheme_registry).
 PROBLEM_COLUMNS = ("decode_tokens",)
 # Summary attributes the C++ may not write yet: NaN when absent.
-PHASES = ("norm", "qkv", "rope", "attn_compute", "attn_comm", "out_proj", "mlp", "grad_allreduce", "other")
+PHASES = ("norm", "qkv", "rope", "attn_compute", "attn_comm", "out_proj", "mlp", "tp_comm", "grad_allreduce", "other")
 OPTIONAL_SUMMARY = ("predicted_time_s", "predicted_forward_time_s", "predicted_backward_time_s")
 # The summary's text attributes in files written before the figure catalog (whose unit
 # "text" names them since), and its per-phase arrays of files written before the one

@@ -48,7 +48,10 @@ class Usp final : public Scheme<T> {
     ulysses_ = ctx.comm.split_contiguous(U, "ulysses");
     ring_ = ctx.comm.split_strided(R, "ring");
     pos_.clear();
-    for (int w : ulysses_->world_ranks) {
+    // The group's members are the world's ranks first .. first+U-1 (split_contiguous), by
+    // their rank in this communicator's world (the CP group), not in MPI_COMM_WORLD.
+    const int first = ctx.comm.world().rank / U * U;
+    for (int w = first; w < first + U; ++w) {
       const auto part = usp_tokens(c, R, U, w);
       pos_.insert(pos_.end(), part.begin(), part.end());
     }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "comm/mpi_group.hpp"
 #include "harness/watchdog.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/convert.hpp"
@@ -27,8 +28,8 @@ const char* to_string(Pass p) {
 }
 
 const char* to_string(Phase p) {
-  static const char* names[kPhases] = {"norm",     "qkv", "rope",           "attn_compute", "attn_comm",
-                                       "out_proj", "mlp", "grad_allreduce", "other"};
+  static const char* names[kPhases] = {"norm",     "qkv", "rope",    "attn_compute",   "attn_comm",
+                                       "out_proj", "mlp", "tp_comm", "grad_allreduce", "other"};
   return names[int(p)];
 }
 
@@ -45,8 +46,12 @@ PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
 
 cp::Config attention_config(const StackConfig& cfg) {
   cp::Config a = cfg.attn;
-  a.heads = cfg.shape.heads;
-  a.kv_heads = cfg.shape.kv_heads;
+  // Every TP rank's slice has the same heads (model::tp_slice); a shape TP cannot split keeps
+  // its own (the stack refuses it).
+  const bool split = cfg.mesh.tp() > 1 && check_tp(cfg.shape, cfg.mesh.tp()).empty();
+  const Shape m = split ? tp_slice(cfg.shape, cfg.mesh.tp(), 0).shape : cfg.shape;
+  a.heads = m.heads;
+  a.kv_heads = m.kv_heads;
   a.head_dim = cfg.shape.head_dim;
   a.problem = cfg.pass == Pass::Decode ? cp::Problem::Decode : cp::Problem::Train;
   return a;
@@ -79,32 +84,76 @@ void residual_add(kernels::View2<T> out, kernels::CView2<T> a, kernels::CView2<T
 
 }  // namespace
 
+std::string check_mesh(const StackConfig& cfg, const cp::SchemeInfo& scheme) {
+  const int tp = cfg.mesh.tp();
+  if (tp == 1) return "";
+  const std::string mesh = "mesh " + job_mesh(cfg).id() + ": ";
+  if (const std::string why = check_tp(cfg.shape, tp); !why.empty()) return mesh + why;
+  if (!cfg.sequence_parallel || cfg.pass == Pass::Decode) return "";
+  const cp::Config a = attention_config(cfg);
+  for (int r = 0; r < a.ranks; ++r)
+    if (const size_t n = scheme.shard(a, r).q.size(); n % size_t(tp) != 0)
+      return mesh + "sequence parallelism needs every CP rank's tokens divisible by tp = " + std::to_string(tp) +
+             "; CP rank " + std::to_string(r) + " holds " + std::to_string(n) +
+             " (run.sequence_parallel = \"off\" all-reduces instead)";
+  return "";
+}
+
+std::vector<TpCall> tp_calls(const StackConfig& cfg, int64_t N, bool backward, size_t elem) {
+  const int tp = cfg.mesh.tp();
+  if (tp == 1 || !check_tp(cfg.shape, tp).empty()) return {};
+  const TpSlice s = tp_slice(cfg.shape, tp, 0);
+  const bool sp = cfg.sequence_parallel && cfg.pass != Pass::Decode;
+  const int64_t C = cfg.shape.hidden, rows = int64_t(C) * (sp ? N / tp : N) * int64_t(elem);
+  const int64_t acc = int64_t(kernels::acc_size(elem));
+  using comm::EventKind;
+  const TpCall gather{EventKind::AllGather, rows, tp}, scatter{EventKind::ReduceScatter, rows, tp},
+      all{EventKind::AllReduce, rows, tp};
+  std::vector<TpCall> out;
+  if (sp)
+    out = {gather, scatter, gather, scatter};  // forward: h1, o Wo, h2, g W2; backward: dy, dh, dx2, dh
+  else
+    out = {all, all};  // forward: o Wo, g W2; backward: dh twice
+  if (!backward) return out;
+  if (sp) out.push_back({EventKind::AllReduce, C * acc, tp}), out.push_back({EventKind::AllReduce, C * acc, tp});
+  if (s.kv_copies > 1)
+    out.push_back({EventKind::AllReduce, 2 * C * s.shape.kv_heads * cfg.shape.head_dim * acc, s.kv_copies});
+  return out;
+}
+
 int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& scheme, size_t elem) {
-  const Shape& m = cfg.shape;
+  // With TP: the slice's heads and FFN; the norms' and residuals' rows n are 1/tp of the
+  // shard's N with sequence parallelism.
+  const int tp = cfg.mesh.tp();
+  const bool split = tp > 1 && check_tp(cfg.shape, tp).empty();
+  const Shape m = split ? tp_slice(cfg.shape, tp, 0).shape : cfg.shape;
+  const bool sp = split && cfg.sequence_parallel && cfg.pass != Pass::Decode;
   const Rows r = rows_of(cfg);
-  const double n = r.n, C = m.hidden, HD = double(m.heads) * m.head_dim, KD = double(m.kv_heads) * m.head_dim,
-               F = m.ffn, H = m.heads, L = m.layers;
+  const double N = r.n, n = sp ? std::ceil(N / tp) : N, C = m.hidden, HD = double(m.heads) * m.head_dim,
+               KD = double(m.kv_heads) * m.head_dim, F = m.ffn, H = m.heads, L = m.layers;
   const bool train = cfg.pass == Pass::Train, mixed = kernels::acc_size(elem) != elem;
-  const double params = double(layer_param_count(m));
+  const double params = double(layer_param_count(m));  // the slice's
   // v: values stored in T (elem bytes each); a: values in the accumulator type (acc_size).
   double v = L * params, a = train ? L * params : 0;               // weights; gradients
   if (train && mixed && cfg.bf16_grad_allreduce) v += L * params;  // the gradients rounded for the all-reduce
   v += (L + 1) * n * C + (train ? 3 : 0) * n * C;                  // layer inputs/outputs; dy and two dx buffers
   const double layers_saved = train ? L : 1;
-  v += layers_saved * (3 * n * C + 2 * n * HD + 2 * n * KD + 2 * n * F);  // h1, x2, h2; q, o; k, v; a, b
-  a += layers_saved * (2 * n + n * H);                                    // rstd1, rstd2; lse
-  v += n * F;                                                             // the gate g
-  if (train) v += 3 * n * F + 3 * n * C + 2 * n * HD + 2 * n * KD;        // backward workspace
-  if (train) a += n * H;  // the attention backward's row term (dout . o) [N, H], during the call
+  v += layers_saved * (2 * N * C + n * C + 2 * N * HD + 2 * N * KD + 2 * N * F);  // h1, h2, x2; q, o; k, v; a, b
+  a += layers_saved * (2 * n + N * H);                                            // rstd1, rstd2; lse
+  v += N * F;                                                                     // the gate g
+  if (train) v += 3 * N * F + N * C + 2 * n * C + 2 * N * HD + 2 * N * KD;        // backward workspace (dh; dxn, dx2)
+  if (sp) v += n * C;                                                             // a norm's own rows
+  if (split) v += N * C + n * C;  // TP: gathered or partial rows; reduced
+  if (train) a += N * H;          // the attention backward's row term (dout . o) [N, H], during the call
   // The kernel's own buffers during a call, as if on this rank's rows (a scheme that calls it
   // on more rows at once, as allgather's gathered chunks, holds more).
-  a += kernels::attention_scratch_values(elem, n, cfg.pass == Pass::Decode ? r.cache : n, m.heads, m.kv_heads,
+  a += kernels::attention_scratch_values(elem, N, cfg.pass == Pass::Decode ? r.cache : N, m.heads, m.kv_heads,
                                          m.head_dim, train);
   if (cfg.pass == Pass::Decode) {
     v += 2 * L * r.cache * KD;                   // the cache
-    a += n * HD + n * H + (mixed ? n * HD : 0);  // the self block (o, lse); o widened for its merge
+    a += N * HD + N * H + (mixed ? N * HD : 0);  // the self block (o, lse); o widened for its merge
   }
-  const double pos = n * 8.0;  // RoPE positions [N] (int64), in bytes
+  const double pos = N * 8.0;  // RoPE positions [N] (int64), in bytes
   const cp::Workspace w = scheme.workspace ? scheme.workspace(attention_config(cfg)) : cp::Workspace{};
   v += w.values(elem, L);
   // Not counted: the masks' positions (int64, one per query and key row of a block, during a
@@ -141,13 +190,24 @@ struct Stack<T>::Impl {
   Shape m;
   int64_t N = 0, C = 0, H = 0, Hkv = 0, D = 0, F = 0;
   std::vector<Param> params;
-  std::vector<int64_t> rows;                             // global index of each local row (= its position)
+  // TP: this rank's slice (tp 1: the whole layer), sequence parallelism, the TP group and the
+  // group of the TP ranks that hold the same replicated K/V heads. H, Hkv and F are the slice's.
+  TpSlice tps;
+  bool sp = false;
+  comm::Group tp_group, kv_group;
+  int64_t tp_bytes = 0;  // bytes the TP collectives sent since the last forward began
+  // N: the CP shard's rows, which the attention and the column-parallel GEMMs run on; n: the
+  // rows the norms and residuals run on (sequence parallelism: this TP rank's N/tp; else N).
+  int64_t n = 0;
+  std::vector<int64_t> shard;                            // global index of each of the CP shard's N rows
+  std::vector<int64_t> rows;                             // global index of each of this rank's n rows
   std::vector<int64_t> cache_rows;                       // decode: global token of each cache row
   Kokkos::View<int64_t*, kernels::Mem> pos;              // [N] positions for RoPE
-  std::vector<View2<T>> xs;                              // L+1 of [N,C]: input of layer l, output of the last
-  View2<T> dy, gbuf[2], dx;                              // [N,C]
-  View2<T> g, dg, da, db, dh, dxn, dx2, dq, dk, dv, dO;  // shared workspace
-  View2<A> o_self, lse_self, o_acc;                      // decode: the new tokens' own block; o widened
+  std::vector<View2<T>> xs;                              // L+1 of [n,C]: input of layer l, output of the last
+  View2<T> dy, gbuf[2], dx;                              // [n,C]
+  View2<T> g, dg, da, db, dh, dxn, dx2, dq, dk, dv, dO;  // shared workspace: dxn, dx2 [n,C], dh [N,C]
+  View2<T> hl, full, rs;             // TP: a norm's own rows [n,C] (sp); a gathered or partial [N,C]; a reduce's [n,C]
+  View2<A> o_self, lse_self, o_acc;  // decode: the new tokens' own block; o widened
   std::vector<Layer> layers;
   double grad_exposed = 0;
   int64_t grad_bytes = 0;
@@ -159,20 +219,21 @@ struct Stack<T>::Impl {
   Impl(const StackConfig& c, const cp::SchemeInfo& s, comm::Communicator& cm)
       : cfg(c), acfg(attention_config(c)), info(s), comm(cm), m(c.shape) {
     check_and_join_mesh();
-    C = m.hidden, H = m.heads, Hkv = m.kv_heads, D = m.head_dim, F = m.ffn;
-    params = layer_params(m);
+    C = m.hidden, H = tps.shape.heads, Hkv = tps.shape.kv_heads, D = m.head_dim, F = tps.shape.ffn;
+    params = layer_params(tps.shape);
     const int rank = comm.world().rank;
     const cp::Shard sh = info.shard(acfg, rank);
-    rows = sh.q;
-    N = int64_t(rows.size());
-    pos = cp::to_device(rows, "model::pos");
+    shard = sh.q;
+    N = int64_t(shard.size());
+    sp = tps.tp > 1 && cfg.sequence_parallel && cfg.pass != Pass::Decode;  // (check_mesh: N divides by tp)
+    n = sp ? N / tps.tp : N;
+    rows.assign(shard.begin() + (sp ? tps.rank * n : 0), shard.begin() + (sp ? tps.rank * n : 0) + n);
+    pos = cp::to_device(shard, "model::pos");
     if (cfg.pass == Pass::Decode) cache_rows = sh.kv;
     const bool train = cfg.pass == Pass::Train;
-    auto mat = [&](const char* label, int64_t r, int64_t cols) {
-      return View2<T>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), r, cols);
-    };
+    const auto mat = buffer;
     xs.resize(size_t(m.layers) + 1);
-    for (auto& x : xs) x = mat("model::x", N, C);
+    for (auto& x : xs) x = mat("model::x", n, C);
     fill_rows(xs[0], Stream::Input);
     layers.resize(size_t(m.layers));
     for (int l = 0; l < m.layers; ++l) {
@@ -191,12 +252,12 @@ struct Stack<T>::Impl {
         L.k = mat("model::k", N, Hkv * D);
         L.v = mat("model::v", N, Hkv * D);
         L.o = mat("model::o", N, H * D);
-        L.x2 = mat("model::x2", N, C);
+        L.x2 = mat("model::x2", n, C);
         L.h2 = mat("model::h2", N, C);
         L.a = mat("model::a", N, F);
         L.b = mat("model::b", N, F);
-        L.rstd1 = View1<A>("model::rstd1", N);
-        L.rstd2 = View1<A>("model::rstd2", N);
+        L.rstd1 = View1<A>("model::rstd1", n);
+        L.rstd2 = View1<A>("model::rstd2", n);
         L.lse = View2<A>("model::lse", N, H);
       } else {
         const Layer& f = layers[0];
@@ -208,22 +269,34 @@ struct Stack<T>::Impl {
                         Hkv, D);
         L.vc = View3<T>(Kokkos::view_alloc(std::string("model::cache_v"), Kokkos::WithoutInitializing), sh.kv.size(),
                         Hkv, D);
-        fill_cache(L.kc, sh.kv, stream_id(Stream::CacheK, l));
+        fill_cache(L.kc, sh.kv, stream_id(Stream::CacheK, l));  // its K/V heads' of the cache
         fill_cache(L.vc, sh.kv, stream_id(Stream::CacheV, l));
       }
     }
+    alloc_workspace();
+  }
+
+  static View2<T> buffer(const char* label, int64_t r, int64_t cols) {
+    return View2<T>(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), r, cols);
+  }
+  // The buffers the layers share: the gate, TP's, the backward's, decode's own block.
+  void alloc_workspace() {
+    const auto mat = buffer;
+    const bool train = cfg.pass == Pass::Train;
     g = mat("model::g", N, F);
+    if (sp) hl = mat("model::h_own", n, C);
+    if (tps.tp > 1) full = mat("model::tp_full", N, C), rs = mat("model::tp_rs", n, C);
     if (train) {
-      dy = mat("model::dy", N, C);
+      dy = mat("model::dy", n, C);
       fill_rows(dy, Stream::UpstreamGrad);
-      gbuf[0] = mat("model::dx_a", N, C);
-      gbuf[1] = mat("model::dx_b", N, C);
+      gbuf[0] = mat("model::dx_a", n, C);
+      gbuf[1] = mat("model::dx_b", n, C);
       dg = mat("model::dg", N, F);
       da = mat("model::da", N, F);
       db = mat("model::db", N, F);
       dh = mat("model::dh", N, C);
-      dxn = mat("model::dxn", N, C);
-      dx2 = mat("model::dx2", N, C);
+      dxn = mat("model::dxn", n, C);
+      dx2 = mat("model::dx2", n, C);
       dq = mat("model::dq", N, H * D);
       dk = mat("model::dk", N, Hkv * D);
       dv = mat("model::dv", N, Hkv * D);
@@ -239,50 +312,101 @@ struct Stack<T>::Impl {
   std::unique_ptr<cp::Scheme<T>> make_scheme() const { return cp::make_scheme<T>(info); }
 
   // x[i, c] = gen(global row i, c): the same token gets the same values on any rank.
-  // Refuses a shape or a mesh the layer cannot run; then the group the weight gradients are
-  // reduced over and this rank's DP replica (see StackConfig::mesh), collective over the
-  // job's ranks when the mesh has DP.
+  // Refuses a shape or a mesh the layer cannot run; then this rank's TP slice and groups, the
+  // group the weight gradients are reduced over and this rank's DP replica (see
+  // StackConfig::mesh), collective over the job's ranks when the mesh has TP or DP.
   void check_and_join_mesh() {
     if (const std::string why = check(m); !why.empty()) throw std::invalid_argument(why);
     const comm::Mesh& mesh = cfg.mesh;
-    grad_group = comm.world(), replica = cfg.replica;
-    if (mesh.tp() > 1)
-      throw std::invalid_argument("tp = " + std::to_string(mesh.tp()) + ": the layer has no tensor parallelism");
-    if (mesh.dp() == 1) return;
+    if (const std::string why = check_mesh(cfg, info); !why.empty()) throw std::invalid_argument(why);
+    grad_group = comm.world(), replica = cfg.replica, tps = tp_slice(m, 1, 0);
+    if (mesh.tp() == 1 && mesh.dp() == 1) return;
     if (mesh.cp() != comm.world().size || mesh.ranks() != comm.job().size)
       throw std::invalid_argument("mesh " + mesh.id() + " on a communicator of " + std::to_string(comm.job().size) +
                                   " ranks whose world holds " + std::to_string(comm.world().size) +
                                   " (narrow_world to the CP group first)");
-    grad_group = comm.split_job(mesh.grad_color(comm.job().rank), "grad");
-    replica = mesh.coord(comm.job().rank, comm::Axis::DP);
+    const int me = comm.job().rank;
+    if (mesh.tp() > 1) {
+      tps = tp_slice(m, mesh.tp(), mesh.coord(me, comm::Axis::TP));
+      tp_group = comm.split_job(mesh.color(me, comm::Axis::TP), "tp");
+      if (tps.kv_copies > 1)  // the TP ranks that hold this rank's replicated K/V head
+        kv_group = comm.split_job(mesh.color(me, comm::Axis::TP) * m.kv_heads + tps.kv_head0, "tp_kv");
+    }
+    if (mesh.dp() > 1) {
+      grad_group = comm.split_job(mesh.grad_color(me), "grad");
+      replica = mesh.coord(me, comm::Axis::DP);
+    }
   }
 
   void fill_rows(View2<T> x, Stream s) const {
     auto h = Kokkos::create_mirror_view(x);
-    for (int64_t i = 0; i < N; ++i)
+    for (int64_t i = 0; i < n; ++i)
       for (int64_t c = 0; c < C; ++c)
         h(i, c) = T(gen_unit(cfg.seed, stream_id(s, replica), uint64_t(rows[size_t(i)] * C + c)));
     Kokkos::deep_copy(x, h);
   }
-  // Norm weights 1 + 0.1 u, matrices u / sqrt(rows) (activations stay O(1) through the layers).
+  // Norm weights 1 + 0.1 u, matrices u / sqrt(rows) (activations stay O(1) through the layers),
+  // drawn by the element's index in the whole layer: a TP slice holds the whole layer's values.
   void fill_params(View1<T> w, int layer) const {
     auto h = Kokkos::create_mirror_view(w);
+    const TpMap map(m, tps);
     for (size_t p = 0; p < params.size(); ++p) {
-      const Param& pr = params[p];
+      const Param &pr = params[p], &whole = map.whole()[p];
       const uint64_t st = stream_id(Stream::Weight, layer, int(p));
-      const double scale = pr.cols == 0 ? 0.1 : 1.0 / std::sqrt(double(pr.rows));
+      const double scale = pr.cols == 0 ? 0.1 : 1.0 / std::sqrt(double(whole.rows));
       for (int64_t i = 0; i < pr.size(); ++i)
-        h(pr.offset + i) = T((pr.cols == 0 ? 1.0 : 0.0) + scale * gen_unit(cfg.seed, st, uint64_t(i)));
+        h(pr.offset + i) =
+            T((pr.cols == 0 ? 1.0 : 0.0) + scale * gen_unit(cfg.seed, st, uint64_t(map.at(int(p), i) - whole.offset)));
     }
     Kokkos::deep_copy(w, h);
   }
-  // A cache shard [Nc,Hkv,D] as a prefill would leave it (K after RoPE), drawn by global token.
+  // A cache shard [Nc,Hkv,D] (this TP rank's K/V heads) as a prefill would leave it (K after
+  // RoPE), drawn by global token and K/V head.
   void fill_cache(View3<T> x, const std::vector<int64_t>& tok, uint64_t st) const {
     auto h = Kokkos::create_mirror_view(x);
-    const int64_t w = Hkv * D;
+    const int64_t w = Hkv * D, whole = int64_t(m.kv_heads) * D, first = int64_t(tps.kv_head0) * D;
     for (size_t i = 0; i < tok.size(); ++i)
-      for (int64_t j = 0; j < w; ++j) h(i, j / D, j % D) = T(gen_unit(cfg.seed, st, uint64_t(tok[i] * w + j)));
+      for (int64_t j = 0; j < w; ++j)
+        h(i, j / D, j % D) = T(gen_unit(cfg.seed, st, uint64_t(tok[i] * whole + first + j)));
     Kokkos::deep_copy(x, h);
+  }
+  // A cache shard with every K/V head [Nc, kv_heads, D], each head from the first TP rank
+  // that holds it (summed over the TP group in double, exact as whole_of).
+  View3<T> whole_cache(View3<T> mine) const {
+    if (tps.tp == 1 || !mine.data()) return mine;
+    const int64_t Nc = int64_t(mine.extent(0)), Hw = m.kv_heads;
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mine);
+    std::vector<double> all(size_t(Nc * Hw * D), 0.0);
+    if (tps.rank % tps.kv_copies == 0)
+      for (int64_t i = 0; i < Nc; ++i)
+        for (int64_t k = 0; k < Hkv; ++k)
+          for (int64_t d = 0; d < D; ++d) all[size_t((i * Hw + tps.kv_head0 + k) * D + d)] = double(h(i, k, d));
+    MPI_Allreduce(MPI_IN_PLACE, all.data(), int(all.size()), MPI_DOUBLE, MPI_SUM, comm::mpi_of(tp_group));
+    View3<T> out(Kokkos::view_alloc(std::string("model::whole_cache"), Kokkos::WithoutInitializing), Nc, Hw, D);
+    auto ho = Kokkos::create_mirror_view(out);
+    for (int64_t i = 0; i < Nc; ++i)
+      for (int64_t k = 0; k < Hw; ++k)
+        for (int64_t d = 0; d < D; ++d) ho(i, k, d) = T(all[size_t((i * Hw + k) * D + d)]);
+    Kokkos::deep_copy(out, ho);
+    return out;
+  }
+  // The whole layer's values from this rank's slice (TP: each element from the rank that owns
+  // it, summed over the TP group in double, which holds fp64, fp32 and bf16 values exactly).
+  template <class E>
+  View1<E> whole_of(View1<E> mine) const {
+    if (tps.tp == 1 || !mine.data()) return mine;
+    const TpMap map(m, tps);
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mine);
+    std::vector<double> all(size_t(layer_param_count(m)), 0.0);
+    for (size_t p = 0; p < params.size(); ++p)
+      if (tp_owner(tps, int(p)))
+        for (int64_t i = 0; i < params[p].size(); ++i) all[size_t(map.at(int(p), i))] = double(h(params[p].offset + i));
+    MPI_Allreduce(MPI_IN_PLACE, all.data(), int(all.size()), MPI_DOUBLE, MPI_SUM, comm::mpi_of(tp_group));
+    View1<E> out(Kokkos::view_alloc(std::string("model::whole"), Kokkos::WithoutInitializing), all.size());
+    auto ho = Kokkos::create_mirror_view(out);
+    for (size_t i = 0; i < all.size(); ++i) ho(i) = E(all[i]);
+    Kokkos::deep_copy(out, ho);
+    return out;
   }
 
   // Views of a layer's parameter p (a vector or a [rows, cols] matrix) inside a flat buffer.
@@ -379,6 +503,63 @@ struct Stack<T>::Impl {
     });
   }
 
+  // A TP collective, posted and waited for (phase TpComm, its bytes in tp_bytes); compute-only
+  // mode sends nothing.
+  template <class Post>
+  void tp_comm(const cp::Context& ctx, PhaseTimes& t, Post&& post) {
+    if (ctx.cfg.mode == cp::Mode::ComputeOnly) return;
+    harness::Watchdog::instance().part(int(Phase::TpComm));
+    const double t0 = MPI_Wtime();
+    const int64_t b0 = comm.bytes_sent();
+    comm::Request r = post();
+    comm.wait(r);
+    t.s[int(Phase::TpComm)] += MPI_Wtime() - t0;
+    tp_bytes += comm.bytes_sent() - b0;
+  }
+  // The CP shard's rows [N,C] of a tensor each TP rank holds n rows of (`mine`): with sequence
+  // parallelism all-gathered into `out` (TP rank r's rows are the shard's r-th n), else mine.
+  CV2 gather(const cp::Context& ctx, PhaseTimes& t, CV2 mine, View2<T> out) {
+    if (!sp) return mine;
+    tp_comm(ctx, t, [&] { return comm.iallgather(mine.data(), out.data(), mine.span() * sizeof(T), tp_group); });
+    return out;
+  }
+  // A row-parallel product's partial sums `part` [N,C] summed over TP: with sequence
+  // parallelism this rank's n rows, reduce-scattered into rs; else all-reduced in place.
+  View2<T> reduce(const cp::Context& ctx, PhaseTimes& t, View2<T> part) {
+    if (tps.tp == 1) return part;
+    const comm::DType dt = cp::dtype_of<T>();
+    if (sp) {
+      tp_comm(ctx, t, [&] { return comm.ireduce_scatter(part.data(), rs.data(), rs.span(), dt, tp_group); });
+      return rs;
+    }
+    tp_comm(ctx, t, [&] { return comm.iallreduce(part.data(), part.span(), dt, comm::ReduceOp::Sum, tp_group); });
+    return part;
+  }
+  // y = x + in W, W row-parallel ([its rows, C]): without TP one GEMM accumulating into the
+  // copy of x; with TP the partial product summed over TP (reduce), then added to x.
+  void row_parallel(const cp::Context& ctx, PhaseTimes& t, Phase p, CV2 in, CV2 W, CV2 x, View2<T> y) {
+    if (tps.tp == 1) {
+      timed(ctx, t, p, 0, [&] { Kokkos::deep_copy(y, x); });
+      gemm(ctx, t, p, Trans::N, Trans::N, in, W, 1, y);
+      return;
+    }
+    gemm(ctx, t, p, Trans::N, Trans::N, in, W, 0, full);
+    const View2<T> r = reduce(ctx, t, full);
+    timed(ctx, t, p, 0, [&] { add(y, x, r); });
+  }
+  // The weight gradients TP ranks hold copies of, summed over the copies' holders: the norms'
+  // with sequence parallelism (each rank saw its own rows), replicated K/V heads' (each rank's
+  // query heads' share).
+  void sum_tp_copies(const cp::Context& ctx, PhaseTimes& t, Layer& L) {
+    const comm::DType dt = cp::dtype_of<A>();
+    auto sum = [&](View1<A> v, const comm::Group& g) {
+      tp_comm(ctx, t, [&] { return comm.iallreduce(v.data(), v.span(), dt, comm::ReduceOp::Sum, g); });
+    };
+    if (sp) sum(vec(L.dw, AttnNorm), tp_group), sum(vec(L.dw, MlpNorm), tp_group);
+    if (tps.kv_copies > 1)  // wk and wv, one after the other in the buffer
+      sum(View1<A>(L.dw.data() + params[Wk].offset, size_t(params[Wk].size() + params[Wv].size())), kv_group);
+  }
+
   void forward_layer(cp::Context& ctx, int l) {
     Layer& L = layers[size_t(l)];
     L.fwd = PhaseTimes{};
@@ -388,8 +569,9 @@ struct Stack<T>::Impl {
     const View2<T> x = xs[size_t(l)], y = xs[size_t(l) + 1];
     PhaseTimes& t = L.fwd;
     const double t_layer = MPI_Wtime();
-    timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), A(m.norm_eps), L.h1, L.rstd1); });
+    const View2<T> h1 = sp ? hl : L.h1;  // the norm's rows: this rank's n, gathered into L.h1 [N,C]
+    timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), A(m.norm_eps), h1, L.rstd1); });
+    gather(ctx, t, h1, L.h1);
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wv), 0, L.v);
@@ -409,15 +591,15 @@ struct Stack<T>::Impl {
     } else {
       timed_attention(ctx, t, [&] { L.scheme->forward(ctx, q3, k3, v3, o3, L.lse); });
     }
-    timed(ctx, t, Phase::OutProj, 0, [&] { Kokkos::deep_copy(L.x2, x); });
-    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::N, L.o, mat(L.w, Wo), 1, L.x2);  // x2 = x + o Wo
+    row_parallel(ctx, t, Phase::OutProj, L.o, mat(L.w, Wo), x, L.x2);  // x2 = x + o Wo
+    const View2<T> h2 = sp ? hl : L.h2;
     timed(ctx, t, Phase::Norm, 0,
-          [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), A(m.norm_eps), L.h2, L.rstd2); });
+          [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), A(m.norm_eps), h2, L.rstd2); });
+    gather(ctx, t, h2, L.h2);
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W3), 0, L.b);
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });
-    timed(ctx, t, Phase::Mlp, 0, [&] { Kokkos::deep_copy(y, L.x2); });
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, g, mat(L.w, W2), 1, y);  // y = x2 + g W2
+    row_parallel(ctx, t, Phase::Mlp, g, mat(L.w, W2), L.x2, y);  // y = x2 + g W2
     close_layer(t, t_layer);
   }
 
@@ -433,20 +615,23 @@ struct Stack<T>::Impl {
     const double t_layer = MPI_Wtime();
     const View2<T> x = xs[size_t(l)];
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });  // recomputed gate [N,F]
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyl, mat(L.w, W2), 0, dg);      // dg = dy W2^T
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyl, 0, mat(L.dw, W2));      // dW2 = g^T dy
+    const CV2 dyf = gather(ctx, t, dyl, full);                                   // [N,C] (sp: all-gathered)
+    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyf, mat(L.w, W2), 0, dg);      // dg = dy W2^T
+    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyf, 0, mat(L.dw, W2));      // dW2 = g^T dy
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db); });
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);  // dh = da W1^T + db W3^T
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, db, mat(L.w, W3), 1, dh);
     gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));  // dW1 = h2^T da
     gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));  // dW3 = h2^T db
+    const View2<T> dh2 = reduce(ctx, t, dh);                                   // summed over TP: [n,C]
     timed(ctx, t, Phase::Norm, 0, [&] {
       Kokkos::deep_copy(vec(L.dw, MlpNorm), A(0));  // rmsnorm_bwd accumulates dw
-      kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh, dxn, vec(L.dw, MlpNorm));
+      kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh2, dxn, vec(L.dw, MlpNorm));
     });
-    timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });                    // the residual
-    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2, mat(L.w, Wo), 0, dO);    // dO = dx2 Wo^T
-    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2, 0, mat(L.dw, Wo));  // dWo = o^T dx2
+    timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });  // the residual
+    const CV2 dx2f = gather(ctx, t, dx2, full);
+    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2f, mat(L.w, Wo), 0, dO);    // dO = dx2 Wo^T
+    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2f, 0, mat(L.dw, Wo));  // dWo = o^T dx2
     const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
     timed_attention(ctx, t, [&] {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
@@ -460,11 +645,13 @@ struct Stack<T>::Impl {
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));  // dWq = h1^T dq
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
     gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
+    const View2<T> dh1 = reduce(ctx, t, dh);
     timed(ctx, t, Phase::Norm, 0, [&] {
       Kokkos::deep_copy(vec(L.dw, AttnNorm), A(0));
-      kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh, dxn, vec(L.dw, AttnNorm));
+      kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh1, dxn, vec(L.dw, AttnNorm));
     });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dxl, dx2, dxn); });
+    if (tps.tp > 1) sum_tp_copies(ctx, t, L);
     // The layer's dW are final: summed over the group while the layers below compute.
     // Posting can block (Open MPI copies or takes the progress thread's lock): that time is
     // all-reduce time the compute path pays, so it counts as such.
@@ -500,6 +687,7 @@ struct Stack<T>::Impl {
 
   void forward(cp::Context& ctx) {
     const double t_call = MPI_Wtime();
+    tp_bytes = 0;
     for (int l = 0; l < m.layers; ++l) forward_layer(ctx, l);
     close_stack(t_call, &Layer::fwd, layers.back());
   }
@@ -587,6 +775,18 @@ View3<T> Stack<T>::cache_v(int layer) const {
   return p_->layers.at(size_t(layer)).vc;
 }
 template <class T>
+View3<T> Stack<T>::whole_cache_k(int layer) const {
+  return p_->whole_cache(cache_k(layer));
+}
+template <class T>
+View3<T> Stack<T>::whole_cache_v(int layer) const {
+  return p_->whole_cache(cache_v(layer));
+}
+template <class T>
+bool Stack<T>::owns_rows() const {
+  return p_->sp || p_->tps.rank == 0;
+}
+template <class T>
 const std::vector<int64_t>& Stack<T>::cache_rows() const {
   return p_->cache_rows;
 }
@@ -597,6 +797,18 @@ const PhaseTimes& Stack<T>::forward_times(int layer) const {
 template <class T>
 const PhaseTimes& Stack<T>::backward_times(int layer) const {
   return p_->layers.at(size_t(layer)).bwd;
+}
+template <class T>
+View1<T> Stack<T>::whole_params(int layer) const {
+  return p_->whole_of(p_->layers.at(size_t(layer)).w);
+}
+template <class T>
+View1<kernels::acc_t<T>> Stack<T>::whole_grads(int layer) const {
+  return p_->whole_of(p_->layers.at(size_t(layer)).dw);
+}
+template <class T>
+int64_t Stack<T>::tp_bytes() const {
+  return p_->tp_bytes;
 }
 template <class T>
 double Stack<T>::grad_allreduce_exposed_s() const {

@@ -30,11 +30,12 @@ const char* to_string(Pass p);
 
 // Where a layer's time goes (seconds, fenced). Attention: compute is the scheme's time not
 // blocked on communication, comm its time blocked in waits (cp::Stats::comm_wait_s).
-// GradAllreduce: posting the layer's dW all-reduce, and (after the last layer) the wait for
-// what is left of it. Other: the layer's measured wall time less its timed phases (and, for
-// the layer that runs last, the stack's own time around the layers), so the phases of all
+// TpComm: the tensor-parallel collectives (all-gathers and reduce-scatters with sequence
+// parallelism, all-reduces without), blocking. GradAllreduce: posting the layer's dW
+// all-reduce, and (after the last layer) the wait for what is left of it. Other: the layer's measured wall time less
+// its timed phases (and, for the layer that runs last, the stack's own time around the layers), so the phases of all
 // layers add up to the forward or backward call.
-enum class Phase : int { Norm, Qkv, Rope, AttnCompute, AttnComm, OutProj, Mlp, GradAllreduce, Other, Count };
+enum class Phase : int { Norm, Qkv, Rope, AttnCompute, AttnComm, OutProj, Mlp, TpComm, GradAllreduce, Other, Count };
 const char* to_string(Phase p);
 constexpr int kPhases = int(Phase::Count);
 struct PhaseTimes {
@@ -59,12 +60,19 @@ struct StackConfig {
   // bf16 stacks: the weight gradients are rounded to bf16 and summed over the group in bf16
   // (half the bytes), instead of summed in fp32. No effect on fp32 and fp64 stacks.
   bool bf16_grad_allreduce = false;
-  // The job's mesh (tp 1: the layer has no tensor parallelism yet). With dp > 1 the
-  // communicator's job is the mesh's ranks and its world this rank's CP group
-  // (Communicator::narrow_world); each DP replica runs its own sequence (inputs and upstream
-  // gradient drawn for its replica index) and the weight gradients are all-reduced over the
+  // The job's mesh. With tp or dp above 1 the communicator's job is the mesh's ranks and its
+  // world this rank's CP group (Communicator::narrow_world). TP: each TP rank holds its slice
+  // of every layer (model::tp_slice) and the CP scheme runs on its heads; the TP group's
+  // collectives join the slices. DP: each replica runs its own sequence (inputs and upstream
+  // gradient drawn for its replica index). The weight gradients are all-reduced over the
   // CP x DP group and divided by dp. The default, 1 x 1 x 1, is a pure CP group.
   comm::Mesh mesh;
+  // With TP: Megatron's sequence parallelism. The norms and residuals run on this rank's
+  // 1/tp of the CP shard's rows; an all-gather before QKV and before the MLP, a
+  // reduce-scatter after O and after down (the backward: their transposes). Off, or on a
+  // decode pass (T new tokens, not split): every TP rank holds the CP shard's rows whole and
+  // the O and down outputs (the backward's dh) are all-reduced over TP.
+  bool sequence_parallel = true;
   // The replica whose sequence a stack without DP in its mesh runs: a single-rank reference of
   // replica d's sequence. A mesh with DP sets it from the rank's DP coordinate.
   int replica = 0;
@@ -82,9 +90,30 @@ inline comm::Mesh job_mesh(const StackConfig& cfg) {
   return comm::Mesh(cfg.mesh.tp(), cfg.attn.ranks, cfg.mesh.dp(), cfg.mesh.order());
 }
 
-// The attention config of a stack: cfg.attn with the shape's heads, kv_heads, head_dim and
-// the pass's problem.
+// The attention config of a stack: cfg.attn with the shape's heads, kv_heads (with TP, one
+// TP rank's: model::tp_slice), head_dim and the pass's problem.
 cp::Config attention_config(const StackConfig& cfg);
+
+// "" when the stack's mesh can run its shape on this scheme, else why not, naming the mesh:
+// TP must split the heads, K/V heads and FFN (check_tp), and with sequence parallelism every
+// CP rank's tokens must divide by tp. What Stack's constructor refuses, before it allocates;
+// the sweep refuses it before anything runs.
+std::string check_mesh(const StackConfig& cfg, const cp::SchemeInfo& scheme);
+
+// One TP collective of a layer as Stack runs it: its kind, payload (comm::bytes_leaving's) and
+// group size (the TP group, or the ranks that hold one replicated K/V head).
+struct TpCall {
+  comm::EventKind op;
+  int64_t payload;
+  int group;
+};
+// The TP collectives of one layer's forward or backward, in the order Stack posts them, on a
+// rank whose CP shard holds N rows, with elem-byte stored values: with sequence parallelism an
+// all-gather of the rank's N/tp rows before QKV and before the MLP and a reduce-scatter after
+// O and after down (the backward: the transposes, then the norms' gradients all-reduced);
+// without it an all-reduce after O and after down (the backward: of dh, twice); and the
+// replicated K/V heads' gradients all-reduced over their holders. Empty without TP.
+std::vector<TpCall> tp_calls(const StackConfig& cfg, int64_t N, bool backward, size_t elem);
 
 // Bytes this rank holds for a stack (weights, gradients, saved activations, workspace, the
 // KV cache, the scheme's workspace per layer): the memory model of --dry-run. It predicts the
@@ -107,18 +136,31 @@ class Stack {
   void forward(cp::Context& ctx);   // x -> y through the L layers
   void backward(cp::Context& ctx);  // train: dy -> dx, and every layer's dW summed over the group
 
-  // This rank's rows (global token index of row i: rows()[i]; decode: the T new tokens).
+  // This rank's rows (global token index of row i: rows()[i]; decode: the T new tokens). With
+  // sequence parallelism, its TP rank's 1/tp of the CP shard's.
   const std::vector<int64_t>& rows() const;
   View2<T> x() const;                // [N, C] input of layer 0
   View2<T> y() const;                // [N, C] output of layer L-1
   View2<T> dy() const;               // [N, C] upstream gradient
   View2<T> dx() const;               // [N, C]
-  View1<T> params(int layer) const;  // [layer_param_count]
-  View1<A> grads(int layer) const;   // [layer_param_count], after backward: summed over the group
+  View1<T> params(int layer) const;  // [layer_param_count of its TP slice]
+  View1<A> grads(int layer) const;   // the same, after backward: summed over the group
+  // The whole layer's parameters and weight gradients [layer_param_count(shape)], the TP
+  // slices put together (collective over the TP group; without TP: params() and grads()).
+  View1<T> whole_params(int layer) const;
+  View1<A> whole_grads(int layer) const;
+  // Bytes this rank's TP collectives sent in the last forward and backward (comm::bytes_leaving).
+  int64_t tp_bytes() const;
   // Decode: this rank's shard of layer l's KV cache [Nc, Hkv, D] (K after RoPE) and the
   // global token index of each of its rows; empty for the other passes.
   View3<T> cache_k(int layer) const;
   View3<T> cache_v(int layer) const;
+  // The same with every K/V head [Nc, kv_heads, D] (collective over the TP group).
+  View3<T> whole_cache_k(int layer) const;
+  View3<T> whole_cache_v(int layer) const;
+  // Whether this rank's rows stand for its TP group's: without sequence parallelism every
+  // TP rank holds the same rows, and TP rank 0 is the one that writes them.
+  bool owns_rows() const;
   const std::vector<int64_t>& cache_rows() const;
   // Per-layer phase times of the last forward / backward.
   const PhaseTimes& forward_times(int layer) const;

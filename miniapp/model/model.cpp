@@ -38,6 +38,56 @@ std::string check(const Shape& m) {
   return "";
 }
 
+std::string check_tp(const Shape& m, int tp) {
+  auto bad = [&](const std::string& what) { return "sweep.tp = " + std::to_string(tp) + ": must " + what; };
+  if (tp < 1) return bad("be >= 1");
+  if (m.heads % tp != 0) return bad("divide model.heads (" + std::to_string(m.heads) + ")");
+  if (m.ffn % tp != 0) return bad("divide model.ffn (" + std::to_string(m.ffn) + ")");
+  if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+    return bad("divide model.kv_heads (" + std::to_string(m.kv_heads) +
+               ") or be a multiple of it (K/V heads replicated)");
+  return "";
+}
+
+TpSlice tp_slice(const Shape& m, int tp, int rank) {
+  TpSlice s;
+  s.tp = tp, s.rank = rank, s.shape = m;
+  s.shape.heads = m.heads / tp, s.shape.ffn = m.ffn / tp;
+  s.kv_copies = m.kv_heads >= tp ? 1 : tp / m.kv_heads;
+  s.shape.kv_heads = m.kv_heads >= tp ? m.kv_heads / tp : 1;
+  s.head0 = rank * s.shape.heads;
+  s.kv_head0 = m.kv_heads >= tp ? rank * s.shape.kv_heads : rank / s.kv_copies;
+  s.ffn0 = int64_t(rank) * s.shape.ffn;
+  return s;
+}
+
+TpMap::TpMap(const Shape& whole, const TpSlice& s)
+    : s_(s), D_(whole.head_dim), mine_(layer_params(s.shape)), whole_(layer_params(whole)) {}
+
+int64_t TpMap::at(int p, int64_t i) const {
+  const Param &mine = mine_[size_t(p)], &whole = whole_[size_t(p)];
+  if (mine.cols == 0) return whole.offset + i;  // a norm: whole on every rank
+  int64_t r = i / mine.cols, c = i % mine.cols;
+  // attn_norm, wq, wk, wv, wo, mlp_norm, w1, w3, w2: the axis split, and where the slice starts on it
+  switch (p) {
+    case 1: c += s_.head0 * D_; break;  // wq: its heads' columns
+    case 2:                             // wk, wv: its K/V heads' columns
+    case 3: c += s_.kv_head0 * D_; break;
+    case 4: r += s_.head0 * D_; break;  // wo: its heads' rows
+    case 6:                             // w1, w3: its FFN columns
+    case 7: c += s_.ffn0; break;
+    case 8: r += s_.ffn0; break;  // w2: its FFN rows
+    default: break;
+  }
+  return whole.offset + r * whole.cols + c;
+}
+
+bool tp_owner(const TpSlice& s, int p) {
+  if (p == 0 || p == 5) return s.rank == 0;                // the norms
+  if (p == 2 || p == 3) return s.rank % s.kv_copies == 0;  // K/V heads, maybe replicated
+  return true;
+}
+
 std::vector<Param> layer_params(const Shape& m) {
   const int64_t C = m.hidden, HD = int64_t(m.heads) * m.head_dim, KD = int64_t(m.kv_heads) * m.head_dim, F = m.ffn;
   std::vector<Param> ps = {{"attn_norm", C, 0, 0}, {"wq", C, HD, 0}, {"wk", C, KD, 0},

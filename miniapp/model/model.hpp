@@ -52,6 +52,41 @@ struct Param {
 std::vector<Param> layer_params(const Shape& m);
 int64_t layer_param_count(const Shape& m);
 
+// Tensor parallelism, Megatron's layout: TP rank t of tp holds query heads [t*H/tp, ...),
+// the K/V heads they read (Hkv/tp of them or, when Hkv < tp, the one their group shares,
+// replicated on tp/Hkv consecutive ranks, as Megatron replicates them), and FFN columns
+// [t*F/tp, ...). Its part is a layer of `shape`: Wq, Wk, Wv, W1 and W3 are its columns of the
+// whole layer's (column-parallel), Wo and W2 its rows (row-parallel), the norms whole.
+struct TpSlice {
+  int tp = 1, rank = 0;
+  Shape shape;                  // this rank's part: heads, kv_heads and ffn its own
+  int head0 = 0, kv_head0 = 0;  // its first query head and K/V head in the whole layer
+  int64_t ffn0 = 0;             // its first FFN column
+  int kv_copies = 1;            // TP ranks that hold its K/V heads (tp / Hkv when replicated)
+};
+// "" when the shape splits over tp ranks, else one sentence naming sweep.tp, its value and
+// what it must divide.
+std::string check_tp(const Shape& m, int tp);
+TpSlice tp_slice(const Shape& m, int tp, int rank);
+// Where the slice's parameters sit in the whole layer: element i of parameter p
+// (layer_params order) of the slice's flat buffer is element at(p, i) of the whole layer's.
+class TpMap {
+ public:
+  TpMap(const Shape& whole, const TpSlice& s);
+  int64_t at(int p, int64_t i) const;
+  const std::vector<Param>& mine() const { return mine_; }    // layer_params(s.shape)
+  const std::vector<Param>& whole() const { return whole_; }  // layer_params(whole)
+
+ private:
+  TpSlice s_;
+  int64_t D_ = 0;
+  std::vector<Param> mine_, whole_;
+};
+// Whether the slice's copy of parameter p is the one that stands for the TP group's: every
+// slice of a split parameter; of a whole one (the norms) rank 0's; of replicated K/V heads
+// the first of the ranks that hold them.
+bool tp_owner(const TpSlice& s, int p);
+
 // Useful FLOPs of one layer (the figure of merit): the GEMMs (2*M*N*K each: Q, K, V, O
 // projections and the three MLP matrices) plus attention's useful FLOPs (causal: the
 // visible half, kernels::attention_*_useful_flops). Train counts the forward and the

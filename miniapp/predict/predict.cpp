@@ -14,9 +14,9 @@ namespace minicp::predict {
 
 using model::Phase;
 
-std::vector<LayerOp> layer_ops(const model::Shape& s, int64_t N, bool backward) {
+std::vector<LayerOp> layer_ops(const model::Shape& s, int64_t N, bool backward, int64_t n) {
   const int64_t C = s.hidden, HD = int64_t(s.heads) * s.head_dim, KD = int64_t(s.kv_heads) * s.head_dim, F = s.ffn;
-  const double nc = double(N) * C;
+  const double nc = double(n < 0 ? N : n) * C;  // the norms' and residuals' rows
   auto g = [](Phase p, const char* ops, int64_t m, int64_t n, int64_t k) { return LayerOp{p, ops, m, n, k, "", 0}; };
   auto e = [](Phase p, const char* op, double values) { return LayerOp{p, "", 0, 0, 0, op, values}; };
   if (!backward)
@@ -210,8 +210,12 @@ struct CaseRates {
     for (int b = 0; b < (cfg.pass == model::Pass::Train ? 2 : 1); ++b) {
       Pass& p = pass[b];
       const int ranks = std::min(model::job_mesh(cfg).ranks(), std::max(1, m.topo.ranks_per_node));
+      // With TP the slice's kernels, at the factor the whole layer's row gives (a ratio: the
+      // table's rows are of whole layers).
       const double in_layer = factor_of(m, dtype, cfg.shape, N, b == 1, ranks, notes);
-      p.ops = layer_ops(cfg.shape, N, b == 1);
+      const model::TpSlice tps = model::tp_slice(cfg.shape, cfg.mesh.tp(), 0);
+      const bool sp = cfg.mesh.tp() > 1 && cfg.sequence_parallel && cfg.pass != model::Pass::Decode;
+      p.ops = layer_ops(tps.shape, N, b == 1, sp ? N / cfg.mesh.tp() : N);
       for (const LayerOp& op : p.ops) p.op_s.push_back(in_layer * table_seconds(m, dtype, op, notes) / m.rate_scale);
       p.attn = attn_rate(m, dtype, c, b == 1, notes);
       const LayerOp copy{Phase::AttnCompute, "", 0, 0, 0, "copy", 1.0};
@@ -342,13 +346,42 @@ PassTime attention_pass(const cp::Config& c, const cp::SchemeInfo& s, const Mach
 
 }  // namespace
 
-Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& m, size_t elem) {
+// Whether a group of job ranks spans nodes.
+bool spans_nodes(const std::vector<int>& ranks, const Topo& t) {
+  const auto [lo, hi] = std::minmax_element(ranks.begin(), ranks.end());
+  return t.node(*lo) != t.node(*hi);
+}
+
+// The CP group's topology for the schedules: CP rank r is job rank base + r*stride (the group
+// of job rank 0), so ranks_per_node/stride CP ranks share a node (1 when a stride spans one).
+Topo cp_topo(const comm::Mesh& mesh, const Topo& job) {
+  const std::vector<int> g = mesh.group(0, comm::Axis::CP);
+  const int stride = g.size() > 1 ? g[1] - g[0] : 1;
+  return Topo{mesh.cp(), std::max(1, job.ranks_per_node / stride)};
+}
+
+// Seconds of one layer's TP collectives (model::tp_calls: blocking, each waited for), forward
+// or backward, over the intra-node link unless the TP group spans nodes.
+double tp_seconds(const model::StackConfig& cfg, int64_t N, bool backward, const Machine& m, size_t elem) {
+  const std::vector<model::TpCall> calls = model::tp_calls(cfg, N, backward, elem);
+  if (calls.empty()) return 0;
+  const bool inter = spans_nodes(model::job_mesh(cfg).group(0, comm::Axis::TP), m.topo);
+  double t = 0;
+  for (const model::TpCall& c : calls)
+    t += exposed_seconds(CommCall{c.op, c.payload, c.group, inter}, inter ? m.inter : m.intra);
+  return t;
+}
+
+Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& job, size_t elem) {
   if (!s.schedule) throw std::runtime_error("scheme " + s.name + " describes no schedule");
+  const comm::Mesh mesh = model::job_mesh(cfg);
+  Machine m = job;  // the schedules see the CP group's nodes
+  m.topo = cp_topo(mesh, job.topo);
   Prediction out;
   const cp::Config c = model::attention_config(cfg);
   const bool train = cfg.pass == model::Pass::Train;
   const int64_t N = cfg.pass == model::Pass::Decode ? c.decode_tokens : c.seq_len / c.ranks;
-  const CaseRates rates(cfg, m, dtype_of(elem), N, out.notes);
+  const CaseRates rates(cfg, job, dtype_of(elem), N, out.notes);
   const int L = cfg.shape.layers;
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
@@ -359,6 +392,9 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
       layer += rp.op_s[i];
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
+    const double tp = tp_seconds(cfg, N, b == 1, job, elem);
+    out.phase_s[int(Phase::TpComm)] += L * tp;
+    layer += tp;
     out.phase_s[int(Phase::AttnCompute)] += L * a.compute;
     out.phase_s[int(Phase::AttnComm)] += L * a.comm;
     out.attn_compute_s += L * a.compute;
@@ -368,13 +404,14 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
     out.imbalance = std::max(out.imbalance, a.imbalance);
     pass_s[b] = L * (layer + a.total);
   }
-  // The weight-gradient all-reduces over the CP x DP group, queued behind the backward. Without
-  // TP that group is the whole job, its ranks 0 .. cp*dp-1.
-  const int grad_ranks = model::job_mesh(cfg).cp() * cfg.mesh.dp();
+  // The weight-gradient all-reduces over the CP x DP group (of TP rank 0), queued behind the backward.
+  const std::vector<int> grad_group = mesh.grad_group(0);
+  const int grad_ranks = int(grad_group.size());
   if (train && grad_ranks > 1) {
-    const bool inter = m.topo.spans_nodes(0, grad_ranks, 1);
+    const bool inter = spans_nodes(grad_group, job.topo);
     const Link& l = inter ? m.inter : m.intra;
-    const double params = double(model::layer_param_count(cfg.shape)) * double(model::grad_allreduce_elem(cfg, elem));
+    const double params = double(model::layer_param_count(model::tp_slice(cfg.shape, mesh.tp(), 0).shape)) *
+                          double(model::grad_allreduce_elem(cfg, elem));
     const double bucket = double(model::kGradBucketBytes);
     double alone = 0;  // one layer's buckets
     Beside beside;

@@ -43,8 +43,10 @@ struct LayerOp {
   double values = 0;
   double flops() const { return ops.empty() ? 0 : 2.0 * double(m) * double(n) * double(k); }
 };
-// The kernels of one layer on N rows, outside the attention call, forward or backward.
-std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward);
+// The kernels of one layer on N rows, outside the attention call, forward or backward; the
+// norms and residuals on n rows (-1: N; with TP's sequence parallelism N/tp). With TP, m is
+// the rank's slice (model::tp_slice).
+std::vector<LayerOp> layer_ops(const model::Shape& m, int64_t N, bool backward, int64_t n = -1);
 
 // Tiles of one attention call per head, as the tiled kernel classifies them under cfg's mask.
 // full, partial: tiles; the *_area ones weigh each by its rows x keys over a whole tile's

@@ -52,20 +52,12 @@ std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path
 
 MPI_Comm mpi_job(const comm::Communicator& comm) { return comm::mpi_of(comm.job()); }
 
-template <class T>
-void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
-                const std::string& scheme, comm::Communicator& comm) {
+// The root attributes every dump has (docs/results-file.md, "--dump FILE.h5").
+void write_root_attrs(H5File& f, const model::StackConfig& cfg, const std::string& scheme, int cp_ranks,
+                      const std::string& dtype) {
   const model::Shape& m = cfg.shape;
   const cp::Config& a = cfg.attn;
-  const bool train = cfg.pass == model::Pass::Train, decode = cfg.pass == model::Pass::Decode;
-  const int64_t C = m.hidden, S = a.seq_len, T_ = decode ? a.decode_tokens : 0;
-  const auto& rows = st.rows();
-  if (int64_t(st.x().extent(0)) != int64_t(rows.size()) || int64_t(st.x().extent(1)) != C)
-    throw std::logic_error("write_dump '" + path + "': the stack does not match the config");
-  if (train && st.dx().extent(0) != rows.size())
-    throw std::logic_error("write_dump '" + path + "': a train dump needs the stack's backward() first");
-
-  H5File f(path, mpi_job(comm));
+  const int64_t S = a.seq_len;
   f.set_attr("/", "file_kind", kDumpKind);
   f.set_attr("/", "rope_theta", m.rope_theta);
   f.set_attr("/", "norm_eps", m.norm_eps);
@@ -80,21 +72,40 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   f.set_attr("/", "mask_description", a.mask.describe());
   f.set_attr("/", "softmax_scale", a.attn.scale > 0 ? a.attn.scale : 1.0 / std::sqrt(double(m.head_dim)));
   f.set_attr("/", "scheme", scheme);
-  f.set_attr("/", "ranks", comm.world().size);
+  f.set_attr("/", "ranks", cp_ranks);
+  f.set_attr("/", "tp", cfg.mesh.tp());
   f.set_attr("/", "dp", cfg.mesh.dp());
-  f.set_attr("/", "dtype", kernels::dtype_name<T>());
+  f.set_attr("/", "dtype", dtype);
   f.set_attr("/", "pass", model::to_string(cfg.pass));
   f.set_attr("/", "rope_convention", kRopeConvention);
+}
+
+template <class T>
+void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,
+                const std::string& scheme, comm::Communicator& comm) {
+  const model::Shape& m = cfg.shape;
+  const cp::Config& a = cfg.attn;
+  const bool train = cfg.pass == model::Pass::Train, decode = cfg.pass == model::Pass::Decode;
+  const int64_t C = m.hidden, S = a.seq_len, T_ = decode ? a.decode_tokens : 0;
+  const auto& rows = st.rows();
+  if (int64_t(st.x().extent(0)) != int64_t(rows.size()) || int64_t(st.x().extent(1)) != C)
+    throw std::logic_error("write_dump '" + path + "': the stack does not match the config");
+  if (train && st.dx().extent(0) != rows.size())
+    throw std::logic_error("write_dump '" + path + "': a train dump needs the stack's backward() first");
+
+  H5File f(path, mpi_job(comm));
+  write_root_attrs(f, cfg, scheme, comm.world().size, kernels::dtype_name<T>());
   if (decode) f.set_attr("/", "decode_tokens", T_);
 
   // Activations: each rank its own rows, at their global token index, DP replica d's
   // sequence at rows d*S.. (decode: the T new tokens, the same on every rank of a replica).
   const int dp = cfg.mesh.dp(), replica = dp > 1 ? cfg.mesh.coord(comm.job().rank, comm::Axis::DP) : 0;
-  std::vector<int64_t> at = rows;  // (rows) each row's place in the file
+  // Without sequence parallelism the TP ranks of a CP rank hold the same rows: one writes them.
+  std::vector<int64_t> at = st.owns_rows() ? rows : std::vector<int64_t>();  // each row's place in the file
   for (int64_t& r : at) r += replica * (decode ? T_ : S);
   std::vector<int64_t> new_tokens(static_cast<size_t>(T_));  // decode: the T new tokens' places
   for (int64_t t = 0; t < T_; ++t) new_tokens[size_t(t)] = replica * T_ + t;
-  const bool one_writer = comm.world().rank == 0;  // of a replica's decode rows (its ranks hold the same)
+  const bool one_writer = comm.world().rank == 0 && st.owns_rows();  // of a replica's decode rows (all hold them)
   auto activation = [&](const char* name, const kernels::View2<T>& v) {
     const auto h = on_host(v);
     const std::string dset = std::string("/tensors/") + name;
@@ -116,15 +127,16 @@ void write_dump(const std::string& path, const model::Stack<T>& st, const model:
   const int64_t KD = int64_t(m.kv_heads) * m.head_dim;
   for (int l = 0; l < m.layers; ++l) {
     const std::string dir = "/tensors/layers/" + std::to_string(l) + "/";
-    const auto w = on_host(st.params(l));
+    const auto w = on_host(st.whole_params(l));
     for (const model::Param& p : params) f.write_replicated(dir + p.name, p.rows, p.cols, w.data() + p.offset);
     if (train) {
-      const auto dw = on_host(st.grads(l));
+      const auto dw = on_host(st.whole_grads(l));
       for (const model::Param& p : params) f.write_replicated(dir + "d" + p.name, p.rows, p.cols, dw.data() + p.offset);
     }
     if (decode) {
-      const auto k = on_host(st.cache_k(l)), v = on_host(st.cache_v(l));
-      std::vector<int64_t> cache_at = st.cache_rows();  // replica d's cache at rows d*S..
+      const auto k = on_host(st.whole_cache_k(l)), v = on_host(st.whole_cache_v(l));
+      std::vector<int64_t> cache_at =
+          st.owns_rows() ? st.cache_rows() : std::vector<int64_t>();  // replica d's at d*S..
       for (int64_t& r : cache_at) r += replica * S;
       f.write_rows(dir + "cache_k", dp * S, KD, cache_at, k.data());
       f.write_rows(dir + "cache_v", dp * S, KD, cache_at, v.data());

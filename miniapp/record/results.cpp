@@ -158,7 +158,8 @@ double Results::add_case(const CaseRecord& c) {
                  {"attn_s", Column::F64, offsetof(StepRow, attn_s)},
                  {"attn_comm_wait_s", Column::F64, offsetof(StepRow, attn_comm_wait_s)},
                  {"grad_allreduce_s", Column::F64, offsetof(StepRow, grad_allreduce_s)},
-                 {"grad_allreduce_busy_s", Column::F64, offsetof(StepRow, grad_allreduce_busy_s)}},
+                 {"grad_allreduce_busy_s", Column::F64, offsetof(StepRow, grad_allreduce_busy_s)},
+                 {"tp_comm_s", Column::F64, offsetof(StepRow, tp_comm_s)}},
                 sizeof(StepRow), c.steps.data(), int64_t(c.steps.size()));
   f.set_attr(g + "/steps", "mode_names", join(c.mode_names));
   f.set_attr(g + "/steps", "units", "*_s: s");

@@ -374,14 +374,18 @@ void check_sizes(Deck& d, int world, bool any_ranks) {
     if (p > world && !any_ranks)
       throw UsageError("sweep.ranks = " + std::to_string(p) + ": larger than the MPI job (" + std::to_string(world) +
                        " ranks); launch at least " + std::to_string(p) + " ranks or lower it");
-  for (int p : d.ranks)
-    for (int dp : d.dp) {
-      const int64_t need = int64_t(p) * dp;
-      if (dp > 1 && (need > INT32_MAX || (need > world && !any_ranks)))
-        throw UsageError("sweep.dp = " + std::to_string(dp) + " with sweep.ranks = " + std::to_string(p) + ": " +
-                         std::to_string(need) + " ranks, more than the MPI job's " + std::to_string(world) +
-                         "; launch at least " + std::to_string(need) + " ranks or lower either");
-    }
+  for (int tp : d.tp)
+    if (const std::string why = model::check_tp(d.shape, tp); !why.empty()) throw UsageError(why);
+  for (int tp : d.tp)
+    for (int p : d.ranks)
+      for (int dp : d.dp) {
+        const int64_t need = int64_t(tp) * p * dp;
+        if ((tp > 1 || dp > 1) && (need > INT32_MAX || (need > world && !any_ranks)))
+          throw UsageError("sweep.tp = " + std::to_string(tp) + ", sweep.ranks = " + std::to_string(p) +
+                           ", sweep.dp = " + std::to_string(dp) + ": " + std::to_string(need) +
+                           " ranks, more than the MPI job's " + std::to_string(world) + "; launch at least " +
+                           std::to_string(need) + " ranks or lower them");
+      }
 }
 
 // The resolved deck: every key with the value this run uses. A table's keys are kept sorted,
@@ -528,6 +532,7 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, const comm
   c.stack.seed = d.seed;
   c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
   c.stack.mesh = mesh;
+  c.stack.sequence_parallel = d.sequence_parallel == "on";
   cp::Config& a = c.stack.attn;
   a.seq_len = S;
   a.ranks = ranks;
@@ -546,11 +551,24 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, const comm
     if (declares(info, name)) c.id += "_" + name + std::to_string(v);
   const std::string no_dispatch = apply_dispatch(d, info, dispatch, a);
   c.stack.attn = model::attention_config(c.stack);
-  c.refused = no_dispatch.empty() ? cp::check(info, c.stack.attn) : no_dispatch;
+  c.refused = no_dispatch.empty() ? model::check_mesh(c.stack, info) : no_dispatch;
+  if (c.refused.empty()) c.refused = cp::check(info, c.stack.attn);
+  if (!c.refused.empty() && mesh.tp() > 1 && c.refused.rfind("mesh ", 0) != 0)
+    c.refused =
+        "mesh " + mesh.id() + " (" + std::to_string(c.stack.attn.heads) + " query heads per TP rank): " + c.refused;
   return c;
 }
 
 }  // namespace
+
+// The sweep's meshes: each CP degree (sweep.ranks) with each tp and dp, in that order.
+std::vector<comm::Mesh> meshes(const Deck& d) {
+  std::vector<comm::Mesh> out;
+  for (int P : d.ranks)
+    for (int tp : d.tp)
+      for (int dp : d.dp) out.emplace_back(tp, P, dp, d.rank_order);
+  return out;
+}
 
 std::string ranks_token(const comm::Mesh& mesh) {
   return mesh.id().empty() ? "P" + std::to_string(mesh.cp()) : mesh.id();
@@ -558,32 +576,32 @@ std::string ranks_token(const comm::Mesh& mesh) {
 
 std::vector<Case> make_cases(const Deck& d) {
   std::vector<Case> cases;
+  const std::vector<comm::Mesh> sweep_meshes = meshes(d);
   for (model::Pass pass : d.passes)
     for (int64_t S : d.seq_len)
       for (const Packing& packing : packings(d, S))
-        for (int P : d.ranks)
-          for (int dp : d.dp)
-            for (const std::string& name : d.schemes) {
-              const cp::SchemeInfo& info = cp::find(name);
-              if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
-              // the reference: once per problem, on one rank
-              if (name == "none" && (P != d.ranks.front() || dp != d.dp.front())) continue;
-              const comm::Mesh mesh = name == "none" ? comm::Mesh() : comm::Mesh(1, P, dp, d.rank_order);
-              // decode_tokens is a size of the decode problem: the other passes take its first value.
-              const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
-              for (size_t t = 0; t < n_tokens; ++t)
-                for (const std::string& dispatch : dispatches_of(d, info))
-                  for (const auto& combo : setting_combos(d, info)) {
-                    Case c = make_case(d, int(cases.size()), pass, S, mesh, d.decode_tokens[t], info, combo, packing,
-                                       dispatch);
-                    // Named schemes must run, except where a sweep of several dispatches
-                    // crosses one with a scheme that cannot run it: that case is listed refused.
-                    const bool crossed = dispatch != "layout" && d.dispatch.size() > 1;
-                    if (!c.refused.empty() && !d.all_schemes && !crossed)
-                      throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
-                    cases.push_back(c);
-                  }
-            }
+        for (const comm::Mesh& sized : sweep_meshes)
+          for (const std::string& name : d.schemes) {
+            const cp::SchemeInfo& info = cp::find(name);
+            if (!info.solves(pass == model::Pass::Decode ? cp::Problem::Decode : cp::Problem::Train)) continue;
+            // the reference: once per problem, on one rank
+            if (name == "none" && &sized != &sweep_meshes.front()) continue;
+            const comm::Mesh mesh = name == "none" ? comm::Mesh() : sized;
+            // decode_tokens is a size of the decode problem: the other passes take its first value.
+            const size_t n_tokens = pass == model::Pass::Decode ? d.decode_tokens.size() : 1;
+            for (size_t t = 0; t < n_tokens; ++t)
+              for (const std::string& dispatch : dispatches_of(d, info))
+                for (const auto& combo : setting_combos(d, info)) {
+                  Case c = make_case(d, int(cases.size()), pass, S, mesh, d.decode_tokens[t], info, combo, packing,
+                                     dispatch);
+                  // Named schemes must run, except where a sweep of several dispatches
+                  // crosses one with a scheme that cannot run it: that case is listed refused.
+                  const bool crossed = dispatch != "layout" && d.dispatch.size() > 1;
+                  if (!c.refused.empty() && !d.all_schemes && !crossed)
+                    throw UsageError("sweep case " + c.id + " cannot run: " + c.refused);
+                  cases.push_back(c);
+                }
+          }
   // Ids sort as the sweep runs: the index is padded to the width of the largest (3 at least).
   const int width = std::max<int>(3, int(std::to_string(cases.empty() ? 0 : cases.size() - 1).size()));
   for (Case& c : cases) {

@@ -222,11 +222,6 @@ std::vector<Row> run_rows() {
           .def("128")
           .to(&Deck::dispatch_chunk)
           .attr(),
-      one_of("run", "rank_order", comm::Mesh::orders(),
-             "the mesh's axes, innermost first: which ranks form a TP, CP and DP group (tp-cp-dp: a CP group's "
-             "ranks stride over TP's, a DP group's over both, as Megatron orders them)")
-          .def("\"tp-cp-dp\"")
-          .to(&Deck::rank_order),
       one_of("run", "progress", {"thread", "none"}, "communication progress: a thread per rank, or none")
           .def("\"thread\"")
           .to(&Deck::progress),
@@ -248,6 +243,20 @@ std::vector<Row> run_rows() {
           .in_resolved(InResolved::Never)
           .to(&Deck::calibration),
   };
+}
+
+// [run]'s keys of the mesh (sweep.tp, sweep.ranks and sweep.dp give its sizes).
+std::vector<Row> mesh_rows() {
+  return {one_of("run", "rank_order", comm::Mesh::orders(),
+                 "the mesh's axes, innermost first: which ranks form a TP, CP and DP group (tp-cp-dp: a CP group's "
+                 "ranks stride over TP's, a DP group's over both, as Megatron orders them)")
+              .def("\"tp-cp-dp\"")
+              .to(&Deck::rank_order),
+          one_of("run", "sequence_parallel", {"on", "off"},
+                 "with sweep.tp > 1: Megatron's sequence parallelism (norms on 1/tp of the CP shard's tokens, "
+                 "all-gathers and reduce-scatters around the TP GEMMs) or all-reduces (off; decode is always off)")
+              .def("\"on\"")
+              .to(&Deck::sequence_parallel)};
 }
 
 // [sweep], the registry's scheme settings last. sweep.schemes keeps the names as written
@@ -272,9 +281,14 @@ std::vector<Row> sweep_rows() {
       integers("sweep", "ranks", 1, INT32_MAX, "CP group sizes, each <= the MPI job's ranks (the others wait)")
           .note("the MPI job's size")
           .to(&Deck::ranks),
+      integers("sweep", "tp", 1, INT32_MAX,
+               "tensor-parallel degrees: each TP rank holds 1/tp of every layer's heads and FFN columns (Megatron's "
+               "layout), the CP scheme runs on its heads; tp x ranks x dp <= the MPI job's ranks")
+          .def("[1]")
+          .to(&Deck::tp),
       integers("sweep", "dp", 1, INT32_MAX,
                "data-parallel degrees: replicas of the CP group, each on its own sequence, the weight gradients "
-               "all-reduced over CP x DP; ranks x dp <= the MPI job's ranks")
+               "all-reduced over CP x DP; tp x ranks x dp <= the MPI job's ranks")
           .def("[1]")
           .to(&Deck::dp),
       integers("sweep", "decode_tokens", 1, INT32_MAX, "decode: query tokens decoded against the KV cache (tokens)")
@@ -315,7 +329,7 @@ std::vector<Row> output_rows() {
 const std::vector<DeckKey>& deck_keys() {
   static const std::vector<DeckKey> keys = [] {
     std::vector<DeckKey> out;
-    for (const auto& rows : {model_rows(), run_rows(), sweep_rows(), output_rows()})
+    for (const auto& rows : {model_rows(), run_rows(), mesh_rows(), sweep_rows(), output_rows()})
       for (const Row& r : rows) out.push_back(r.k);
     return out;
   }();

@@ -27,7 +27,7 @@ const double kInf = std::numeric_limits<double>::infinity();
 struct Rep {
   int rank = -1;  // the slowest rank's (-1: no row yet)
   double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0;
-  double attn_wait = 0, grad = 0, wait = 0;
+  double attn_wait = 0, grad = 0, wait = 0, tp = 0;
   double grad_busy = 0;  // the collective thread's time on the all-reduces (NaN: none ran them)
 };
 
@@ -40,6 +40,7 @@ std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<record::Step
       x.attn = r.attn_s, x.rest = r.step_s - r.attn_s;
     x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
     x.grad = std::max(x.grad, r.grad_allreduce_s);
+    x.tp = std::max(x.tp, r.tp_comm_s);
     x.wait = std::max(x.wait, r.attn_comm_wait_s + r.grad_allreduce_s);
     x.grad_busy =
         std::isnan(r.grad_allreduce_busy_s) ? r.grad_allreduce_busy_s : std::max(x.grad_busy, r.grad_allreduce_busy_s);
@@ -110,6 +111,7 @@ void time_figures(record::Attrs& s, const Case& c, const std::map<cp::Mode, std:
   s.real["comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.wait; }));
   s.real["attn_comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.attn_wait; }));
   s.real["grad_allreduce_exposed_s"] = hn::median(field(full, [](const Rep& r) { return r.grad; }));
+  s.real["tp_exposed_comm_s"] = hn::median(field(full, [](const Rep& r) { return r.tp; }));
 }
 
 // A bf16 layer's ceiling: its GEMM engine's (gemm<bf16>) and its attention tiles' (the bf16
@@ -188,6 +190,7 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   r["bytes_sent_per_rank"] = mean_of(m.bytes), r["bytes_sent_max_rank"] = max_of(m.bytes);
   r["attn_bytes_sent_per_rank"] = mean_of(m.attn_bytes);
   r["grad_allreduce_bytes_per_rank"] = mean_of(m.grad_bytes);
+  r["tp_bytes_sent_per_rank"] = mean_of(m.tp_bytes);
   r["imbalance"] = hn::imbalance(m.compute);
   r["flop_imbalance"] = hn::imbalance(m.exec_flops);
   // The mask's area as the scheme shares it out, and the bytes it needs moved (all layers):
@@ -318,6 +321,10 @@ constexpr FigureInfo kFigures[] = {
     {"bytes_sent_max_rank", "B", "bytes that left the rank that sent most, per step", true},
     {"attn_bytes_sent_per_rank", "B", "the attention's bytes per step and rank", true},
     {"grad_allreduce_bytes_per_rank", "B", "the weight-gradient all-reduce's bytes per step and rank", true},
+    {"tp_bytes_sent_per_rank", "B",
+     "the tensor-parallel collectives' bytes per step and rank (all-gathers and reduce-scatters, or all-reduces; 0 "
+     "without TP)",
+     true},
     {"overlap", "1", "1 - exposed / T_comm of the whole step (paired reps)", true},
     {"overlap_q1", "1", "first quartile of the whole step's overlap", true},
     {"overlap_q3", "1", "third quartile of the whole step's overlap", true},
@@ -339,6 +346,10 @@ constexpr FigureInfo kFigures[] = {
     {"grad_allreduce_overlap_note", "text", "why grad_allreduce_overlap is NaN where it could have been measured",
      true},
     {"grad_allreduce_exposed_s", "s", "event-based: time blocked waiting for the all-reduce, per step", true},
+    {"tp_exposed_comm_s", "s",
+     "the tensor-parallel collectives' time per step, the rank that spent most (they block: all of it is exposed), "
+     "median over full reps",
+     true},
     {"comm_wait_s", "s", "event-based: both exposed times together, per step", true},
     // checks
     {"out_of_range", "text", "each figure outside its range, with the reason (empty: none)", true},

@@ -162,7 +162,8 @@ void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, 
                       0,
                       ctx.stats.comm_wait_s,
                       st.grad_allreduce_exposed_s(),
-                      bwd ? st.grad_allreduce_busy_s() : 0.0};
+                      bwd ? st.grad_allreduce_busy_s() : 0.0,
+                      0};
   constexpr int kTotal = model::kPhases;  // the "total" row of a layer (the sum of its phases)
   if (mode == cp::Mode::Full) out.fwd_phases = {}, out.bwd_phases = {};  // the last full rep's
   for (int l = 0; l < L; ++l)
@@ -173,6 +174,7 @@ void record_rep(model::Stack<T>& st, const cp::Context& ctx, int L, bool train, 
       out.record.timing.push_back({mode_code(mode), rep, rank, l, dir, kTotal, ph.total()});
       row.phases_s += ph.total();
       row.attn_s += ph.s[int(model::Phase::AttnCompute)] + ph.s[int(model::Phase::AttnComm)];
+      row.tp_comm_s += ph.s[int(model::Phase::TpComm)];
       if (mode == cp::Mode::Full) (dir == 0 ? out.fwd_phases : out.bwd_phases) += ph;
     }
   out.record.steps.push_back(row);
@@ -219,6 +221,7 @@ void run_reps(const Plan& p, const Case& c, model::Stack<T>& st, cp::Context& ct
       out.rep_flops.push_back(ctx.stats.flops + gemm_flops_step);
       out.rep_bytes.push_back(double(ctx.bytes_sent()));
       out.rep_grad_bytes.push_back(double(st.grad_allreduce_bytes()));
+      out.rep_tp_bytes.push_back(double(st.tp_bytes()));
     }
 }
 
@@ -302,7 +305,8 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
   m.exec_flops = gather_median(out.rep_flops, g);
   m.bytes = gather_median(out.rep_bytes, g);
   m.grad_bytes = gather_median(out.rep_grad_bytes, g);
-  for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i]);
+  m.tp_bytes = gather_median(out.rep_tp_bytes, g);
+  for (size_t i = 0; i < m.bytes.size(); ++i) m.attn_bytes.push_back(m.bytes[i] - m.grad_bytes[i] - m.tp_bytes[i]);
   m.useful_flops = step_useful_flops(c);
   m.tokens = double(cp::global_q_tokens(ctx.cfg)) * c.stack.mesh.dp();
   at(Stage::CaseCeiling);

@@ -80,10 +80,11 @@ class CeilingCache {
 // full-mode samples; the group's rank 0, after the last round: the group's gathered inputs of
 // the figures (figures.hpp).
 struct CaseResult {
-  record::CaseRecord record;                                               // this rank's rows
-  std::vector<double> rep_compute, rep_flops, rep_bytes, rep_grad_bytes;   // this rank's, one per full-mode rep
-  std::vector<record::StepRow> steps;                                      // every rank's (gathered)
-  std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes;  // per rank, full mode, median over reps
+  record::CaseRecord record;                                                            // this rank's rows
+  std::vector<double> rep_compute, rep_flops, rep_bytes, rep_grad_bytes, rep_tp_bytes;  // this rank's, per full rep
+  std::vector<record::StepRow> steps;                                                   // every rank's (gathered)
+  // per rank, full mode, median over reps: bytes = attn_bytes + grad_bytes + tp_bytes
+  std::vector<double> compute, exec_flops, bytes, attn_bytes, grad_bytes, tp_bytes;
   double useful_flops = 0, tokens = 0;
   kernels::GemmCeiling before, after;                // summed over the group's ranks (FLOP/s)
   kernels::Bf16GemmCeiling bf16_before, bf16_after;  // the same, of the bf16 engines (bf16 cases)
