@@ -391,8 +391,8 @@ void run_predict(const Plan& p) {
   const bool rows = !p.o.quiet;
   if (rows) print_header(p, base, "--predict");
   if (rows)
-    std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s", "bwd s",
-                "attn cmp s", "attn com s", "grad exp s", "tokens/s", "memory/rank",
+    std::printf("%-40s %-10s %10s %10s %10s %10s %10s %10s %10s %12s %12s%s\n", "case", "scheme", "step s", "fwd s",
+                "bwd s", "attn cmp s", "attn com s", "grad exp s", "tp com s", "tokens/s", "memory/rank",
                 o.against.empty() ? "" : "  measured s  pred/meas");
   double worst = 1;
   std::string worst_id;
@@ -410,11 +410,13 @@ void run_predict(const Plan& p) {
     if (it != meas.end() && std::isfinite(it->second.sgemm_per_rank) && sg != m.cal.sgemm.end())
       m.rate_scale = it->second.sgemm_per_rank / sg->second;
     const predict::Prediction r = predict_case(c, m, p.deck, o.ranks_per_node);
-    const double tokens = c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens : c.stack.attn.seq_len;
+    const double tokens = c.stack.mesh.dp() * double(c.stack.pass == model::Pass::Decode ? c.stack.attn.decode_tokens
+                                                                                         : c.stack.attn.seq_len);
     if (rows)
-      std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(), c.scheme.c_str(),
-                  r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s, r.grad_allreduce_exposed_s,
-                  tokens / r.step_s, hn::human_bytes(double(p.predicted_bytes[i])).c_str());
+      std::printf("%-40s %-10s %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %10.4g %12.4g %12s", c.id.c_str(),
+                  c.scheme.c_str(), r.step_s, r.forward_s, r.backward_s, r.attn_compute_s, r.attn_comm_s,
+                  r.grad_allreduce_exposed_s, r.phase_s[int(model::Phase::TpComm)], tokens / r.step_s,
+                  hn::human_bytes(double(p.predicted_bytes[i])).c_str());
     if (it != meas.end() && std::isfinite(it->second.time_s)) {
       const double ratio = r.step_s / it->second.time_s;
       if (rows) std::printf("  %10.4g  %9.3f", it->second.time_s, ratio);
