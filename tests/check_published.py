@@ -75,6 +75,18 @@ def main():
         if not 0.9 * published <= ratio <= 1.2 * published:
             fails.append(f"ring-flash-attention {pas}: zigzag / ring {ratio:.3f} not within -10%/+20% of {published}")
 
+    # --advise --gpus: the mesh for Llama 3 70B at 128K on 64 GPUs, 8 to a node: TP inside the node.
+    cmd = [a.minicp, "--advise", "--deck", f"{a.root}/inputs/llama3-70b.toml", "--calibration",
+           f"{a.root}/inputs/calibration/h100-gpu-published.txt", "--ranks-per-node", "8", "--gpus", "64",
+           "--set", "sweep.seq_len=[131072]", "--set", 'run.dtype="bf16"', "--set", 'run.sequence_parallel="off"',
+           "--set", 'run.fabric="ib-ndr"']
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    first = next((l for l in out.stdout.splitlines() if l.strip().startswith("1. ")), "")
+    print(f"--advise --gpus 64, Llama 3 70B, 128K: {first.strip()}")
+    if out.returncode != 0 or "T8C8D1" not in first or "TP collectives" not in first or "inside a node" not in first:
+        fails.append(f"--advise --gpus 64 ranks first {first.strip()!r} (exit {out.returncode}): expected a T8C8D1 "
+                     f"mesh, its TP collectives inside a node")
+
     _, seconds = predict(a.minicp, a.root, "llama3-8b.toml", "h100-published.txt", 8,
                          ["sweep.seq_len=[1048576]", "sweep.ranks=[1024]", "sweep.schemes=[\"zigzag\"]",
                           "run.fabric=\"ib-ndr\""])

@@ -393,6 +393,7 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
     const double tp = tp_seconds(cfg, N, b == 1, job, elem);
+    out.tp_inter = spans_nodes(mesh.group(0, comm::Axis::TP), job.topo);
     out.phase_s[int(Phase::TpComm)] += L * tp;
     layer += tp;
     out.phase_s[int(Phase::AttnCompute)] += L * a.compute;
@@ -508,6 +509,12 @@ std::string explain(const Prediction& p) {
   }
   if (p.imbalance > 1.05) {
     std::snprintf(buf, sizeof buf, "; attention compute imbalanced %.2fx", p.imbalance);
+    s += buf;
+  }
+  const double tp = p.phase_s[int(model::Phase::TpComm)];
+  if (tp > 0) {
+    std::snprintf(buf, sizeof buf, "; TP collectives %.0f%% of the step, %s", 100 * tp / p.step_s,
+                  p.tp_inter ? "across nodes" : "inside a node");
     s += buf;
   }
   if (p.grad_allreduce_exposed_s > 0.01 * p.step_s) {

@@ -138,6 +138,7 @@ struct Prediction {
   double comm_per_compute = 0;     // the ring steps' overlapped wire time / their compute, largest
   double exposed_attn_comm_s = 0;  // attention comm not hidden behind compute, per step
   double imbalance = 1;            // attention compute: max / mean over ranks
+  bool tp_inter = false;           // the TP group spans nodes (its collectives on the inter-node link)
   std::vector<std::string> notes;  // what was approximated (a GEMM shape not in the table ...)
 };
 

@@ -135,6 +135,8 @@ void check_perf_flags(const CLI::App& app, PredictOptions& pf, const Options& o)
   if (int(pf.calibrate) + int(pf.predict) + int(pf.advise) + int(o.dry_run) > 1)
     throw UsageError("--calibrate, --predict, --advise and --dry-run: one at a time");
   if (!pf.against.empty() && !pf.predict) throw UsageError("--against " + pf.against + ": only with --predict");
+  if (app.count("--gpus") && !pf.advise) throw UsageError("--gpus: only with --advise");
+  if (app.count("--gpus") && pf.gpus < 1) throw UsageError("--gpus " + std::to_string(pf.gpus) + ": must be at least 1");
   for (const char* f : {"--ranks-per-node", "--threads"}) {
     if (app.count(f) == 0) continue;
     if (!pf.predict && !pf.advise) throw UsageError(std::string(f) + ": only with --predict or --advise");
@@ -159,6 +161,16 @@ void check_perf_flags(const CLI::App& app, PredictOptions& pf, const Options& o)
       pf.threads = std::isfinite(t) && t >= 1 ? int(t) : 0;
     }
   }
+}
+
+// --advise --gpus N: the deck's sweep.tp and sweep.ranks become every tp dividing N that
+// splits the model and N / tp (make_cases crosses them; run_advise keeps the meshes of N).
+void mesh_sweep(Deck& d, int gpus) {
+  d.tp.clear(), d.ranks.clear();
+  for (int tp = 1; tp <= gpus; ++tp)
+    if (gpus % tp == 0 && model::check_tp(d.shape, tp).empty()) d.tp.push_back(tp), d.ranks.push_back(gpus / tp);
+  d.dp = {1};
+  d.all_schemes = true;  // a scheme that cannot run a mesh is listed refused, not an error
 }
 
 // The resolved deck of a results file (for --against without --deck), read into memory: no
@@ -257,6 +269,10 @@ void declare_flags(CLI::App& app, Options& o, PredictOptions& pf, RawFlags& raw)
                  "with --predict / --advise: ranks per node (default: all on one node for a local fabric or none, "
                  "the profile's nodes for an emulated one, 8 for a cluster profile)")
       ->type_name("N");
+  app.add_option("--gpus", pf.gpus,
+                 "with --advise: rank every mesh of N ranks, tp x cp with tp each divisor of N that splits the "
+                 "model (its heads, K/V heads and FFN), in place of sweep.tp and sweep.ranks (default: the deck's)")
+      ->type_name("N");
   app.add_option("--threads", pf.threads,
                  "with --predict / --advise: threads per rank whose rates the table holds (default: the table's)")
       ->type_name("N");
@@ -330,6 +346,7 @@ void load_plan_deck(Plan& p, const hn::Args& a, bool predicting) {
         load_deck_text(o.deck_text, pf.against, "--against " + pf.against + " (its deck)", sets, a.size(), any_ranks);
     o.deck = pf.against;
   }
+  if (pf.gpus > 0) mesh_sweep(p.deck, pf.gpus);
   if (const FileArg table = calibration_input(p); !table.path.empty()) {
     try {
       machine_for(p.deck, predict::read_calibration(table.path), 0, 1);

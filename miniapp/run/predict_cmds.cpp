@@ -355,16 +355,18 @@ void run_calibrate(const hn::Args& a, const Plan& p, comm::Communicator& world) 
       fresh.layers.size(), s, path.c_str());
 }
 
-// What --advise and --predict's advice rank a case as: its scheme, and its dispatch where it
-// has one ("ring/area").
+// What --advise and --predict's advice rank a case as: its scheme, its dispatch where it has
+// one ("ring/area"), its mesh where TP or DP is above 1 ("zigzag T8C8D1").
 std::string variant_of(const Case& c) {
-  return c.stack.attn.dispatch.empty() ? c.scheme : c.scheme + "/" + c.stack.attn.dispatch;
+  const std::string mesh = c.stack.mesh.id();
+  return (c.stack.attn.dispatch.empty() ? c.scheme : c.scheme + "/" + c.stack.attn.dispatch) +
+         (mesh.empty() ? "" : " " + mesh);
 }
 
-// The cases ranked together: one pass, seq_len, rank count and document mix.
+// The cases ranked together: one pass, seq_len, job size (tp x cp x dp ranks) and document mix.
 std::string advice_group(const Case& c) {
   return std::string(model::to_string(c.stack.pass)) + ", S = " + std::to_string(c.stack.attn.seq_len) + ", " +
-         std::to_string(c.stack.attn.ranks) + " ranks" +
+         std::to_string(c.stack.mesh.ranks()) + " ranks" +
          (c.documents_label.empty() ? "" : ", documents " + c.documents_label);
 }
 
@@ -464,12 +466,16 @@ void run_advise(const Plan& p) {
   std::vector<std::string> order;
   for (const Case& c : p.cases) {
     if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
+    if (o.gpus > 0 && c.stack.mesh.ranks() != o.gpus) continue;                         // --gpus: its meshes
     const std::string key = advice_group(c);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&c);
   }
   for (const std::string& key : order) {
-    std::printf("%s:\n", key.c_str());
+    if (o.gpus > 0)
+      std::printf("%s (every mesh tp x cp, %d ranks to a node):\n", key.c_str(), base.topo.ranks_per_node);
+    else
+      std::printf("%s:\n", key.c_str());
     std::vector<std::pair<predict::Prediction, const Case*>> ok;
     std::vector<const Case*> refused;
     for (const Case* c : groups[key]) {

@@ -24,6 +24,7 @@ struct PredictOptions {
   std::string against;      // --against FILE.h5: compare the predictions with a results file
   int ranks_per_node = 0;   // --ranks-per-node (0: the fabric's rule)
   int threads = 0;          // --threads (0: the table's)
+  int gpus = 0;             // --gpus (--advise): rank every mesh tp x cp of this many ranks (0: the deck's)
   bool any() const { return calibrate || predict || advise; }
 };
 
