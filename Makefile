@@ -14,6 +14,8 @@
 #                         mix (2 ranks timed, 4 and 8 counted, 64 predicted; about 10 minutes), results/documents/
 #   make fabric-study  one sweep under every local and emulated fabric profile, alpha/beta of each
 #                      (emulated nodes: slurm/vcluster, as root; about 105 minutes), into results/fabric/
+#   make mesh-study  TP2 x CP2 on 2 emulated nodes (vc-1g), TP inside a node against TP across the link (as root;
+#                    minutes), into results/mesh/
 #   make peer-study  the cpu-small layer in miniCP (`none`, 1 rank x PEER_THREADS threads) and in PyTorch,
 #                    bf16 and fp32 alternated, PEER_ROUNDS rounds at S = PEER_S (needs make peer-deps;
 #                    about 5 minutes), into results/peer.json (PEER_ARGS: more of peer_study.py's flags)
@@ -57,7 +59,7 @@ q = '$(subst ','\'',$(1))'
 qs = $(foreach f,$(1),$(call q,$(f)))
 dq = $(subst `,\`,$(subst $$,\$$,$(subst ",\",$(subst \,\\,$(1)))))
 
-.PHONY: all help deps configure build test test-long run study calibrate predict-check kernel-study bench cp-study fidelity-study fabric-study documents-study scaling-study peer-deps peer-study report plots docs format sanitize clean
+.PHONY: all help deps configure build test test-long run study calibrate predict-check kernel-study bench cp-study fidelity-study fabric-study mesh-study documents-study scaling-study peer-deps peer-study report plots docs format sanitize clean
 
 all: build
 
@@ -84,6 +86,7 @@ help:
 	  "CP_ARGS" "make cp-study: more flags of cp_study.py" \
 	  "FIDELITY_ARGS" "make fidelity-study: more flags of minicp-fidelity" \
 	  "FABRIC_ARGS" "make fabric-study: more flags of fabric_study.py" \
+	  "MESH_ARGS" "make mesh-study: more flags of mesh_study.py" \
 	  "DOCUMENTS_ARGS" "make documents-study: more flags of documents_study.py" \
 	  "SCALING_ARGS" "make scaling-study: more flags of slurm/scaling-study" \
 	  "PREDICT_ARGS" "make predict-check: more flags of predict_check.py" \
@@ -178,6 +181,9 @@ predict-check: build
 
 fabric-study: build
 	$(call q,$(PY)) studies/fabric_study.py --build $(call q,$(BUILD)) $(FABRIC_ARGS)
+
+mesh-study: build
+	$(call q,$(PY)) studies/mesh_study.py --build $(call q,$(BUILD)) $(MESH_ARGS)
 
 # The results analysis (analysis/README.md): Python only, nothing to build.
 ANALYSIS = PYTHONPATH=analysis $(call q,$(PY)) -m minicp_analysis

@@ -234,7 +234,13 @@ struct Measure {
     // Short documents, their ends inside the tiles: few tiles per work item, which weighs the
     // items' own cost (what a call of packed documents pays beyond its tiles).
     for (int64_t m : {1024, 4096}) time_call({{0, m, 1}}, {{0, m, 1}}, 3, false, 100);
-    const auto x = fit(rows);
+    auto x = fit(rows);
+    // On a busy host (ranks sharing cores) the fit can drop the full tiles' term, its
+    // coefficient having come out negative; a rate must be positive, so it is then the
+    // fastest call's seconds per full tile's area, as if the call were all full tiles.
+    if (!(x[1] > 0))
+      for (const auto& r : rows)
+        if (r[1] > 0 && (!(x[1] > 0) || r[5] / r[1] < x[1])) x[1] = r[5] / r[1];
     AttnRate a{dtype, threads, bwd, D, tiles.q, tiles.k, x[1], x[2], x[0], x[3]};
     a.item_s = x[4];
     return a;

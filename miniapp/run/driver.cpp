@@ -136,7 +136,8 @@ void check_perf_flags(const CLI::App& app, PredictOptions& pf, const Options& o)
     throw UsageError("--calibrate, --predict, --advise and --dry-run: one at a time");
   if (!pf.against.empty() && !pf.predict) throw UsageError("--against " + pf.against + ": only with --predict");
   if (app.count("--gpus") && !pf.advise) throw UsageError("--gpus: only with --advise");
-  if (app.count("--gpus") && pf.gpus < 1) throw UsageError("--gpus " + std::to_string(pf.gpus) + ": must be at least 1");
+  if (app.count("--gpus") && pf.gpus < 1)
+    throw UsageError("--gpus " + std::to_string(pf.gpus) + ": must be at least 1");
   for (const char* f : {"--ranks-per-node", "--threads"}) {
     if (app.count(f) == 0) continue;
     if (!pf.predict && !pf.advise) throw UsageError(std::string(f) + ": only with --predict or --advise");

@@ -327,8 +327,13 @@ void measure_typed(const Plan& p, const Case& c, comm::Communicator& comm, const
 template <class T>
 predict::LayerTime time_layer(const Case& c, int64_t rows, int npieces, comm::Communicator& world) {
   MPI_Comm g = comm::mpi_of(world.world());
-  model::Stack<T> st(c.stack, *c.info, world);
-  cp::Context ctx{world, c.stack.attn};
+  // A whole layer on the CP group, whatever the case's mesh: the table's layer rows are of
+  // whole layers (the model runs a TP slice's kernels at the whole layer's factor).
+  model::StackConfig whole = c.stack;
+  whole.mesh = comm::Mesh();
+  whole.attn = model::attention_config(whole);
+  model::Stack<T> st(whole, *c.info, world);
+  cp::Context ctx{world, whole.attn};
   ctx.cfg.mode = cp::Mode::ComputeOnly;
   world.trace().set_enabled(false);
   const int L = c.stack.shape.layers;

@@ -466,7 +466,7 @@ void run_advise(const Plan& p) {
   std::vector<std::string> order;
   for (const Case& c : p.cases) {
     if (c.scheme == "none" && c.stack.attn.ranks == 1 && c.refused.empty()) continue;  // the reference
-    if (o.gpus > 0 && c.stack.mesh.ranks() != o.gpus) continue;                         // --gpus: its meshes
+    if (o.gpus > 0 && c.stack.mesh.ranks() != o.gpus) continue;                        // --gpus: its meshes
     const std::string key = advice_group(c);
     if (!groups.count(key)) order.push_back(key);
     groups[key].push_back(&c);
