@@ -163,12 +163,14 @@ INSTANTIATE_TEST_SUITE_P(Layer, LayerVsNone, ::testing::Values(model::Pass::Trai
                          [](const ::testing::TestParamInfo<model::Pass>& i) { return model::to_string(i.param); });
 
 // The meshes of the job's ranks: tp x cp x dp = P with tp and dp in {1, 2} (not the pure CP
-// group the tests above run); every scheme runs those with TP, zigzag also those without.
+// group the tests above run); zigzag runs every one, the other schemes those whose TP ranks
+// each hold a CP group of 2 or more (their exchanges on TP's heads), `none` those of one.
 std::vector<comm::Mesh> test_meshes(int P) {
   std::vector<comm::Mesh> out;
   for (int tp = 1; tp <= 2; ++tp)
     for (int dp = 1; dp <= 2; ++dp)
-      if ((tp > 1 || dp > 1) && P % (tp * dp) == 0 && (tp > 1 || g_scheme == "zigzag"))
+      if ((tp > 1 || dp > 1) && P % (tp * dp) == 0 &&
+          (g_scheme == "zigzag" || (tp > 1 && (P / (tp * dp) > 1) != (g_scheme == "none"))))
         out.emplace_back(tp, P / (tp * dp), dp);
   return out;
 }
