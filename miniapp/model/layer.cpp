@@ -354,9 +354,10 @@ struct Stack<T>::Impl {
       const Param &pr = params[p], &whole = map.whole()[p];
       const uint64_t st = stream_id(Stream::Weight, layer, int(p));
       const double scale = pr.cols == 0 ? 0.1 : 1.0 / std::sqrt(double(whole.rows));
+      const bool same = tps.tp == 1 || pr.cols == 0;  // the whole parameter: element i is i
       for (int64_t i = 0; i < pr.size(); ++i)
-        h(pr.offset + i) =
-            T((pr.cols == 0 ? 1.0 : 0.0) + scale * gen_unit(cfg.seed, st, uint64_t(map.at(int(p), i) - whole.offset)));
+        h(pr.offset + i) = T((pr.cols == 0 ? 1.0 : 0.0) +
+                             scale * gen_unit(cfg.seed, st, uint64_t(same ? i : map.at(int(p), i) - whole.offset)));
     }
     Kokkos::deep_copy(w, h);
   }
