@@ -44,12 +44,18 @@ PhaseTimes& PhaseTimes::operator+=(const PhaseTimes& o) {
   return *this;
 }
 
+Shape rank_shape(const StackConfig& cfg) {
+  const int tp = cfg.mesh.tp();
+  return tp > 1 && check_tp(cfg.shape, tp).empty() ? tp_slice(cfg.shape, tp, 0).shape : cfg.shape;
+}
+
+bool sequence_parallel(const StackConfig& cfg) {
+  return cfg.mesh.tp() > 1 && cfg.sequence_parallel && cfg.pass != Pass::Decode;
+}
+
 cp::Config attention_config(const StackConfig& cfg) {
   cp::Config a = cfg.attn;
-  // Every TP rank's slice has the same heads (model::tp_slice); a shape TP cannot split keeps
-  // its own (the stack refuses it).
-  const bool split = cfg.mesh.tp() > 1 && check_tp(cfg.shape, cfg.mesh.tp()).empty();
-  const Shape m = split ? tp_slice(cfg.shape, cfg.mesh.tp(), 0).shape : cfg.shape;
+  const Shape m = rank_shape(cfg);
   a.heads = m.heads;
   a.kv_heads = m.kv_heads;
   a.head_dim = cfg.shape.head_dim;
@@ -89,7 +95,7 @@ std::string check_mesh(const StackConfig& cfg, const cp::SchemeInfo& scheme) {
   if (tp == 1) return "";
   const std::string mesh = "mesh " + job_mesh(cfg).id() + ": ";
   if (const std::string why = check_tp(cfg.shape, tp); !why.empty()) return mesh + why;
-  if (!cfg.sequence_parallel || cfg.pass == Pass::Decode) return "";
+  if (!sequence_parallel(cfg)) return "";
   const cp::Config a = attention_config(cfg);
   for (int r = 0; r < a.ranks; ++r)
     if (const size_t n = scheme.shard(a, r).q.size(); n % size_t(tp) != 0)
@@ -103,7 +109,7 @@ std::vector<TpCall> tp_calls(const StackConfig& cfg, int64_t N, bool backward, s
   const int tp = cfg.mesh.tp();
   if (tp == 1 || !check_tp(cfg.shape, tp).empty()) return {};
   const TpSlice s = tp_slice(cfg.shape, tp, 0);
-  const bool sp = cfg.sequence_parallel && cfg.pass != Pass::Decode;
+  const bool sp = sequence_parallel(cfg);
   const int64_t C = cfg.shape.hidden, rows = int64_t(C) * (sp ? N / tp : N) * int64_t(elem);
   const int64_t acc = int64_t(kernels::acc_size(elem));
   using comm::EventKind;
@@ -126,8 +132,8 @@ int64_t predicted_stack_bytes(const StackConfig& cfg, const cp::SchemeInfo& sche
   // shard's N with sequence parallelism.
   const int tp = cfg.mesh.tp();
   const bool split = tp > 1 && check_tp(cfg.shape, tp).empty();
-  const Shape m = split ? tp_slice(cfg.shape, tp, 0).shape : cfg.shape;
-  const bool sp = split && cfg.sequence_parallel && cfg.pass != Pass::Decode;
+  const Shape m = rank_shape(cfg);
+  const bool sp = split && sequence_parallel(cfg);
   const Rows r = rows_of(cfg);
   const double N = r.n, n = sp ? std::ceil(N / tp) : N, C = m.hidden, HD = double(m.heads) * m.head_dim,
                KD = double(m.kv_heads) * m.head_dim, F = m.ffn, H = m.heads, L = m.layers;
@@ -225,7 +231,7 @@ struct Stack<T>::Impl {
     const cp::Shard sh = info.shard(acfg, rank);
     shard = sh.q;
     N = int64_t(shard.size());
-    sp = tps.tp > 1 && cfg.sequence_parallel && cfg.pass != Pass::Decode;  // (check_mesh: N divides by tp)
+    sp = sequence_parallel(cfg);  // (check_mesh: N divides by tp)
     n = sp ? N / tps.tp : N;
     rows.assign(shard.begin() + (sp ? tps.rank * n : 0), shard.begin() + (sp ? tps.rank * n : 0) + n);
     pos = cp::to_device(shard, "model::pos");

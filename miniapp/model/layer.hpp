@@ -90,6 +90,12 @@ inline comm::Mesh job_mesh(const StackConfig& cfg) {
   return comm::Mesh(cfg.mesh.tp(), cfg.attn.ranks, cfg.mesh.dp(), cfg.mesh.order());
 }
 
+// The layer a TP rank of the stack holds (every TP rank's has the same sizes): cfg.shape as
+// tp_slice splits it, or whole without TP or where tp cannot split it (check_mesh refuses that).
+Shape rank_shape(const StackConfig& cfg);
+// Whether the stack runs sequence parallel: TP above 1, the key on, and not a decode pass.
+bool sequence_parallel(const StackConfig& cfg);
+
 // The attention config of a stack: cfg.attn with the shape's heads, kv_heads (with TP, one
 // TP rank's: model::tp_slice), head_dim and the pass's problem.
 cp::Config attention_config(const StackConfig& cfg);

@@ -213,9 +213,7 @@ struct CaseRates {
       // With TP the slice's kernels, at the factor the whole layer's row gives (a ratio: the
       // table's rows are of whole layers).
       const double in_layer = factor_of(m, dtype, cfg.shape, N, b == 1, ranks, notes);
-      const model::TpSlice tps = model::tp_slice(cfg.shape, cfg.mesh.tp(), 0);
-      const bool sp = cfg.mesh.tp() > 1 && cfg.sequence_parallel && cfg.pass != model::Pass::Decode;
-      p.ops = layer_ops(tps.shape, N, b == 1, sp ? N / cfg.mesh.tp() : N);
+      p.ops = layer_ops(model::rank_shape(cfg), N, b == 1, model::sequence_parallel(cfg) ? N / cfg.mesh.tp() : N);
       for (const LayerOp& op : p.ops) p.op_s.push_back(in_layer * table_seconds(m, dtype, op, notes) / m.rate_scale);
       p.attn = attn_rate(m, dtype, c, b == 1, notes);
       const LayerOp copy{Phase::AttnCompute, "", 0, 0, 0, "copy", 1.0};
@@ -411,8 +409,8 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
   if (train && grad_ranks > 1) {
     const bool inter = spans_nodes(grad_group, job.topo);
     const Link& l = inter ? m.inter : m.intra;
-    const double params = double(model::layer_param_count(model::tp_slice(cfg.shape, mesh.tp(), 0).shape)) *
-                          double(model::grad_allreduce_elem(cfg, elem));
+    const double params =
+        double(model::layer_param_count(model::rank_shape(cfg))) * double(model::grad_allreduce_elem(cfg, elem));
     const double bucket = double(model::kGradBucketBytes);
     double alone = 0;  // one layer's buckets
     Beside beside;

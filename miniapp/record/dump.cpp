@@ -52,6 +52,8 @@ std::string not_a_dump_file(const std::string& path) { return kind_mismatch(path
 
 MPI_Comm mpi_job(const comm::Communicator& comm) { return comm::mpi_of(comm.job()); }
 
+namespace {
+
 // The root attributes every dump has (docs/results-file.md, "--dump FILE.h5").
 void write_root_attrs(H5File& f, const model::StackConfig& cfg, const std::string& scheme, int cp_ranks,
                       const std::string& dtype) {
@@ -79,6 +81,8 @@ void write_root_attrs(H5File& f, const model::StackConfig& cfg, const std::strin
   f.set_attr("/", "pass", model::to_string(cfg.pass));
   f.set_attr("/", "rope_convention", kRopeConvention);
 }
+
+}  // namespace
 
 template <class T>
 void write_dump(const std::string& path, const model::Stack<T>& st, const model::StackConfig& cfg,

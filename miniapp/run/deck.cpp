@@ -561,6 +561,8 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, const comm
 
 }  // namespace
 
+namespace {
+
 // The sweep's meshes: each CP degree (sweep.ranks) with each tp and dp, in that order.
 std::vector<comm::Mesh> meshes(const Deck& d) {
   std::vector<comm::Mesh> out;
@@ -569,6 +571,8 @@ std::vector<comm::Mesh> meshes(const Deck& d) {
       for (int dp : d.dp) out.emplace_back(tp, P, dp, d.rank_order);
   return out;
 }
+
+}  // namespace
 
 std::string ranks_token(const comm::Mesh& mesh) {
   return mesh.id().empty() ? "P" + std::to_string(mesh.cp()) : mesh.id();
