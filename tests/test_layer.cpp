@@ -176,7 +176,8 @@ std::vector<comm::Mesh> test_meshes(int P) {
 }
 
 // Tensor and data parallelism: each TP rank holds its slice of every layer and the scheme runs
-// on its heads (sequence parallelism on; zigzag also off); each of dp replicas runs its own sequence.
+// on its heads (sequence parallelism on; zigzag also off, and both with the TP collectives in
+// flight beside the GEMMs, run.tp_overlap); each of dp replicas runs its own sequence.
 // Each rank's output and input gradient are its own sequence's from the single-rank layer
 // (fp64 `none`, one rank alone, replica d's inputs), and the whole weight gradients (the TP
 // slices put together) are the mean over the replicas of the single-rank gradients.
@@ -186,13 +187,15 @@ TEST(LayerMesh, MatchesTheSingleRankLayer) {
   const int P = test::world_size(), me = test::world_rank();
   int checked = 0;
   for (const comm::Mesh& mesh : test_meshes(P))
-    for (const bool sp : {true, false}) {
-      if (!sp && (mesh.tp() == 1 || g_scheme != "zigzag")) continue;  // all-reduces: the layer's, not the scheme's
-      SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces"));
+    for (const int variant : {0, 1, 2, 3}) {
+      const bool sp = variant % 2 == 0, overlap = variant >= 2;
+      // all-reduces and overlap: the layer's, not the scheme's
+      if ((!sp || overlap) && (mesh.tp() == 1 || g_scheme != "zigzag")) continue;
+      SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces") + (overlap ? ", overlapped" : ""));
       cp::Config causal;
       causal.mask = cp::Mask::causal();
       model::StackConfig cfg = small_config(model::Pass::Train, causal);
-      cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp;
+      cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp, cfg.tp_overlap = overlap;
       if (!cp::check(info, model::attention_config(cfg)).empty() || !model::check_mesh(cfg, info).empty()) continue;
       auto job = comm::make_mpi_comm(comm::Progress::Thread);
       job->narrow_world(mesh.color(me, comm::Axis::CP));
@@ -242,13 +245,14 @@ TEST(LayerMesh, TpBytesAreTheClosedForm) {
   if (g_scheme != "zigzag") GTEST_SKIP() << "runs with --scheme=zigzag";
   const int P = test::world_size(), me = test::world_rank();
   if (P % 2 != 0) GTEST_SKIP() << "needs tp = 2 to divide the ranks";
-  for (const bool sp : {true, false}) {
+  for (const int variant : {0, 1, 2, 3}) {
+    const bool sp = variant % 2 == 0, overlap = variant >= 2;  // overlapped: the same bytes
     const comm::Mesh mesh(2, P / 2, 1);
-    SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces"));
+    SCOPED_TRACE("mesh " + mesh.id() + (sp ? "" : ", all-reduces") + (overlap ? ", overlapped" : ""));
     cp::Config causal;
     causal.mask = cp::Mask::causal();
     model::StackConfig cfg = small_config(model::Pass::Train, causal);
-    cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp;
+    cfg.attn.ranks = mesh.cp(), cfg.mesh = mesh, cfg.sequence_parallel = sp, cfg.tp_overlap = overlap;
     auto job = comm::make_mpi_comm(comm::Progress::None);
     job->narrow_world(mesh.color(me, comm::Axis::CP));
     model::Stack<double> st(cfg, cp::find("zigzag"), *job);

@@ -614,6 +614,49 @@ TEST(PerfModel, StepGrowsWithTheLinkAndHidesBehindCompute) {
   EXPECT_NEAR(phases, p.step_s, 1e-9 * p.step_s);  // the phases account for the step
 }
 
+// With run.tp_overlap each TP collective hides behind the GEMMs that run beside it (model::
+// tp_calls' beside_flops: an all-gather's GEMMs on the rank's own rows, 1/tp of them; a
+// backward reduce's weight-gradient GEMMs), never more than its own time. The FLOPs are the
+// closed form; on a link slow enough that every collective outlasts its GEMMs the step saves
+// exactly their time; on a fast one only the collectives with nothing beside them are left.
+TEST(PerfModel, TpOverlapHidesTheGemmsBesideEachCollective) {
+  TinyCase tiny(1);
+  auto& [sc, m] = tiny;
+  sc.mesh = comm::Mesh(2, 1, 1);
+  m.topo = {2, 2};
+  const int64_t N = sc.attn.seq_len, C = sc.shape.hidden, D = sc.shape.head_dim, L = sc.shape.layers;
+  const double H = sc.shape.heads / 2, Hkv = sc.shape.kv_heads / 2, F = sc.shape.ffn / 2;  // one TP rank's
+  const double qkv = 2.0 * N * C * (H + 2 * Hkv) * D, mlp = 4.0 * N * C * F, o = 4.0 * N * C * H * D;
+  auto beside = [&](bool bwd) {
+    double f = 0;
+    for (const model::TpCall& c : model::tp_calls(sc, N, bwd, sizeof(float))) f += c.beside_flops;
+    return f;
+  };
+  EXPECT_EQ(beside(false) + beside(true), 0.0) << "without tp_overlap nothing runs beside";
+  auto predict = [&](double alpha, double beta, bool overlap) {
+    sc.tp_overlap = overlap;
+    m.intra = m.inter = {alpha, beta, 0, "t", 0, {}, {}, {}};
+    return predict::predict_step(sc, cp::find("none"), m, sizeof(float));
+  };
+  const predict::Prediction off = predict(1e-4, 1e6, false), on = predict(1e-4, 1e6, true);
+  EXPECT_DOUBLE_EQ(beside(false), (qkv + mlp) / 2);           // h1 and h2 gathered
+  EXPECT_DOUBLE_EQ(beside(true), (mlp + o) / 2 + mlp + qkv);  // dy, dx2 gathered; dh reduced twice
+  // Every QKV phase second is a GEMM's (3 forward, 6 backward, qkv FLOPs every 3).
+  const double s_per_flop = on.phase_s[int(model::Phase::Qkv)] / (L * 3 * qkv);
+  const double hidden = L * (beside(false) + beside(true)) * s_per_flop;
+  const int tp = int(model::Phase::TpComm);
+  EXPECT_GT(hidden, 0.0);
+  EXPECT_NEAR(off.phase_s[tp] - on.phase_s[tp], hidden, 1e-9 * off.step_s);
+  EXPECT_NEAR(off.step_s - on.step_s, hidden, 1e-9 * off.step_s);
+  const predict::Prediction fast = predict(1e-7, 1e12, true);
+  double left = 0;  // the forward's reduce-scatters, the norms' gradients
+  for (const bool bwd : {false, true})
+    for (const model::TpCall& c : model::tp_calls(sc, N, bwd, sizeof(float)))
+      if (c.beside_flops == 0) left += L * predict::exposed_seconds({c.op, c.payload, c.group, false}, m.intra);
+  EXPECT_GT(left, 0.0);
+  EXPECT_NEAR(fast.phase_s[tp], left, 1e-9 * fast.step_s);
+}
+
 // A transfer beside compute: what moves while the compute runs slows it by its share of the
 // loss; the rest moves after at the link's own rate.
 TEST(PerfModel, TransferBesideComputeCostsItsShare) {

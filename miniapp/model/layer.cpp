@@ -113,13 +113,23 @@ std::vector<TpCall> tp_calls(const StackConfig& cfg, int64_t N, bool backward, s
   const int64_t C = cfg.shape.hidden, rows = int64_t(C) * (sp ? N / tp : N) * int64_t(elem);
   const int64_t acc = int64_t(kernels::acc_size(elem));
   using comm::EventKind;
-  const TpCall gather{EventKind::AllGather, rows, tp}, scatter{EventKind::ReduceScatter, rows, tp},
-      all{EventKind::AllReduce, rows, tp};
+  // With tp_overlap, the GEMM FLOPs beside each: an all-gather's GEMMs on the rank's own rows
+  // (1/tp of them), a backward reduce's weight-gradient GEMMs.
+  const double nc = double(N) * double(C), ov = cfg.tp_overlap ? 1 : 0;
+  const double qkv = 2 * nc * double(s.shape.heads + 2 * s.shape.kv_heads) * cfg.shape.head_dim,
+               mlp = 4 * nc * double(s.shape.ffn), o = 4 * nc * double(s.shape.heads) * cfg.shape.head_dim;
+  auto call = [&](EventKind k, double beside) { return TpCall{k, rows, tp, ov * beside}; };
   std::vector<TpCall> out;
-  if (sp)
-    out = {gather, scatter, gather, scatter};  // forward: h1, o Wo, h2, g W2; backward: dy, dh, dx2, dh
-  else
-    out = {all, all};  // forward: o Wo, g W2; backward: dh twice
+  if (sp && !backward)  // h1, o Wo, h2, g W2
+    out = {call(EventKind::AllGather, qkv / tp), call(EventKind::ReduceScatter, 0),
+           call(EventKind::AllGather, mlp / tp), call(EventKind::ReduceScatter, 0)};
+  else if (sp)  // dy, dh, dx2, dh
+    out = {call(EventKind::AllGather, mlp / tp), call(EventKind::ReduceScatter, mlp),
+           call(EventKind::AllGather, o / tp), call(EventKind::ReduceScatter, qkv)};
+  else if (!backward)  // o Wo, g W2
+    out = {call(EventKind::AllReduce, 0), call(EventKind::AllReduce, 0)};
+  else  // dh twice
+    out = {call(EventKind::AllReduce, mlp), call(EventKind::AllReduce, qkv)};
   if (!backward) return out;
   if (sp) out.push_back({EventKind::AllReduce, C * acc, tp}), out.push_back({EventKind::AllReduce, C * acc, tp});
   if (s.kv_copies > 1)
@@ -510,37 +520,89 @@ struct Stack<T>::Impl {
     });
   }
 
-  // A TP collective, posted and waited for (phase TpComm, its bytes in tp_bytes); compute-only
-  // mode sends nothing.
+  // A TP collective in flight: tp_post posts it, tp_wait waits for it. Both count as phase
+  // TpComm (the time the compute path pays); the bytes go to tp_bytes when it is posted.
+  // Compute-only mode posts nothing.
+  struct TpInFlight {
+    comm::Request r;
+    bool live = false;
+  };
   template <class Post>
-  void tp_comm(const cp::Context& ctx, PhaseTimes& t, Post&& post) {
-    if (ctx.cfg.mode == cp::Mode::ComputeOnly) return;
+  TpInFlight tp_post(const cp::Context& ctx, PhaseTimes& t, Post&& post) {
+    if (ctx.cfg.mode == cp::Mode::ComputeOnly) return {};
     harness::Watchdog::instance().part(int(Phase::TpComm));
     const double t0 = MPI_Wtime();
     const int64_t b0 = comm.bytes_sent();
-    comm::Request r = post();
-    comm.wait(r);
+    TpInFlight f{post(), true};
     t.s[int(Phase::TpComm)] += MPI_Wtime() - t0;
     tp_bytes += comm.bytes_sent() - b0;
+    return f;
   }
-  // The CP shard's rows [N,C] of a tensor each TP rank holds n rows of (`mine`): with sequence
-  // parallelism all-gathered into `out` (TP rank r's rows are the shard's r-th n), else mine.
-  CV2 gather(const cp::Context& ctx, PhaseTimes& t, CV2 mine, View2<T> out) {
-    if (!sp) return mine;
-    tp_comm(ctx, t, [&] { return comm.iallgather(mine.data(), out.data(), mine.span() * sizeof(T), tp_group); });
+  void tp_wait(PhaseTimes& t, TpInFlight& f) {
+    if (!f.live) return;
+    harness::Watchdog::instance().part(int(Phase::TpComm));
+    const double t0 = MPI_Wtime();
+    comm.wait(f.r);
+    f.live = false;
+    t.s[int(Phase::TpComm)] += MPI_Wtime() - t0;
+  }
+  template <class Post>
+  void tp_comm(const cp::Context& ctx, PhaseTimes& t, Post&& post) {
+    TpInFlight f = tp_post(ctx, t, post);
+    tp_wait(t, f);
+  }
+  // Rows [r0, r0 + nr) of x, as a view of their own.
+  static View2<T> row_range(View2<T> x, int64_t r0, int64_t nr) {
+    return View2<T>(x.data() + r0 * int64_t(x.extent(1)), size_t(nr), x.extent(1));
+  }
+  // Column-parallel GEMMs on the CP shard's rows [N,C] of a tensor each TP rank holds n rows
+  // of (`mine`): gemms(X, r0, first) runs them on X, the shard's rows [r0, r0 + X rows), the
+  // first call with beta 0 into the weight gradients (later calls add). With sequence
+  // parallelism the rows are all-gathered into `out` (TP rank r's are the shard's r-th n).
+  // With tp_overlap the GEMMs on the rank's own rows run while the all-gather is in flight,
+  // the others' after it; else one call on all N rows, after it. Returns the N rows.
+  template <class Gemms>
+  CV2 column_parallel(const cp::Context& ctx, PhaseTimes& t, CV2 mine, View2<T> out, Gemms&& gemms) {
+    if (!sp) {
+      gemms(mine, 0, true);
+      return mine;
+    }
+    TpInFlight f =
+        tp_post(ctx, t, [&] { return comm.iallgather(mine.data(), out.data(), mine.span() * sizeof(T), tp_group); });
+    const int64_t r0 = tps.rank * n;
+    if (!cfg.tp_overlap) {
+      tp_wait(t, f);
+      gemms(out, 0, true);
+      return out;
+    }
+    gemms(mine, r0, true);
+    tp_wait(t, f);
+    if (r0 > 0) gemms(row_range(out, 0, r0), 0, false);
+    if (r0 + n < N) gemms(row_range(out, r0 + n, N - r0 - n), r0 + n, false);
     return out;
   }
   // A row-parallel product's partial sums `part` [N,C] summed over TP: with sequence
   // parallelism this rank's n rows, reduce-scattered into rs; else all-reduced in place.
-  View2<T> reduce(const cp::Context& ctx, PhaseTimes& t, View2<T> part) {
-    if (tps.tp == 1) return part;
-    const comm::DType dt = cp::dtype_of<T>();
-    if (sp) {
-      tp_comm(ctx, t, [&] { return comm.ireduce_scatter(part.data(), rs.data(), rs.span(), dt, tp_group); });
-      return rs;
+  // beside() runs while the collective is in flight with tp_overlap, after it without;
+  // it must not touch part or rs.
+  template <class Beside>
+  View2<T> reduce(const cp::Context& ctx, PhaseTimes& t, View2<T> part, Beside&& beside) {
+    if (tps.tp == 1) {
+      beside();
+      return part;
     }
-    tp_comm(ctx, t, [&] { return comm.iallreduce(part.data(), part.span(), dt, comm::ReduceOp::Sum, tp_group); });
-    return part;
+    const comm::DType dt = cp::dtype_of<T>();
+    TpInFlight f = tp_post(ctx, t, [&] {
+      return sp ? comm.ireduce_scatter(part.data(), rs.data(), rs.span(), dt, tp_group)
+                : comm.iallreduce(part.data(), part.span(), dt, comm::ReduceOp::Sum, tp_group);
+    });
+    if (!cfg.tp_overlap) tp_wait(t, f);
+    beside();
+    tp_wait(t, f);
+    return sp ? rs : part;
+  }
+  View2<T> reduce(const cp::Context& ctx, PhaseTimes& t, View2<T> part) {
+    return reduce(ctx, t, part, [] {});
   }
   // y = x + in W, W row-parallel ([its rows, C]): without TP one GEMM accumulating into the
   // copy of x; with TP the partial product summed over TP (reduce), then added to x.
@@ -578,10 +640,12 @@ struct Stack<T>::Impl {
     const double t_layer = MPI_Wtime();
     const View2<T> h1 = sp ? hl : L.h1;  // the norm's rows: this rank's n, gathered into L.h1 [N,C]
     timed(ctx, t, Phase::Norm, 0, [&] { kernels::rmsnorm_fwd<T>(x, vec(L.w, AttnNorm), A(m.norm_eps), h1, L.rstd1); });
-    gather(ctx, t, h1, L.h1);
-    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wq), 0, L.q);  // [N,C] x [C,H*D]
-    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wk), 0, L.k);  // [N,C] x [C,Hkv*D]
-    gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, L.h1, mat(L.w, Wv), 0, L.v);
+    column_parallel(ctx, t, h1, L.h1, [&](CV2 X, int64_t r0, bool) {  // X: rows [r0, r0 + r) of h1
+      const int64_t r = int64_t(X.extent(0));
+      gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, X, mat(L.w, Wq), 0, row_range(L.q, r0, r));  // [r,C] x [C,H*D]
+      gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, X, mat(L.w, Wk), 0, row_range(L.k, r0, r));  // [r,C] x [C,Hkv*D]
+      gemm(ctx, t, Phase::Qkv, Trans::N, Trans::N, X, mat(L.w, Wv), 0, row_range(L.v, r0, r));
+    });
     const View3<T> q3 = heads(L.q, H, D), k3 = heads(L.k, Hkv, D), v3 = heads(L.v, Hkv, D), o3 = heads(L.o, H, D);
     timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(q3, pos, m.rope_theta); });
     timed(ctx, t, Phase::Rope, 0, [&] { kernels::rope_apply<T>(k3, pos, m.rope_theta); });
@@ -602,9 +666,11 @@ struct Stack<T>::Impl {
     const View2<T> h2 = sp ? hl : L.h2;
     timed(ctx, t, Phase::Norm, 0,
           [&] { kernels::rmsnorm_fwd<T>(L.x2, vec(L.w, MlpNorm), A(m.norm_eps), h2, L.rstd2); });
-    gather(ctx, t, h2, L.h2);
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W1), 0, L.a);  // [N,C] x [C,F]
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, L.h2, mat(L.w, W3), 0, L.b);
+    column_parallel(ctx, t, h2, L.h2, [&](CV2 X, int64_t r0, bool) {
+      const int64_t r = int64_t(X.extent(0));
+      gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, X, mat(L.w, W1), 0, row_range(L.a, r0, r));  // [r,C] x [C,F]
+      gemm(ctx, t, Phase::Mlp, Trans::N, Trans::N, X, mat(L.w, W3), 0, row_range(L.b, r0, r));
+    });
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });
     row_parallel(ctx, t, Phase::Mlp, g, mat(L.w, W2), L.x2, y);  // y = x2 + g W2
     close_layer(t, t_layer);
@@ -622,23 +688,29 @@ struct Stack<T>::Impl {
     const double t_layer = MPI_Wtime();
     const View2<T> x = xs[size_t(l)];
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_fwd<T>(L.a, L.b, g); });  // recomputed gate [N,F]
-    const CV2 dyf = gather(ctx, t, dyl, full);                                   // [N,C] (sp: all-gathered)
-    gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, dyf, mat(L.w, W2), 0, dg);      // dg = dy W2^T
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, g, dyf, 0, mat(L.dw, W2));      // dW2 = g^T dy
+    column_parallel(ctx, t, dyl, full, [&](CV2 X, int64_t r0, bool first) {      // X: rows of dy (sp: gathered)
+      const int64_t r = int64_t(X.extent(0));
+      gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, X, mat(L.w, W2), 0, row_range(dg, r0, r));  // dg = dy W2^T
+      gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, row_range(g, r0, r), X, first ? 0 : 1, mat(L.dw, W2));  // g^T dy
+    });
     timed(ctx, t, Phase::Mlp, 0, [&] { kernels::swiglu_bwd<T>(L.a, L.b, dg, da, db); });
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, da, mat(L.w, W1), 0, dh);  // dh = da W1^T + db W3^T
     gemm(ctx, t, Phase::Mlp, Trans::N, Trans::T, db, mat(L.w, W3), 1, dh);
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));  // dW1 = h2^T da
-    gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));  // dW3 = h2^T db
-    const View2<T> dh2 = reduce(ctx, t, dh);                                   // summed over TP: [n,C]
+    const View2<T> dh2 = reduce(ctx, t, dh, [&] {                                // summed over TP: [n,C]
+      gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, da, 0, mat(L.dw, W1));  // dW1 = h2^T da
+      gemm(ctx, t, Phase::Mlp, Trans::T, Trans::N, L.h2, db, 0, mat(L.dw, W3));  // dW3 = h2^T db
+    });
     timed(ctx, t, Phase::Norm, 0, [&] {
       Kokkos::deep_copy(vec(L.dw, MlpNorm), A(0));  // rmsnorm_bwd accumulates dw
       kernels::rmsnorm_bwd<T>(L.x2, vec(L.w, MlpNorm), L.rstd2, dh2, dxn, vec(L.dw, MlpNorm));
     });
     timed(ctx, t, Phase::Norm, 0, [&] { add(dx2, dyl, dxn); });  // the residual
-    const CV2 dx2f = gather(ctx, t, dx2, full);
-    gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, dx2f, mat(L.w, Wo), 0, dO);    // dO = dx2 Wo^T
-    gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, L.o, dx2f, 0, mat(L.dw, Wo));  // dWo = o^T dx2
+    column_parallel(ctx, t, dx2, full, [&](CV2 X, int64_t r0, bool first) {
+      const int64_t r = int64_t(X.extent(0));
+      gemm(ctx, t, Phase::OutProj, Trans::N, Trans::T, X, mat(L.w, Wo), 0, row_range(dO, r0, r));  // dx2 Wo^T
+      gemm(ctx, t, Phase::OutProj, Trans::T, Trans::N, row_range(L.o, r0, r), X, first ? 0 : 1,
+           mat(L.dw, Wo));  // dWo = o^T dx2
+    });
     const View3<T> dq3 = heads(dq, H, D), dk3 = heads(dk, Hkv, D);
     timed_attention(ctx, t, [&] {
       L.scheme->backward(ctx, heads(L.q, H, D), heads(L.k, Hkv, D), heads(L.v, Hkv, D), heads(L.o, H, D), L.lse,
@@ -649,10 +721,11 @@ struct Stack<T>::Impl {
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dq, mat(L.w, Wq), 0, dh);  // dh = dq Wq^T + dk Wk^T + dv Wv^T
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dk, mat(L.w, Wk), 1, dh);
     gemm(ctx, t, Phase::Qkv, Trans::N, Trans::T, dv, mat(L.w, Wv), 1, dh);
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));  // dWq = h1^T dq
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
-    gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
-    const View2<T> dh1 = reduce(ctx, t, dh);
+    const View2<T> dh1 = reduce(ctx, t, dh, [&] {
+      gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dq, 0, mat(L.dw, Wq));  // dWq = h1^T dq
+      gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dk, 0, mat(L.dw, Wk));
+      gemm(ctx, t, Phase::Qkv, Trans::T, Trans::N, L.h1, dv, 0, mat(L.dw, Wv));
+    });
     timed(ctx, t, Phase::Norm, 0, [&] {
       Kokkos::deep_copy(vec(L.dw, AttnNorm), A(0));
       kernels::rmsnorm_bwd<T>(x, vec(L.w, AttnNorm), L.rstd1, dh1, dxn, vec(L.dw, AttnNorm));

@@ -73,6 +73,11 @@ struct StackConfig {
   // decode pass (T new tokens, not split): every TP rank holds the CP shard's rows whole and
   // the O and down outputs (the backward's dh) are all-reduced over TP.
   bool sequence_parallel = true;
+  // With TP: each collective in flight beside the GEMMs that do not read what it brings. An
+  // all-gather runs beside the GEMMs on the rank's own rows (the other rows' follow it); a
+  // backward reduce of dh beside the weight-gradient GEMMs. The forward's reduces, which the
+  // next operation reads at once, stay waited for. Off: every collective waited for at once.
+  bool tp_overlap = false;
   // The replica whose sequence a stack without DP in its mesh runs: a single-rank reference of
   // replica d's sequence. A mesh with DP sets it from the rank's DP coordinate.
   int replica = 0;
@@ -112,6 +117,7 @@ struct TpCall {
   comm::EventKind op;
   int64_t payload;
   int group;
+  double beside_flops = 0;  // GEMM FLOPs run while it is in flight (StackConfig::tp_overlap)
 };
 // The TP collectives of one layer's forward or backward, in the order Stack posts them, on a
 // rank whose CP shard holds N rows, with elem-byte stored values: with sequence parallelism an

@@ -358,16 +358,27 @@ Topo cp_topo(const comm::Mesh& mesh, const Topo& job) {
   return Topo{mesh.cp(), std::max(1, job.ranks_per_node / stride)};
 }
 
-// Seconds of one layer's TP collectives (model::tp_calls: blocking, each waited for), forward
-// or backward, over the intra-node link unless the TP group spans nodes.
-double tp_seconds(const model::StackConfig& cfg, int64_t N, bool backward, const Machine& m, size_t elem) {
+// Seconds of one layer's TP collectives (model::tp_calls), forward or backward, over the
+// intra-node link unless the TP group spans nodes: each one's time less the GEMMs' that run
+// beside it (tp_overlap; gemm_s_per_flop: the pass's GEMMs' seconds per FLOP), none below 0.
+double tp_seconds(const model::StackConfig& cfg, int64_t N, bool backward, const Machine& m, size_t elem,
+                  double gemm_s_per_flop) {
   const std::vector<model::TpCall> calls = model::tp_calls(cfg, N, backward, elem);
   if (calls.empty()) return 0;
   const bool inter = spans_nodes(model::job_mesh(cfg).group(0, comm::Axis::TP), m.topo);
   double t = 0;
   for (const model::TpCall& c : calls)
-    t += exposed_seconds(CommCall{c.op, c.payload, c.group, inter}, inter ? m.inter : m.intra);
+    t += std::max(0.0, exposed_seconds(CommCall{c.op, c.payload, c.group, inter}, inter ? m.inter : m.intra) -
+                           c.beside_flops * gemm_s_per_flop);
   return t;
+}
+
+// Seconds per FLOP of a pass's GEMMs, as the rates give them (0 without a GEMM).
+double gemm_s_per_flop(const std::vector<LayerOp>& ops, const std::vector<double>& op_s) {
+  double s = 0, f = 0;
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].flops() > 0) s += op_s[i], f += ops[i].flops();
+  return f > 0 ? s / f : 0;
 }
 
 Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, const Machine& job, size_t elem) {
@@ -390,7 +401,7 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
       layer += rp.op_s[i];
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
-    const double tp = tp_seconds(cfg, N, b == 1, job, elem);
+    const double tp = tp_seconds(cfg, N, b == 1, job, elem, gemm_s_per_flop(rp.ops, rp.op_s));
     out.tp_inter = spans_nodes(mesh.group(0, comm::Axis::TP), job.topo);
     out.phase_s[int(Phase::TpComm)] += L * tp;
     layer += tp;

@@ -43,7 +43,7 @@ struct StepRow {
   double attn_comm_wait_s;               // blocked in the scheme's waits (event-based exposed comm)
   double grad_allreduce_s;               // posting the dW all-reduces and waiting for them (exposed)
   double grad_allreduce_busy_s;          // the collective thread running them (NaN: none ran them)
-  double tp_comm_s;                      // the TP collectives (blocking: all of it exposed)
+  double tp_comm_s;                      // posting and waiting for the TP collectives (exposed)
 };
 struct MemoryRow {
   int32_t rank;

@@ -533,6 +533,7 @@ Case make_case(const Deck& d, int index, model::Pass pass, int64_t S, const comm
   c.stack.bf16_grad_allreduce = d.grad_allreduce == "bf16";
   c.stack.mesh = mesh;
   c.stack.sequence_parallel = d.sequence_parallel == "on";
+  c.stack.tp_overlap = d.tp_overlap == "on";
   cp::Config& a = c.stack.attn;
   a.seq_len = S;
   a.ranks = ranks;

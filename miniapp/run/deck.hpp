@@ -45,6 +45,7 @@ struct Deck {
   std::vector<int> ranks;                            // sweep.ranks: CP degrees
   std::vector<int> tp, dp;                           // sweep.tp, sweep.dp: tensor- and data-parallel degrees
   std::string sequence_parallel;                     // run.sequence_parallel: on | off
+  std::string tp_overlap;                            // run.tp_overlap: on | off
   std::string rank_order;                            // run.rank_order: the mesh's axis order (comm::Mesh)
   std::vector<int> decode_tokens;                    // the decode pass's query tokens
   std::vector<std::string> documents;                // sweep.documents' items (documents.hpp); empty: none

@@ -256,7 +256,13 @@ std::vector<Row> mesh_rows() {
                  "with sweep.tp > 1: Megatron's sequence parallelism (norms on 1/tp of the CP shard's tokens, "
                  "all-gathers and reduce-scatters around the TP GEMMs) or all-reduces (off; decode is always off)")
               .def("\"on\"")
-              .to(&Deck::sequence_parallel)};
+              .to(&Deck::sequence_parallel),
+          one_of("run", "tp_overlap", {"on", "off"},
+                 "with sweep.tp > 1: TP's collectives in flight beside the GEMMs that do not need them (an "
+                 "all-gather beside the GEMMs on the rank's own rows, a backward reduce beside the weight-gradient "
+                 "GEMMs) or each waited for at once (off)")
+              .def("\"off\"")
+              .to(&Deck::tp_overlap)};
 }
 
 // [sweep], the registry's scheme settings last. sweep.schemes keeps the names as written

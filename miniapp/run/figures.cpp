@@ -20,13 +20,14 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 
 // One rep of one mode over the group: the slowest rank's step and its decomposition into
-// the attention phases and the rest (so step = attn + rest exactly), and the event-based
-// exposed times, each the largest over the ranks. The ranks end a step within nanoseconds of
+// the attention phases and the rest (step = attn + rest + tp_comm exactly), the same step
+// without the attention and the all-reduce (tp_part: the TP collectives and the GEMMs beside
+// them), and the event-based exposed times, each the largest over the ranks. The ranks end a step within nanoseconds of
 // each other, so equal step times happen; the lowest rank of them is the slowest (the one
 // rule every reader of the steps table applies), since their attention splits can differ.
 struct Rep {
   int rank = -1;  // the slowest rank's (-1: no row yet)
-  double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0;
+  double step = 0, fwd = 0, bwd = 0, phases = 0, attn = 0, rest = 0, tp_part = 0;
   double attn_wait = 0, grad = 0, wait = 0, tp = 0;
   double grad_busy = 0;  // the collective thread's time on the all-reduces (NaN: none ran them)
 };
@@ -37,7 +38,8 @@ std::map<cp::Mode, std::vector<Rep>> reps_by_mode(const std::vector<record::Step
     Rep& x = by[{r.mode, r.rep}];
     if (x.rank < 0 || r.step_s > x.step || (r.step_s == x.step && r.rank < x.rank))
       x.rank = r.rank, x.step = r.step_s, x.fwd = r.forward_s, x.bwd = r.backward_s, x.phases = r.phases_s,
-      x.attn = r.attn_s, x.rest = r.step_s - r.attn_s;
+      x.attn = r.attn_s, x.rest = r.step_s - r.attn_s - r.tp_comm_s,
+      x.tp_part = r.step_s - r.attn_s - r.grad_allreduce_s;
     x.attn_wait = std::max(x.attn_wait, r.attn_comm_wait_s);
     x.grad = std::max(x.grad, r.grad_allreduce_s);
     x.tp = std::max(x.tp, r.tp_comm_s);
@@ -111,7 +113,7 @@ void time_figures(record::Attrs& s, const Case& c, const std::map<cp::Mode, std:
   s.real["comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.wait; }));
   s.real["attn_comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.attn_wait; }));
   s.real["grad_allreduce_exposed_s"] = hn::median(field(full, [](const Rep& r) { return r.grad; }));
-  s.real["tp_exposed_comm_s"] = hn::median(field(full, [](const Rep& r) { return r.tp; }));
+  s.real["tp_comm_wait_s"] = hn::median(field(full, [](const Rep& r) { return r.tp; }));
 }
 
 // A bf16 layer's ceiling: its GEMM engine's (gemm<bf16>) and its attention tiles' (the bf16
@@ -221,6 +223,8 @@ record::Attrs figures(const Case& c, const CaseResult& m, const NoneTimes& none,
   overlap_figures(
       s, "grad_allreduce_", by, [](const Rep& x) { return x.rest; }, max_of(m.grad_bytes) > 0,
       busy ? +[](const Rep& x) { return x.grad_busy; } : nullptr);
+  overlap_figures(
+      s, "tp_", by, [](const Rep& x) { return x.tp_part; }, max_of(m.tp_bytes) > 0);
   s.integer["overlap_measured"] = std::isnan(r["overlap"]) ? 0 : 1;
   cp_efficiency(s, c, none, threads, t);
   message_sizes(s, c, m.elem);
@@ -250,6 +254,9 @@ const std::vector<FigureRange>& figure_ranges() {
       {"grad_allreduce_overlap", 0, 1, kSlowerBeside, kFasterFull},
       {"grad_allreduce_overlap_q1", 0, 1, kSlowerBeside, kFasterFull},
       {"grad_allreduce_overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
+      {"tp_overlap", 0, 1, kSlowerBeside, kFasterFull},
+      {"tp_overlap_q1", 0, 1, kSlowerBeside, kFasterFull},
+      {"tp_overlap_q3", 0, 1, kSlowerBeside, kFasterFull},
       {"imbalance", 1, kInf, "max below mean", ""},
       {"flop_imbalance", 1, kInf, "max below mean", ""},
       {"area_imbalance", 1, kInf, "max below mean", ""},
@@ -346,9 +353,18 @@ constexpr FigureInfo kFigures[] = {
     {"grad_allreduce_overlap_note", "text", "why grad_allreduce_overlap is NaN where it could have been measured",
      true},
     {"grad_allreduce_exposed_s", "s", "event-based: time blocked waiting for the all-reduce, per step", true},
-    {"tp_exposed_comm_s", "s",
-     "the tensor-parallel collectives' time per step, the rank that spent most (they block: all of it is exposed), "
-     "median over full reps",
+    {"tp_overlap", "1",
+     "overlap of the tensor-parallel collectives (the step without its attention and all-reduce phases; "
+     "run.tp_overlap)",
+     true},
+    {"tp_overlap_q1", "1", "first quartile of tp_overlap", true},
+    {"tp_overlap_q3", "1", "third quartile of tp_overlap", true},
+    {"tp_exposed_comm_s", "s", "the tensor-parallel collectives' exposed time, median over paired reps", true},
+    {"tp_comm_only_time_s", "s", "the tensor-parallel collectives' time in comm-only mode", true},
+    {"tp_overlap_note", "text", "why tp_overlap is NaN where it could have been measured", true},
+    {"tp_comm_wait_s", "s",
+     "phase tp_comm: the time posting and waiting for the tensor-parallel collectives per step, the rank that spent "
+     "most, median over full reps",
      true},
     {"comm_wait_s", "s", "event-based: both exposed times together, per step", true},
     // checks
