@@ -40,6 +40,8 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=2, help="runs of each placement, alternated (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=1024, help="global tokens (default: %(default)s)")
     p.add_argument("--scheme", default="zigzag", help="the CP scheme (default: %(default)s)")
+    p.add_argument("--tp-overlap", default="off", choices=("off", "on"),
+                   help="run.tp_overlap: TP collectives beside the GEMMs that do not need them (default: %(default)s)")
     p.add_argument("--out-dir", default=os.path.join(ROOT, "results", "mesh"), help="(default: %(default)s)")
     p.add_argument("--vcluster-name", default="ms", help="name prefix of the emulated cluster (default: %(default)s)")
     p.add_argument("--timeout", type=int, default=1200, help="seconds per run (default: %(default)s)")
@@ -67,7 +69,7 @@ def one_run(a, vc, order, k):
            "--fabric", a.fabric, "--out", out, "--overwrite",
            "--set", f"sweep.schemes=[\"{a.scheme}\"]", "--set", f"sweep.seq_len=[{a.seq_len}]",
            "--set", "sweep.ranks=[2]", "--set", "sweep.tp=[2]", "--set", f"run.rank_order=\"{order}\"",
-           "--set", "run.rounds=3", "--set", "run.modes=[\"full\"]"]
+           "--set", "run.rounds=3", "--set", "run.modes=[\"full\"]", "--set", f"run.tp_overlap=\"{a.tp_overlap}\""]
     run_program(cmd, "mesh_study", timeout=a.timeout, show=SHOWN)
     with h5py.File(out, "r") as f:
         (g,) = f["cases"].values()
@@ -93,7 +95,7 @@ def main():
     finally:
         run_program([vc, "down", "--name", a.vcluster_name], "mesh_study", timeout=120, check=False)
     print(f"\nmesh study: TP2 x CP2, {a.scheme}, S = {a.seq_len}, fabric {a.fabric}, 2 nodes x 2 ranks, "
-          f"{a.rounds} runs each")
+          f"tp_overlap {a.tp_overlap}, {a.rounds} runs each")
     print(f"{'order':10} {'step s':>9} {'pred s':>9} {'TP MB/rank':>11} {'TP wait s':>13} {'attn wait s':>12} "
           f"{'attn MB/rank':>13}")
     med = {}
@@ -106,7 +108,7 @@ def main():
     ratio = med["cp-tp-dp"]["measured_time_s"] / med["tp-cp-dp"]["measured_time_s"]
     pratio = med["cp-tp-dp"]["predicted_time_s"] / med["tp-cp-dp"]["predicted_time_s"]
     print(f"TP across the link / TP inside the node: step {ratio:.2f}x measured, {pratio:.2f}x predicted")
-    print(f"MINICP_MESH_STUDY fabric={a.fabric} rounds={a.rounds} step_ratio={ratio:.3f} predicted_ratio={pratio:.3f} "
+    print(f"MINICP_MESH_STUDY fabric={a.fabric} seq_len={a.seq_len} tp_overlap={a.tp_overlap} rounds={a.rounds} step_ratio={ratio:.3f} predicted_ratio={pratio:.3f} "
           f"tp_inside_s={med['tp-cp-dp']['measured_time_s']:.4f} tp_across_s={med['cp-tp-dp']['measured_time_s']:.4f} "
           f"minutes={(time.time() - t0) / 60:.1f}")
     return 0

@@ -358,6 +358,10 @@ Topo cp_topo(const comm::Mesh& mesh, const Topo& job) {
   return Topo{mesh.cp(), std::max(1, job.ranks_per_node / stride)};
 }
 
+bool tp_spans_nodes(const model::StackConfig& cfg, const Topo& job) {
+  return spans_nodes(model::job_mesh(cfg).group(0, comm::Axis::TP), job);
+}
+
 // Seconds of one layer's TP collectives (model::tp_calls), forward or backward, over the
 // intra-node link unless the TP group spans nodes: each one's time less the GEMMs' that run
 // beside it (tp_overlap; gemm_s_per_flop: the pass's GEMMs' seconds per FLOP), none below 0.
@@ -365,7 +369,7 @@ double tp_seconds(const model::StackConfig& cfg, int64_t N, bool backward, const
                   double gemm_s_per_flop) {
   const std::vector<model::TpCall> calls = model::tp_calls(cfg, N, backward, elem);
   if (calls.empty()) return 0;
-  const bool inter = spans_nodes(model::job_mesh(cfg).group(0, comm::Axis::TP), m.topo);
+  const bool inter = tp_spans_nodes(cfg, m.topo);
   double t = 0;
   for (const model::TpCall& c : calls)
     t += std::max(0.0, exposed_seconds(CommCall{c.op, c.payload, c.group, inter}, inter ? m.inter : m.intra) -
@@ -402,7 +406,7 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
     const double tp = tp_seconds(cfg, N, b == 1, job, elem, gemm_s_per_flop(rp.ops, rp.op_s));
-    out.tp_inter = spans_nodes(mesh.group(0, comm::Axis::TP), job.topo);
+    out.tp_inter = tp_spans_nodes(cfg, job.topo);
     out.phase_s[int(Phase::TpComm)] += L * tp;
     layer += tp;
     out.phase_s[int(Phase::AttnCompute)] += L * a.compute;

@@ -98,6 +98,12 @@ struct Machine {
   double rate_scale = 1;  // compute rates x this (a run's SGEMM now over the table's)
   Topo topo;
 };
+// The CP group's topology for the schedules, on a job laid out as `job`: CP rank r is job rank
+// base + r*stride (the group of job rank 0), so ranks_per_node/stride CP ranks share a node.
+Topo cp_topo(const comm::Mesh& mesh, const Topo& job);
+// Whether the stack's TP group spans nodes of a job laid out as `job` (its collectives then
+// take the inter-node link, else the intra-node one).
+bool tp_spans_nodes(const model::StackConfig& cfg, const Topo& job);
 // Seconds of one communicator call on a link (alpha-beta: see the top of this file), alone.
 double comm_seconds(const CommCall& c, const Link& l);
 // A call the step waits for before its compute (exposed): the link's coll rows of its op and

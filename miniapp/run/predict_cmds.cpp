@@ -154,10 +154,15 @@ predict::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>
     if (!c.refused.empty()) continue;
     const cp::SchemeInfo& s = *c.info;
     if (!s.schedule) continue;
-    const predict::Topo topo{c.stack.attn.ranks, std::max(1, rpn)};
+    const predict::Topo job{model::job_mesh(c.stack).ranks(), std::max(1, rpn)};
+    const predict::Topo topo = predict::cp_topo(model::job_mesh(c.stack), job);
     const cp::Config& cfg = c.stack.attn;
+    const bool tp_inter = predict::tp_spans_nodes(c.stack, job);
     for (bool bwd : {false, true}) {
       if (bwd && c.stack.pass != model::Pass::Train) continue;
+      for (const model::TpCall& t : model::tp_calls(c.stack, rows_of(c), bwd, elem_of(d)))  // TP's, blocking
+        if (seen.insert({int(t.op), t.payload, t.group, tp_inter}).second)
+          plan.exposed.push_back({t.op, t.payload, t.group, tp_inter});
       for (const predict::Step& st : s.schedule(cfg, topo, 0, bwd, elem_of(d)).steps) {
         for (const predict::CommCall& e : st.exposed)
           if (seen.insert({int(e.op), e.payload, e.group, e.inter}).second) plan.exposed.push_back(e);

@@ -32,7 +32,8 @@ struct PredictOptions {
 int64_t rows_of(const Case& c);
 
 // What the calibration of a deck measures: its shape, rows per rank and precision, and the
-// blocking collectives its cases' schedules wait for, laid out ranks_per_node to a node.
+// blocking collectives its cases' schedules and TP layers wait for, laid out ranks_per_node
+// to a node.
 predict::CalibrationPlan calibration_plan(const Deck& d, const std::vector<Case>& cases, int ranks_per_node);
 
 // The machine a deck's cases are predicted on: the table's rates at `threads`, the links of
