@@ -28,13 +28,20 @@ std::string attention_isa() {
   const char* env = std::getenv(kVar);
   if (env == nullptr || *env == '\0') return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
   const std::string v = env;
-  if (v == "plain") return "plain";
-  // The value a results file records: accepted where the CPU can run it.
+  // The value a results file records: accepted where the CPU can run it. amx-emulated, the
+  // AMX kernel on the emulated tiles, runs anywhere (slowly: a check, not a path to time).
+  if (v == "plain" || v == "amx-emulated") return v;
   if (v == "avx512_bf16" && cpu_has_avx512_bf16()) return v;
   if (v == "avx512_bf16")
     throw std::invalid_argument(std::string(kVar) + "=\"" + v + "\": this CPU has no avx512_bf16 (use plain)");
+  if (v == "amx") {
+    if (const std::string why = detail::amx_unusable(); !why.empty())
+      throw std::invalid_argument(std::string(kVar) + "=\"amx\": " + why + " (use plain)");
+    return v;
+  }
   throw std::invalid_argument(std::string(kVar) + "=\"" + v +
-                              "\": not one of plain, avx512_bf16 (unset: the path is chosen from the CPU flags)");
+                              "\": not one of plain, avx512_bf16, amx, amx-emulated (unset: the path is chosen from "
+                              "the CPU flags)");
 }
 
 std::string attention_isa_error() {
@@ -80,10 +87,17 @@ AttnImpl resolve_impl(const AttnOptions& opt) {
 bool use_tiled(const AttnOptions& opt) { return resolve_impl(opt) == AttnImpl::Tiled; }
 bool use_team(const AttnOptions& opt) { return resolve_impl(opt) == AttnImpl::Team; }
 
-// bf16 on its own tiled kernel: where the CPU has AVX512-BF16 and pairs of a head's entries
-// are whole 4-byte words (even head_dim); otherwise the inputs are widened (the plain path).
-bool use_bf16_tiles(const AttnOptions& opt, int64_t D) {
-  return use_tiled(opt) && D % 2 == 0 && attention_isa() == "avx512_bf16";
+// The bf16 tile engine a call runs: AVX512-BF16 dot products (where pairs of a head's entries
+// are whole 4-byte words: even head_dim), AMX tiles or their emulation (any head_dim), or
+// none: the inputs are widened (the plain path).
+enum class Bf16Tiles { None, Avx512, Amx, AmxEmulated };
+Bf16Tiles bf16_tiles(const AttnOptions& opt, int64_t D) {
+  if (!use_tiled(opt)) return Bf16Tiles::None;
+  const std::string isa = attention_isa();
+  if (isa == "avx512_bf16" && D % 2 == 0) return Bf16Tiles::Avx512;
+  if (isa == "amx") return Bf16Tiles::Amx;
+  if (isa == "amx-emulated") return Bf16Tiles::AmxEmulated;
+  return Bf16Tiles::None;
 }
 
 template <class T>
@@ -137,7 +151,7 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
 }
 
 bool attention_bf16_widens(int head_dim) {
-  return !use_bf16_tiles(AttnOptions{}, head_dim) && !use_team(AttnOptions{});
+  return bf16_tiles(AttnOptions{}, head_dim) == Bf16Tiles::None && !use_team(AttnOptions{});
 }
 
 namespace {
@@ -150,16 +164,19 @@ View3<float> widen(CView3<bf16> x, const char* label) {
 }
 }  // namespace
 
-// bf16: the bf16 tiles (AVX512-BF16), or the team kernel (it reads bf16 and computes in
-// fp32), or the plain path: bf16 inputs widened to fp32 and the fp32 kernels run, so the
-// products are those of the rounded inputs, accumulated in fp32.
+// bf16: the bf16 tiles (AVX512-BF16, AMX or AMX emulated), or the team kernel (it reads bf16
+// and computes in fp32), or the plain path: bf16 inputs widened to fp32 and the fp32 kernels
+// run, so the products are those of the rounded inputs, accumulated in fp32.
 template <>
 AttnStats attention_fwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
                               View2<float> lse, const AttnOptions& opt) {
-  if (use_bf16_tiles(opt, q.extent(2))) {
+  if (const Bf16Tiles tiles = bf16_tiles(opt, q.extent(2)); tiles != Bf16Tiles::None) {
     check_fwd<bf16>(q, k, v, mask, o, lse);
-    return detail::attention_fwd_tiled<bf16>(q, k, v, mask, o, lse, resolve_scale<float>(opt, q.extent(2)), opt.tile_q,
-                                             opt.tile_k);
+    const float scale = resolve_scale<float>(opt, q.extent(2));
+    auto* run = tiles == Bf16Tiles::Amx           ? &detail::attention_fwd_amx
+                : tiles == Bf16Tiles::AmxEmulated ? &detail::attention_fwd_amx_emulated
+                                                  : &detail::attention_fwd_tiled<bf16>;
+    return run(q, k, v, mask, o, lse, scale, opt.tile_q, opt.tile_k);
   }
   if (use_team(opt)) {
     check_fwd<bf16>(q, k, v, mask, o, lse);
@@ -173,10 +190,13 @@ template <>
 AttnStats attention_bwd<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                               CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                               View3<float> dv, const AttnOptions& opt) {
-  if (use_bf16_tiles(opt, q.extent(2))) {
+  if (const Bf16Tiles tiles = bf16_tiles(opt, q.extent(2)); tiles != Bf16Tiles::None) {
     check_bwd<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv);
-    return detail::attention_bwd_tiled<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv,
-                                             resolve_scale<float>(opt, q.extent(2)), opt.tile_q, opt.tile_k);
+    const float scale = resolve_scale<float>(opt, q.extent(2));
+    auto* run = tiles == Bf16Tiles::Amx           ? &detail::attention_bwd_amx
+                : tiles == Bf16Tiles::AmxEmulated ? &detail::attention_bwd_amx_emulated
+                                                  : &detail::attention_bwd_tiled<bf16>;
+    return run(q, k, v, o, lse, dout, mask, dq, dk, dv, scale, opt.tile_q, opt.tile_k);
   }
   if (use_team(opt)) {
     check_bwd<bf16>(q, k, v, o, lse, dout, mask, dq, dk, dv);

@@ -1,5 +1,7 @@
 // Internal: the two attention implementations behind kernels::attention_fwd/bwd.
 #pragma once
+#include <string>
+
 #include "kernels/attention.hpp"
 
 namespace minicp::kernels::detail {
@@ -26,6 +28,23 @@ template <>
 AttnStats attention_bwd_tiled<bf16>(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                                     CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                                     View3<float> dv, float scale, int tile_q, int tile_k);
+
+// The bf16 tiled attention on AMX tiles (attention_amx.cpp: the intrinsics; called only
+// where amx_unusable() is "") and on their exact emulation (attention_amx_emulated.cpp, any
+// host). Both run attention_amx.hpp's engine.
+AttnStats attention_fwd_amx(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask, View3<float> o,
+                            View2<float> lse, float scale, int tile_q, int tile_k);
+AttnStats attention_bwd_amx(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                            CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk, View3<float> dv,
+                            float scale, int tile_q, int tile_k);
+AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask,
+                                     View3<float> o, View2<float> lse, float scale, int tile_q, int tile_k);
+AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                                     CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                                     View3<float> dv, float scale, int tile_q, int tile_k);
+// "" where this process can run the AMX kernel (the CPU has amx_tile and amx_bf16, the build
+// has the intrinsics, Linux granted the tile state: asked once), else why not.
+std::string amx_unusable();
 
 // The bf16 tile kernel on its own, for the GEMM ceiling (ceiling.cpp): `products` products
 // C (M, N) = A (M, K) B (K, N) of in-cache bf16 tiles, B packed once, on the calling thread,

@@ -1,5 +1,5 @@
 // The tiled attention kernels of a device build: none. The tiled path (attention_tiled.cpp,
-// attention_bf16.cpp) is host code that a device build never calls (attention.cpp's
+// attention_bf16.cpp, attention_amx*.cpp) is host code that a device build never calls (attention.cpp's
 // resolve_impl refuses it off the host, and Auto picks the team kernel there), so a CUDA
 // build compiles this file in their place (kernels/CMakeLists.txt) and links.
 #include <stdexcept>
@@ -33,6 +33,24 @@ AttnStats attention_bwd_tiled<bf16>(CView3<bf16>, CView3<bf16>, CView3<bf16>, CV
   no_tiles();
 }
 bool bf16_tile_products(int, int, int, int) { return false; }
+AttnStats attention_fwd_amx(CView3<bf16>, CView3<bf16>, CView3<bf16>, const AttnMask&, View3<float>, View2<float>,
+                            float, int, int) {
+  no_tiles();
+}
+AttnStats attention_bwd_amx(CView3<bf16>, CView3<bf16>, CView3<bf16>, CView3<bf16>, CView2<float>, CView3<bf16>,
+                            const AttnMask&, View3<float>, View3<float>, View3<float>, float, int, int) {
+  no_tiles();
+}
+AttnStats attention_fwd_amx_emulated(CView3<bf16>, CView3<bf16>, CView3<bf16>, const AttnMask&, View3<float>,
+                                     View2<float>, float, int, int) {
+  no_tiles();
+}
+AttnStats attention_bwd_amx_emulated(CView3<bf16>, CView3<bf16>, CView3<bf16>, CView3<bf16>, CView2<float>,
+                                     CView3<bf16>, const AttnMask&, View3<float>, View3<float>, View3<float>, float,
+                                     int, int) {
+  no_tiles();
+}
+std::string amx_unusable() { return "this build has no tiled (host) kernels"; }
 
 #define MINICP_NO_TILES(T)                                                                                           \
   template AttnStats attention_fwd_tiled<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<acc_t<T>>,       \

@@ -7,10 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
+#include "kernels/amx_tiles.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_impl.hpp"
 #include "tests/env_override.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
@@ -413,20 +417,31 @@ Bf16Out run_plain(const Case& c, const Bf16Problem& p) {
   return run_bf16(c, p.in, p.o_stored, p.lse_stored);
 }
 
+// A bf16 tile path (got) within the plain path's bound, a distinct computation with the
+// same blocks and FLOPs.
+void expect_tiles_match_plain(const Case& c, const Bf16Problem& p, const Bf16Out& got, const std::string& path) {
+  const Bf16Out plain = run_plain(c, p);
+  EXPECT_NE(got.o, plain.o) << "the two paths must be distinct computations";
+  expect_bf16_matches_plain(c, p, got, plain, path);
+  EXPECT_EQ(got.fwd.flops, plain.fwd.flops);
+  EXPECT_EQ(got.bwd.flops, plain.bwd.flops);
+  EXPECT_EQ(got.fwd.blocks_computed, plain.fwd.blocks_computed);
+  EXPECT_EQ(got.bwd.blocks_skipped, plain.bwd.blocks_skipped);
+}
+
+// The outputs of the path MINICP_ATTENTION_ISA=isa selects.
+Bf16Out run_isa(const Case& c, const Bf16Problem& p, const char* isa) {
+  const EnvOverride force(kIsaVar, isa);
+  return run_bf16(c, p.in, p.o_stored, p.lse_stored);
+}
+
 TEST_P(Bf16AttentionCase, FastWithinPlainBound) {
   const EnvOverride unset(kIsaVar, nullptr);  // the fast path wherever the CPU has it
   if (kernels::attention_isa() != "avx512_bf16")
     GTEST_SKIP() << "this CPU has no AVX512-BF16 (attention_isa() is plain)";
   const Case& c = GetParam();
   const Bf16Problem p = bf16_problem(c);
-  const Bf16Out fast = run_bf16(c, p.in, p.o_stored, p.lse_stored);
-  const Bf16Out plain = run_plain(c, p);
-  EXPECT_NE(fast.o, plain.o) << "the two paths must be distinct computations";
-  expect_bf16_matches_plain(c, p, fast, plain, "avx512_bf16");
-  EXPECT_EQ(fast.fwd.flops, plain.fwd.flops);
-  EXPECT_EQ(fast.bwd.flops, plain.bwd.flops);
-  EXPECT_EQ(fast.fwd.blocks_computed, plain.fwd.blocks_computed);
-  EXPECT_EQ(fast.bwd.blocks_skipped, plain.bwd.blocks_skipped);
+  expect_tiles_match_plain(c, p, run_bf16(c, p.in, p.o_stored, p.lse_stored), "avx512_bf16");
 }
 
 // The team kernel reads bf16 and computes in fp32 (the device's bf16 path): held to the same
@@ -437,6 +452,92 @@ TEST_P(Bf16AttentionCase, TeamWithinPlainBound) {
   const Bf16Out team = run_bf16(c, p.in, p.o_stored, p.lse_stored, AttnImpl::Team);
   const Bf16Out plain = run_plain(c, p);
   expect_bf16_matches_plain(c, p, team, plain, "team");
+}
+
+// The emulated TDPBF16PS, on cases whose answer is known bit for bit: whole products of small
+// integers (the layouts: A's rows, B's pair rows, C's columns), the even pair's product added
+// before the odd one's, each addition rounded to nearest even, bf16 denormals read as zero
+// and denormal results flushed.
+namespace amxt {
+using Tiles = kernels::amx::EmulatedTiles;
+constexpr int R = kernels::amx::kTileRows, K = kernels::amx::kTileK, W = kernels::amx::kTileN;
+struct Operands {
+  uint16_t a[R][K] = {}, b[K / 2][2 * W] = {};  // A [16, 32]; B pair rows: b[p][2n + h] = B[2p + h][n]
+  float c[R][W] = {};
+};
+uint16_t bits(float f) { return kernels::bf16(f).bits; }
+// C (loaded from o.c) += A B, returned.
+std::vector<float> product(const Operands& o) {
+  Tiles::load<0>(o.c, sizeof o.c[0]);
+  Tiles::load<1>(o.a, sizeof o.a[0]);
+  Tiles::load<2>(o.b, sizeof o.b[0]);
+  Tiles::dpbf16ps<0, 1, 2>();
+  std::vector<float> c(size_t(R) * W);
+  Tiles::store<0>(c.data(), W * sizeof(float));
+  return c;
+}
+}  // namespace amxt
+
+TEST(AmxTiles, EmulationIsTheInstructionsArithmetic) {
+  using namespace amxt;
+  Operands o;
+  for (int m = 0; m < R; ++m)
+    for (int k = 0; k < K; ++k) o.a[m][k] = bits(float((m + 2 * k) % 7 - 3));
+  for (int k = 0; k < K; ++k)
+    for (int n = 0; n < W; ++n) o.b[k / 2][2 * n + k % 2] = bits(float((3 * k + n) % 5 - 2));
+  for (int m = 0; m < R; ++m)
+    for (int n = 0; n < W; ++n) o.c[m][n] = float(m - n);
+  const std::vector<float> c = product(o);
+  for (int m = 0; m < R; ++m)
+    for (int n = 0; n < W; ++n) {
+      double want = m - n;
+      for (int k = 0; k < K; ++k) want += double((m + 2 * k) % 7 - 3) * double((3 * k + n) % 5 - 2);
+      EXPECT_EQ(c[size_t(m) * W + n], float(want)) << "C[" << m << "][" << n << "]";
+    }
+  Tiles::zero<0>();
+  std::vector<float> z(size_t(R) * W, 1.0f);
+  Tiles::store<0>(z.data(), W * sizeof(float));
+  EXPECT_EQ(z, std::vector<float>(z.size(), 0.0f)) << "zero";
+
+  auto one = [](float c0, float a0, float b0, float a1, float b1) {  // C[0][0] after one pair
+    Operands x;
+    x.c[0][0] = c0, x.a[0][0] = bits(a0), x.b[0][0] = bits(b0), x.a[0][1] = bits(a1), x.b[0][1] = bits(b1);
+    return product(x)[0];
+  };
+  // 1 + 2^-24 + 2^-24: each addition ties and rounds to even (exactly: 1 + 2^-23).
+  EXPECT_EQ(one(1.0f, 0x1p-12f, 0x1p-12f, 0x1p-12f, 0x1p-12f), 1.0f);
+  // (1 - 1) + 2^-24: the even pair first (the other order gives 0).
+  EXPECT_EQ(one(1.0f, -1.0f, 1.0f, 0x1p-12f, 0x1p-12f), 0x1p-24f);
+  // A bf16 denormal (2^-133) times 2^100 reads as 0, not 2^-33.
+  Operands d;
+  d.a[0][0] = 0x0001, d.b[0][0] = bits(0x1p100f), d.c[0][0] = 0.0f;
+  EXPECT_EQ(product(d)[0], 0.0f);
+  // 2^-64 x 2^-64 = 2^-128, below fp32's normal range: flushed.
+  EXPECT_EQ(one(0.0f, 0x1p-64f, 0x1p-64f, 0.0f, 0.0f), 0.0f);
+  EXPECT_EQ(one(0x1p-100f, 0x1p-64f, 0x1p-64f, 0.0f, 0.0f), 0x1p-100f);
+}
+
+// The AMX kernel on the exact emulation of its tile operations (any host): held to the same
+// bound as the AVX512-BF16 path, against the same plain path, with the same blocks and FLOPs.
+TEST_P(Bf16AttentionCase, AmxEmulatedWithinPlainBound) {
+  const Case& c = GetParam();
+  const Bf16Problem p = bf16_problem(c);
+  expect_tiles_match_plain(c, p, run_isa(c, p, "amx-emulated"), "amx-emulated");
+}
+
+// Where the CPU has AMX: its tiles give the emulation's results bit for bit.
+TEST_P(Bf16AttentionCase, AmxMatchesItsEmulationBitForBit) {
+  if (const std::string why = kernels::detail::amx_unusable(); !why.empty()) GTEST_SKIP() << "skipped: " << why;
+  const Case& c = GetParam();
+  const Bf16Problem p = bf16_problem(c);
+  const Bf16Out hw = run_isa(c, p, "amx"), emu = run_isa(c, p, "amx-emulated");
+  for (const auto& [name, a, b] :
+       {std::tuple{"O", &hw.o, &emu.o}, std::tuple{"LSE", &hw.lse, &emu.lse}, std::tuple{"dQ", &hw.dq, &emu.dq},
+        std::tuple{"dK", &hw.dk, &emu.dk}, std::tuple{"dV", &hw.dv, &emu.dv}}) {
+    size_t differ = 0;
+    for (size_t i = 0; i < a->size(); ++i) differ += std::memcmp(&(*a)[i], &(*b)[i], sizeof(double)) != 0;
+    EXPECT_EQ(differ, 0u) << name << ": entries where the tiles and their emulation differ";
+  }
 }
 
 std::vector<Case> bf16_cases() {
@@ -477,14 +578,34 @@ TEST(Bf16AttentionIsa, FromCpuFlagsOrForcedPlain) {
 }
 
 TEST(Bf16AttentionIsa, RejectsUnknownValue) {
-  const EnvOverride bad(kIsaVar, "amx");
+  const EnvOverride bad(kIsaVar, "sve");
   try {
     kernels::attention_isa();
-    FAIL() << "MINICP_ATTENTION_ISA=amx must be refused";
+    FAIL() << "MINICP_ATTENTION_ISA=sve must be refused";
   } catch (const std::invalid_argument& e) {
     const std::string msg = e.what();
-    for (const char* part : {"MINICP_ATTENTION_ISA", "\"amx\"", "plain"})
+    for (const char* part : {"MINICP_ATTENTION_ISA", "\"sve\"", "plain, avx512_bf16, amx, amx-emulated"})
       EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' missing from: " << msg;
+  }
+}
+
+// amx where this process can run it, refused with the reason where not; amx-emulated anywhere.
+TEST(Bf16AttentionIsa, AmxWhereUsableEmulationAnywhere) {
+  {
+    const EnvOverride emulated(kIsaVar, "amx-emulated");
+    EXPECT_EQ(kernels::attention_isa(), "amx-emulated");
+  }
+  const EnvOverride amx(kIsaVar, "amx");
+  const std::string why = kernels::detail::amx_unusable();
+  if (why.empty()) {
+    EXPECT_EQ(kernels::attention_isa(), "amx");
+    return;
+  }
+  try {
+    kernels::attention_isa();
+    FAIL() << "MINICP_ATTENTION_ISA=amx accepted where " << why;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
   }
 }
 
