@@ -23,23 +23,23 @@
 #include "kernels/attention_amx.hpp"
 
 // OP(t) with the literal t equal to the template argument T (0..7).
-#define MINICP_EACH_TILE(T, OP)             \
+#define MINICP_EACH_TILE(T, OP)               \
   static_assert(T >= 0 && T < 8, "tile 0-7"); \
-  if constexpr (T == 0)                     \
-    OP(0);                                  \
-  else if constexpr (T == 1)                \
-    OP(1);                                  \
-  else if constexpr (T == 2)                \
-    OP(2);                                  \
-  else if constexpr (T == 3)                \
-    OP(3);                                  \
-  else if constexpr (T == 4)                \
-    OP(4);                                  \
-  else if constexpr (T == 5)                \
-    OP(5);                                  \
-  else if constexpr (T == 6)                \
-    OP(6);                                  \
-  else                                      \
+  if constexpr (T == 0)                       \
+    OP(0);                                    \
+  else if constexpr (T == 1)                  \
+    OP(1);                                    \
+  else if constexpr (T == 2)                  \
+    OP(2);                                    \
+  else if constexpr (T == 3)                  \
+    OP(3);                                    \
+  else if constexpr (T == 4)                  \
+    OP(4);                                    \
+  else if constexpr (T == 5)                  \
+    OP(5);                                    \
+  else if constexpr (T == 6)                  \
+    OP(6);                                    \
+  else                                        \
     OP(7)
 
 namespace minicp::kernels {

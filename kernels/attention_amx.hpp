@@ -83,7 +83,8 @@ inline void b_transposed(OperandB& b, const bf16* X, std::ptrdiff_t ldx, int N, 
   uint32_t* out = b.shape(K, N);
   const bf16 zero(0.0f);
   for (int n = 0; n < N; ++n)
-    for (int p = 0; 2 * p < K; ++p) out[size_t(p) * b.ld + n] = pair(X[n * ldx + 2 * p], 2 * p + 1 < K ? X[n * ldx + 2 * p + 1] : zero);
+    for (int p = 0; 2 * p < K; ++p)
+      out[size_t(p) * b.ld + n] = pair(X[n * ldx + 2 * p], 2 * p + 1 < K ? X[n * ldx + 2 * p + 1] : zero);
 }
 
 // One block of MB x NB tiles of C at (m0, n0): C (+)= A B over every k step, written back

@@ -15,11 +15,11 @@ AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16
   return tiled::fwd<tiled::emulated::AmxEngine<amx::EmulatedTiles>>(q, k, v, mask, o, lse, scale, tile_q, tile_k);
 }
 
-AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o,
-                                     CView2<float> lse, CView3<bf16> dout, const AttnMask& mask, View3<float> dq,
-                                     View3<float> dk, View3<float> dv, float scale, int tile_q, int tile_k) {
+AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                                     CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                                     View3<float> dv, float scale, int tile_q, int tile_k) {
   return tiled::bwd<tiled::emulated::AmxEngine<amx::EmulatedTiles>>(q, k, v, o, lse, dout, mask, dq, dk, dv, scale,
-                                                                      tile_q, tile_k);
+                                                                    tile_q, tile_k);
 }
 
 }  // namespace minicp::kernels::detail
