@@ -11,7 +11,7 @@
 
 namespace minicp::kernels {
 
-namespace {
+namespace detail {
 // The bf16 dot-product extension, asked of the CPU this process runs on.
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) && (defined(__clang__) ? __clang_major__ >= 9 : (defined(__GNUC__) && __GNUC__ >= 10))
@@ -21,12 +21,16 @@ bool cpu_has_avx512_bf16() {
   return false;
 #endif
 }
-}  // namespace
+}  // namespace detail
+using detail::cpu_has_avx512_bf16;
 
 std::string attention_isa() {
   constexpr const char* kVar = "MINICP_ATTENTION_ISA";
   const char* env = std::getenv(kVar);
-  if (env == nullptr || *env == '\0') return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
+  if (env == nullptr || *env == '\0') {
+    if (!detail::attention_isa_choice().empty()) return detail::attention_isa_choice();  // set_attention_isa's
+    return cpu_has_avx512_bf16() ? "avx512_bf16" : "plain";
+  }
   const std::string v = env;
   // The value a results file records: accepted where the CPU can run it. amx-emulated, the
   // AMX kernel on the emulated tiles, runs anywhere (slowly: a check, not a path to time).

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/types.hpp"
 
@@ -93,13 +94,38 @@ AttnStats attention_bwd(CView3<T> q, CView3<T> k, CView3<T> v, CView3<T> o, CVie
                         const AttnMask& mask, View3<acc_t<T>> dq, View3<acc_t<T>> dk, View3<acc_t<T>> dv,
                         const AttnOptions& opt = {});
 
-// The path bf16 attention takes on this CPU, for the record: "avx512_bf16" (the tiled loops
-// with bf16 tiles and AVX512-BF16 dot products, fp32 accumulation) where the CPU has the
-// extension, else "plain" (inputs widened to fp32, the fp32 kernels). The environment
-// variable MINICP_ATTENTION_ISA=plain forces the plain path (unset or empty: from the CPU
-// flags); any other value throws std::invalid_argument. Only the tiled implementation and
-// an even head_dim have the avx512_bf16 path; the rest runs plain.
+// The path bf16 attention takes, for the record: "avx512_bf16" (the tiled loops with bf16
+// tiles and AVX512-BF16 dot products, fp32 accumulation), "amx" (the same loops on AMX
+// tiles), "amx-emulated" (the AMX kernel on the tiles' exact emulation: a check), or "plain"
+// (inputs widened to fp32, the fp32 kernels). MINICP_ATTENTION_ISA forces one (plain,
+// avx512_bf16 or amx where the CPU can run it, amx-emulated anywhere; any other value throws
+// std::invalid_argument). Unset or empty: the path set_attention_isa chose (a run measures
+// them), else avx512_bf16 where the CPU has it, else plain. Only the tiled implementation
+// has the bf16 tiles, and avx512_bf16 needs an even head_dim; the rest runs plain.
 std::string attention_isa();
+
+// One bf16 attention path as measure_attention_paths timed it: its rates (FLOP/s), or why it
+// did not run (refused: "" when it ran).
+struct AttnPathRate {
+  std::string isa;
+  double fwd_flops_per_s = 0, bwd_flops_per_s = 0;
+  std::string refused;
+};
+// Times each bf16 path this process can run on a causal forward and backward of 512 tokens,
+// 2 heads per thread, head_dim D, default tiles, on every thread, each for min_s seconds:
+// plain; avx512_bf16 where the CPU has it (even D); amx where usable and its start-up check
+// (the tiles give their emulation's results bit for bit) passes, else listed with the
+// reason. Empty where MINICP_ATTENTION_ISA forces a path, and off the host. Takes about
+// 6 x min_s plus the warm-ups.
+std::vector<AttnPathRate> measure_attention_paths(int head_dim, double min_s = 0.005);
+// The path of the smallest training-step time per forward FLOP among those that ran (plain
+// when none did).
+std::string fastest_attention_path(const std::vector<AttnPathRate>& rates);
+// "plain fwd 240.1 bwd 262.0 GFLOP/s; avx512_bf16 ...; amx not run (why)", for the record.
+std::string describe_attention_paths(const std::vector<AttnPathRate>& rates);
+// The path attention_isa() returns from now on where MINICP_ATTENTION_ISA is unset (a run
+// sets the measured choice, the same on every rank).
+void set_attention_isa(const std::string& isa);
 // The check of MINICP_ATTENTION_ISA a program makes while it parses (so a bad value is bad
 // input, refused before anything runs): "" when attention_isa() accepts it, else its message.
 std::string attention_isa_error();

@@ -42,6 +42,10 @@ AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16
 AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                                      CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                                      View3<float> dv, float scale, int tile_q, int tile_k);
+// Whether this CPU has AVX512-BF16 (attention.cpp).
+bool cpu_has_avx512_bf16();
+// The path set_attention_isa chose ("" while none is set; attention_paths.cpp).
+const std::string& attention_isa_choice();
 // "" where this process can run the AMX kernel (the CPU has amx_tile and amx_bf16, the build
 // has the intrinsics, Linux granted the tile state: asked once), else why not.
 std::string amx_unusable();

@@ -12,10 +12,14 @@ with run.dtype = "f32") and THIN (bf16 with run.dkv_accumulator and run.grad_all
     bytes and THIN 0.5; every other scheme's THIN bytes are half of F32's plus its fp32 LSEs
     (0.49 .. 0.5 + 2/head_dim of F32's), except `passq`, whose partial results (O, dQ) travel
     home in fp32 in every run (above 0.5, at most 0.75); the gradient all-reduce is the same
-    in BF16 and half in THIN.
+    in BF16 and half in THIN;
+  - the attention path each bf16 file chose is the fastest it measured: `attention_isa` is the
+    path of `attention_paths` ("plain fwd A bwd B GFLOP/s; ...") with the smallest training
+    step per forward FLOP, 1/fwd + 2.5/bwd (the F32 file measures none).
 Exit code 0 when everything holds, 1 otherwise (each failure printed).
 
 Usage: check_bf16_deck.py BF16 F32 THIN"""
+import re
 import sys
 
 import h5py
@@ -35,12 +39,24 @@ def cases(path):
     return out
 
 
+def path_choice(path):
+    """[] when the file's attention path is the fastest of those it measured, else why not."""
+    with h5py.File(path, "r") as f:
+        isa, text = str(f.attrs["attention_isa"]), str(f.attrs.get("attention_paths", ""))
+    rates = {m[0]: 1 / float(m[1]) + 2.5 / float(m[2])
+             for m in re.findall(r"(\S+) fwd ([0-9.]+) bwd ([0-9.]+) GFLOP/s", text)}
+    if "plain" not in rates:
+        return [f"{path}: attention_paths {text!r} lacks the plain path's rates"]
+    best = min(rates, key=rates.get)
+    return [] if isa == best else [f"{path}: attention_isa {isa}, the fastest measured is {best} ({text})"]
+
+
 def main(argv):
     if len(argv) != 4:
         print(__doc__)
         return 2
     files = {"bf16": cases(argv[1]), "f32": cases(argv[2]), "thin": cases(argv[3])}
-    bad = []
+    bad = path_choice(argv[1]) + path_choice(argv[3])
     for kind, cs in files.items():
         if not cs:
             bad.append(f"{kind}: no cases")

@@ -589,6 +589,44 @@ TEST(Bf16AttentionIsa, RejectsUnknownValue) {
   }
 }
 
+// The measured choice: the smallest training-step time per forward FLOP (the backward does
+// 2.5x the forward's FLOPs) among the paths that ran; a refused path never wins.
+TEST(Bf16AttentionIsa, FastestMeasuredPathWins) {
+  using R = kernels::AttnPathRate;
+  EXPECT_EQ(kernels::fastest_attention_path({}), "plain");
+  EXPECT_EQ(kernels::fastest_attention_path({R{"plain", 100, 100, ""}, R{"avx512_bf16", 150, 50, ""}}), "plain");
+  EXPECT_EQ(kernels::fastest_attention_path({R{"plain", 100, 100, ""}, R{"avx512_bf16", 90, 130, ""}}),
+            "avx512_bf16");  // 0.0292 against 0.035 s per forward FLOP
+  EXPECT_EQ(kernels::fastest_attention_path({R{"plain", 100, 100, ""}, R{"amx", 1e6, 1e6, "start-up check"}}), "plain");
+}
+
+// Every path this process can run, timed; the choice set for the run where the variable is
+// unset, and the variable still forcing a path over it.
+TEST(Bf16AttentionIsa, PathsAreMeasuredAndTheChoiceHolds) {
+  const EnvOverride unset(kIsaVar, nullptr);
+  const std::vector<kernels::AttnPathRate> rates = kernels::measure_attention_paths(64, 0.001);
+  ASSERT_EQ(rates.size(), cpu_has_avx512_bf16() ? 3u : 2u) << kernels::describe_attention_paths(rates);
+  EXPECT_EQ(rates.front().isa, "plain");
+  EXPECT_EQ(rates.back().isa, "amx");
+  EXPECT_EQ(rates.back().refused,
+            kernels::detail::amx_unusable().empty() ? rates.back().refused : kernels::detail::amx_unusable());
+  for (const kernels::AttnPathRate& r : rates)
+    if (r.refused.empty()) {
+      EXPECT_GT(r.fwd_flops_per_s, 1e6) << r.isa;
+      EXPECT_GT(r.bwd_flops_per_s, 1e6) << r.isa;
+    }
+  EXPECT_EQ(kernels::attention_isa(), cpu_has_avx512_bf16() ? "avx512_bf16" : "plain") << "measuring chose nothing";
+  kernels::set_attention_isa("plain");
+  EXPECT_EQ(kernels::attention_isa(), "plain");
+  {
+    const EnvOverride force(kIsaVar, "amx-emulated");
+    EXPECT_EQ(kernels::attention_isa(), "amx-emulated");
+    EXPECT_TRUE(kernels::measure_attention_paths(64, 0.001).empty()) << "a forced path is not measured";
+  }
+  kernels::set_attention_isa("");
+  EXPECT_EQ(kernels::attention_isa(), cpu_has_avx512_bf16() ? "avx512_bf16" : "plain");
+}
+
 // amx where this process can run it, refused with the reason where not; amx-emulated anywhere.
 TEST(Bf16AttentionIsa, AmxWhereUsableEmulationAnywhere) {
   {

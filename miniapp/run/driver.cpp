@@ -19,6 +19,7 @@
 #include "harness/clock.hpp"
 #include "harness/input.hpp"
 #include "harness/lock.hpp"
+#include "harness/main.hpp"
 #include "harness/memory.hpp"
 #include "harness/memtrack.hpp"
 #include "harness/output.hpp"
@@ -488,6 +489,18 @@ std::vector<std::string> kind_names() {
 }
 
 // The start-up line, and a warning when the BLAS runs below what the CPU offers.
+// A bf16 run's attention path, measured (kernels::measure_attention_paths, every rank at once,
+// as the cases run) and chosen by rank 0 for every rank, unless MINICP_ATTENTION_ISA forces
+// one. Returns rank 0's rates for the record ("" where nothing was measured).
+std::string choose_attention_path(const Plan& p) {
+  if (p.deck.dtype != "bf16") return "";
+  at(Stage::AttentionPaths);
+  const std::vector<kernels::AttnPathRate> rates = kernels::measure_attention_paths(p.deck.shape.head_dim);
+  if (rates.empty()) return "";
+  kernels::set_attention_isa(hn::bcast_string(kernels::fastest_attention_path(rates), MPI_COMM_WORLD));
+  return hn::bcast_string(kernels::describe_attention_paths(rates), MPI_COMM_WORLD);
+}
+
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
   const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() +
                                                          ", attention: " + kernels::attention_isa() + ")"
@@ -747,8 +760,10 @@ int execute(const hn::Args& a, const Plan& p) {
   double sgemm = rs.ceiling.get(MPI_COMM_WORLD, a.size(), {}).rates.blas_square;
   MPI_Allreduce(MPI_IN_PLACE, &sgemm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   sgemm /= a.size();
+  const std::string paths = choose_attention_path(p);
   record::Attrs root = platform_attrs(a, p, *world, blas, rs.prog);
   root.real["sgemm_flops_per_s_per_rank"] = sgemm;
+  root.text["attention_paths"] = paths;
   rs.model = start_model(a, p, *world);
   root.text["calibration"] = rs.model.cal.text();
   root.text["calibration_source"] = rs.model.cal.source;

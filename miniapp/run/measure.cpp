@@ -33,6 +33,7 @@ std::string stage_words(int64_t code) {
   static const char* words[] = {"at start-up",
                                 "at start-up: aligning the ranks' clocks",
                                 "at start-up: measuring the SGEMM ceiling",
+                                "at start-up: timing the bf16 attention paths",
                                 "at start-up: calibrating the performance model",
                                 "calibrating the performance model (--calibrate)",
                                 "at start-up: opening the results file",

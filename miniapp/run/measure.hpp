@@ -29,6 +29,7 @@ enum class Stage : int64_t {
   StartUp,
   Clocks,
   Ceiling,
+  AttentionPaths,
   Calibrating,
   Calibrate,
   OpeningFile,
