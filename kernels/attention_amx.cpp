@@ -132,6 +132,20 @@ AttnStats attention_bwd_amx(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CVie
                                                                tile_k);
 }
 
+bool amx_tile_products(int M, int N, int K, int products) {
+  if (!amx_unusable().empty()) return false;
+  namespace t = tiled::hardware;
+  const std::vector<bf16> x(size_t(M) * K, bf16(1.0f)), y(size_t(K) * N, bf16(0.5f));
+  t::OperandA a;
+  t::OperandB b;
+  t::a_rows(a, x.data(), K, M, K);
+  t::b_rows(b, y.data(), N, K, N);
+  std::vector<float> c(size_t(M) * N);
+  const t::AmxEngine<amx::AmxTiles>::Session session;
+  for (int p = 0; p < products; ++p) t::gemm<amx::AmxTiles>(M, N, a, b, c.data(), N, p > 0);
+  return true;
+}
+
 }  // namespace detail
 }  // namespace minicp::kernels
 
@@ -150,6 +164,8 @@ AttnStats attention_bwd_amx(CView3<bf16>, CView3<bf16>, CView3<bf16>, CView3<bf1
                             const AttnMask&, View3<float>, View3<float>, View3<float>, float, int, int) {
   throw std::logic_error("attention_bwd_amx: " + amx_unusable());
 }
+
+bool amx_tile_products(int, int, int, int) { return false; }
 
 }  // namespace minicp::kernels::detail
 

@@ -4,9 +4,8 @@
 // their products, as FlashAttention does; the scores, softmax statistics, LSE and all
 // accumulators stay fp32. Only the functions marked MINICP_AVX512BF16 use the extension, so
 // the file builds for any x86-64 target, and they run only where attention_isa()
-// (attention.cpp) says the CPU has it. A host build's alone (kernels/CMakeLists.txt). Future work: Intel's AMX tiles
-// ("amx", amx_bf16) would take the register blocks' place on CPUs that have them; not written, as no host here has AMX
-// to test it on.
+// (attention.cpp) says the CPU has it. A host build's alone (kernels/CMakeLists.txt). Intel's AMX
+// tiles run the same loops in attention_amx.cpp.
 #include <cstring>
 
 #include "kernels/attention_tiled.hpp"
@@ -261,6 +260,7 @@ struct Bf16Engine {
 namespace minicp::kernels::detail {
 
 bool bf16_tile_products(int M, int N, int K, int products) {
+  if (attention_isa() == "amx") return amx_tile_products(M, N, K, products);
 #ifdef MINICP_HAVE_AVX512BF16
   if (attention_isa() != "avx512_bf16") return false;
   const std::vector<bf16> a(size_t(M) * K, bf16(1.0f)), b(size_t(K) * N, bf16(0.5f));

@@ -46,14 +46,18 @@ AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16
 bool cpu_has_avx512_bf16();
 // The path set_attention_isa chose ("" while none is set; attention_paths.cpp).
 const std::string& attention_isa_choice();
+// The AMX engine's tile products on their own, for the GEMM ceiling, as bf16_tile_products
+// runs them (false, nothing run, where amx_unusable() is not "").
+bool amx_tile_products(int M, int N, int K, int products);
 // "" where this process can run the AMX kernel (the CPU has amx_tile and amx_bf16, the build
 // has the intrinsics, Linux granted the tile state: asked once), else why not.
 std::string amx_unusable();
 
 // The bf16 tile kernel on its own, for the GEMM ceiling (ceiling.cpp): `products` products
 // C (M, N) = A (M, K) B (K, N) of in-cache bf16 tiles, B packed once, on the calling thread,
-// as the forward's score product runs them. False (nothing run) where attention_isa() is not
-// "avx512_bf16": bf16 attention then widens to fp32 and has no tile kernel of its own.
+// as the forward's score product runs them: on AMX tiles where attention_isa() is "amx",
+// on AVX512-BF16 where it is "avx512_bf16". False (nothing run) elsewhere: bf16 attention then
+// widens to fp32 and has no tile kernel of its own (amx-emulated: a check, not a rate).
 bool bf16_tile_products(int M, int N, int K, int products);
 
 // The team path (attention_team.cpp): T = float, double and bf16, any execution space.

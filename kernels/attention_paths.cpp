@@ -27,9 +27,17 @@ struct PathProblem {
   Kokkos::View<int64_t*, Mem> pos;
   AttnMask mask;
   PathProblem(int S, int H, int D)
-      : q("paths::q", S, H, D), k("paths::k", S, H, D), v("paths::v", S, H, D), o16("paths::o16", S, H, D),
-        dout("paths::do", S, H, D), o("paths::o", S, H, D), dq("paths::dq", S, H, D), dk("paths::dk", S, H, D),
-        dv("paths::dv", S, H, D), lse("paths::lse", S, H), pos("paths::pos", S) {
+      : q("paths::q", S, H, D),
+        k("paths::k", S, H, D),
+        v("paths::v", S, H, D),
+        o16("paths::o16", S, H, D),
+        dout("paths::do", S, H, D),
+        o("paths::o", S, H, D),
+        dq("paths::dq", S, H, D),
+        dk("paths::dk", S, H, D),
+        dv("paths::dv", S, H, D),
+        lse("paths::lse", S, H),
+        pos("paths::pos", S) {
     uint32_t x = 12345;
     for (View3<bf16> t : {q, k, v, dout}) {
       bf16* p = t.data();
@@ -91,8 +99,9 @@ std::string amx_startup_check(int D) {
     });
   size_t differ = 0;
   for (size_t j = 0; j < got[0].size(); ++j) differ += std::memcmp(&got[0][j], &got[1][j], sizeof(float)) != 0;
-  return differ == 0 ? "" : "start-up check: " + std::to_string(differ) + " of " + std::to_string(got[0].size()) +
-                                " values differ from the emulation";
+  return differ == 0 ? ""
+                     : "start-up check: " + std::to_string(differ) + " of " + std::to_string(got[0].size()) +
+                           " values differ from the emulation";
 }
 #endif
 }  // namespace

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kernels/attention.hpp"
+#include "kernels/attention_impl.hpp"
 #include "kernels/ceiling.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/fast_exp.hpp"
@@ -493,7 +494,7 @@ TEST(Bf16LayerKernels, SwiGlu) {
 }
 
 // The bf16 ceiling: gemm<bf16> rates at 2048^3 and at a layer shape, the bf16 attention
-// tiles where they run (attention_isa() avx512_bf16; none on the plain path), best() the largest.
+// tiles where they run (attention_isa() avx512_bf16 or amx; none on the plain path), best() the largest.
 TEST(Bf16Ceiling, ComponentsAndBest) {
   const kernels::Bf16GemmCeiling c = kernels::measure_bf16_gemm_ceiling({256, 512, 128}, [] {});
   EXPECT_GT(c.square, 1e8) << "gemm<bf16> 2048^3 in FLOP/s";
@@ -506,6 +507,14 @@ TEST(Bf16Ceiling, ComponentsAndBest) {
   {
     const test::EnvOverride plain("MINICP_ATTENTION_ISA", "plain");
     EXPECT_EQ(kernels::bf16_tile_gemm_rate([] {}), 0.0) << "MINICP_ATTENTION_ISA=plain: no bf16 tile kernel";
+  }
+  {
+    const test::EnvOverride emulated("MINICP_ATTENTION_ISA", "amx-emulated");
+    EXPECT_EQ(kernels::bf16_tile_gemm_rate([] {}), 0.0) << "amx-emulated: a check, not a rate";
+  }
+  if (kernels::detail::amx_unusable().empty()) {
+    const test::EnvOverride amx("MINICP_ATTENTION_ISA", "amx");
+    EXPECT_GT(kernels::bf16_tile_gemm_rate([] {}), 1e8) << "the AMX tiles in FLOP/s";
   }
   EXPECT_EQ(kernels::measure_bf16_gemm_ceiling({0, 0, 0}, [] {}).layer, 0.0) << "no layer shape: no layer rate";
 }
