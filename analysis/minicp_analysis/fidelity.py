@@ -2,7 +2,8 @@
 each row is one tensor's error against fp64 (rel_fro = ||x - x64||_F / ||x64||_F) of one
 scheme, mask, head layout, precision and rank count, beside the error of the single-rank
 `none` in the same precision on the same inputs. A scheme's ratio is its rel_fro over
-none's; the rule (DESIGN.md) is a ratio of at most 2."""
+none's; the rule (DESIGN.md) is a ratio of at most 2, and at most 1.1 for bf16 attention
+outputs other than LSE, whose merges are fp32 (limit(row))."""
 import json
 import math
 
@@ -10,7 +11,17 @@ from . import UsageError
 
 FILE_KIND = "minicp fidelity study"
 LIMIT = 2.0  # a scheme's error at most this many times the single-rank error
+# bf16 attention's O, dQ, dK, dV, merged in fp32: a lost fp32 accumulator (the running
+# output rounded to bf16 at every merge) reads 1.14-1.80x at 3-8 ranks, correct schemes
+# 0.95-1.04x (tests/test_cp.cpp, kBf16MeanRatio).
+MEAN_LIMIT = 1.1
 VARIANTS = ("f32", "bf16", "bf16-wire")
+
+
+def limit(row):
+    """The largest ratio the rule allows the row."""
+    fp32_merges = row["variant"] == "bf16" and row["level"] == "attention" and row["tensor"] != "LSE"
+    return MEAN_LIMIT if fp32_merges else LIMIT
 
 
 def is_fidelity_file(path):
@@ -65,7 +76,12 @@ def table_markdown(doc):
     rows = doc["rows"]
     ranks = sorted({r["ranks"] for r in rows})
     w = worst(rows)
-    head = "| level | precision | scheme | " + " | ".join(f"P={p}" for p in ranks) + " | worst at largest P | <= 2 |"
+    inside = {}  # (level, variant, scheme): every row within its limit
+    for r in rows:
+        key = (r["level"], r["variant"], r["scheme"])
+        inside[key] = inside.get(key, True) and ratio(r) <= limit(r)
+    head = ("| level | precision | scheme | " + " | ".join(f"P={p}" for p in ranks) +
+            " | worst at largest P | within the rule |")
     lines = [head, "|" + "---|" * (len(ranks) + 5)]
     for level in ("attention", "layer"):
         for variant in VARIANTS:
@@ -74,7 +90,7 @@ def table_markdown(doc):
                     continue
                 cells = [f"{cell[p][0]:.2f}" if p in cell else "—" for p in ranks]
                 top = cell[max(cell)][1]
-                ok = all(v[0] <= LIMIT for v in cell.values())
+                ok = inside[(lv, var, scheme)]
                 lines.append(f"| {level} | {variant} | {scheme} | " + " | ".join(cells) +
                              f" | {top['tensor']}, {top['mask']}, kv_heads {top['kv_heads']} | "
                              f"{'yes' if ok else '**no**'} |")
