@@ -672,6 +672,7 @@ int run_predict_command(const hn::Args& a, const Plan& p) {
   if (a.rank() == 0 && p.predict_opts.advise) run_advise(p);
   if (p.predict_opts.calibrate) {
     hn::Watched watched(MPI_COMM_WORLD, p.deck.stall_timeout_s, stall_where(p, nullptr, nullptr), a.prog());
+    choose_attention_path(p);  // the table's bf16 attention rows are of the path a run takes
     at(Stage::Calibrate);
     run_calibrate(a, p, *comm::make_mpi_comm(comm::Progress::None));
     watched.stop();
