@@ -53,19 +53,17 @@ struct PathProblem {
   AttnStats backward() { return attention_bwd<bf16>(q, k, v, o16, lse, dout, mask, dq, dk, dv); }
 };
 
-// The path attention_isa() returns while f runs (the choice set aside, restored after).
-template <class F>
-void with_path(const std::string& isa, F&& f) {
-  const std::string saved = g_choice;
-  g_choice = isa;
-  try {
-    f();
-  } catch (...) {
-    g_choice = saved;
-    throw;
-  }
-  g_choice = saved;
-}
+// The path attention_isa() returns while it lives (the choice set aside, restored after).
+class PathScope {
+ public:
+  explicit PathScope(const std::string& isa) : saved_(g_choice) { g_choice = isa; }
+  ~PathScope() { g_choice = saved_; }
+  PathScope(const PathScope&) = delete;
+  PathScope& operator=(const PathScope&) = delete;
+
+ private:
+  std::string saved_;
+};
 
 // FLOP/s of call() repeated for at least min_s after one untimed call.
 template <class F>
@@ -88,15 +86,15 @@ double rate(F&& call, double min_s) {
 std::string amx_startup_check(int D) {
   PathProblem p(80, 2, D);
   std::vector<float> got[2];
-  for (int i = 0; i < 2; ++i)
-    with_path(i == 0 ? "amx" : "amx-emulated", [&] {
-      Kokkos::deep_copy(p.dq, 0.0f), Kokkos::deep_copy(p.dk, 0.0f), Kokkos::deep_copy(p.dv, 0.0f);
-      p.forward();
-      convert_view<bf16, float>(p.o16, p.o);
-      p.backward();
-      Kokkos::fence();
-      for (View3<float> t : {p.o, p.dq, p.dk, p.dv}) got[i].insert(got[i].end(), t.data(), t.data() + t.span());
-    });
+  for (int i = 0; i < 2; ++i) {
+    const PathScope path(i == 0 ? "amx" : "amx-emulated");
+    Kokkos::deep_copy(p.dq, 0.0f), Kokkos::deep_copy(p.dk, 0.0f), Kokkos::deep_copy(p.dv, 0.0f);
+    p.forward();
+    convert_view<bf16, float>(p.o16, p.o);
+    p.backward();
+    Kokkos::fence();
+    for (View3<float> t : {p.o, p.dq, p.dk, p.dv}) got[i].insert(got[i].end(), t.data(), t.data() + t.span());
+  }
   size_t differ = 0;
   for (size_t j = 0; j < got[0].size(); ++j) differ += std::memcmp(&got[0][j], &got[1][j], sizeof(float)) != 0;
   return differ == 0 ? ""
@@ -117,8 +115,8 @@ std::vector<AttnPathRate> measure_attention_paths(int head_dim, double min_s) {
 #ifndef MINICP_HOST_TILES
   (void)head_dim, (void)min_s;  // a device build: its bf16 attention is the team kernel's alone
 #else
-  const std::string forced = std::getenv("MINICP_ATTENTION_ISA") ? std::getenv("MINICP_ATTENTION_ISA") : "";
-  if (!forced.empty()) return out;  // a forced path is not measured against the others
+  const char* forced = std::getenv("MINICP_ATTENTION_ISA");
+  if (forced && *forced) return out;  // a forced path is not measured against the others
   const int S = 512, H = std::max(2, 2 * int(HostExec().concurrency()));
   std::vector<std::string> paths = {"plain"};
   if (detail::cpu_has_avx512_bf16() && head_dim % 2 == 0) paths.push_back("avx512_bf16");
@@ -130,11 +128,11 @@ std::vector<AttnPathRate> measure_attention_paths(int head_dim, double min_s) {
   convert_view<bf16, float>(p.o16, p.o);
   for (const std::string& isa : paths) {
     AttnPathRate r{isa, 0, 0, isa == "amx" ? amx_why : ""};
-    if (r.refused.empty())
-      with_path(isa, [&] {
-        r.fwd_flops_per_s = rate([&] { return p.forward(); }, min_s);
-        r.bwd_flops_per_s = rate([&] { return p.backward(); }, min_s);
-      });
+    if (r.refused.empty()) {
+      const PathScope path(isa);
+      r.fwd_flops_per_s = rate([&] { return p.forward(); }, min_s);
+      r.bwd_flops_per_s = rate([&] { return p.backward(); }, min_s);
+    }
     out.push_back(r);
   }
 #endif

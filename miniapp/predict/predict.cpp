@@ -396,6 +396,7 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
   const int64_t N = cfg.pass == model::Pass::Decode ? c.decode_tokens : c.seq_len / c.ranks;
   const CaseRates rates(cfg, job, dtype_of(elem), N, out.notes);
   const int L = cfg.shape.layers;
+  out.tp_inter = tp_spans_nodes(cfg, job.topo);
   double pass_s[2] = {0, 0};
   for (int b = 0; b < (train ? 2 : 1); ++b) {
     double layer = 0;
@@ -406,7 +407,6 @@ Prediction predict_step(const model::StackConfig& cfg, const cp::SchemeInfo& s, 
     }
     const PassTime a = attention_pass(c, s, m, rates, b == 1, elem);
     const double tp = tp_seconds(cfg, N, b == 1, job, elem, gemm_s_per_flop(rp.ops, rp.op_s));
-    out.tp_inter = tp_spans_nodes(cfg, job.topo);
     out.phase_s[int(Phase::TpComm)] += L * tp;
     layer += tp;
     out.phase_s[int(Phase::AttnCompute)] += L * a.compute;

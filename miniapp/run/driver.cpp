@@ -488,7 +488,6 @@ std::vector<std::string> kind_names() {
   return n;
 }
 
-// The start-up line, and a warning when the BLAS runs below what the CPU offers.
 // A bf16 run's attention path, measured (kernels::measure_attention_paths, every rank at once,
 // as the cases run) and chosen by rank 0 for every rank, unless MINICP_ATTENTION_ISA forces
 // one. Returns rank 0's rates for the record ("" where nothing was measured).
@@ -501,6 +500,7 @@ std::string choose_attention_path(const Plan& p) {
   return hn::bcast_string(kernels::describe_attention_paths(rates), MPI_COMM_WORLD);
 }
 
+// The start-up line, and a warning when the BLAS runs below what the CPU offers.
 void print_startup(const hn::Args& a, const Plan& p, const hn::BlasInfo& blas, double sgemm, size_t done) {
   const std::string dtype = p.deck.dtype == "bf16" ? "bf16 (GEMMs: " + kernels::gemm_bf16_engine() +
                                                          ", attention: " + kernels::attention_isa() + ")"
