@@ -102,9 +102,16 @@ void check_memory(const Args& a, const std::string& what, double predicted_per_r
   MPI_Allreduce(&in, &low, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
   int ranks_there = local_ranks;
   MPI_Bcast(&ranks_there, 1, MPI_INT, low.rank, MPI_COMM_WORLD);
-  if (predicted_per_rank > low.value)
-    throw UsageError(memory_message(what, predicted_per_rank, low.value, ranks_there, true,
-                                    low.rank == 0 ? "this node" : "the node of rank " + std::to_string(low.rank)));
+  if (predicted_per_rank <= low.value) return;
+  // Ranks that share a node read its free memory a moment apart, so the lowest can be any of
+  // them: the node is named by host, "this node" being rank 0's.
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  const std::string mine_host(host, size_t(len));
+  const bool here = bcast_string(mine_host, MPI_COMM_WORLD, low.rank) == bcast_string(mine_host, MPI_COMM_WORLD, 0);
+  throw UsageError(memory_message(what, predicted_per_rank, low.value, ranks_there, true,
+                                  here ? "this node" : "the node of rank " + std::to_string(low.rank)));
 }
 
 }  // namespace minicp::harness
