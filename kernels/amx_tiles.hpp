@@ -13,6 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include "kernels/fault_guard.hpp"
 
 namespace minicp::kernels::amx {
 
@@ -89,5 +92,63 @@ struct EmulatedTiles {
     std::memcpy(reg(C).row, c, sizeof c);
   }
 };
+
+// The start-up probe: every tile operation once (configure, zero, load, two products, store,
+// release) on fixed operands whose products round, tie and meet a bf16 denormal, so a CPU's
+// tiles can be held to their emulation before the kernel runs on them (attention_amx.cpp).
+struct ProbeIO {
+  alignas(64) uint16_t a[kTileRows][kTileK];         // A: bf16 bits
+  alignas(64) uint32_t b[2][kTileRows][kTileN];      // two B tiles, pair rows
+  alignas(64) float c[kTileRows][kTileN];            // loaded into the second C tile
+  alignas(64) float out[2][kTileRows][kTileN] = {};  // C tile 0 (zeroed first) and 1, after
+  ProbeIO() {
+    uint32_t x = 2463534242u;  // xorshift32: the operands are the same on every host
+    auto next = [&x] { return x ^= x << 13, x ^= x >> 17, x ^= x << 5; };
+    auto value = [&next] {  // a bf16 of either sign and any mantissa in [2^-8, 2^0)
+      const uint32_t r = next();
+      return uint16_t((r & 0x807fu) | (119u + (r >> 8) % 8) << 7);
+    };
+    for (auto& row : a)
+      for (uint16_t& v : row) v = value();
+    for (auto& tile : b)
+      for (auto& row : tile)
+        for (uint32_t& w : row) w = value() | uint32_t(value()) << 16;
+    for (auto& row : c)
+      for (float& v : row) v = float(int32_t(next() >> 8) - (1 << 23)) * 0x1p-20f;
+    a[0][0] = 0x0001;  // a bf16 denormal: read as zero
+  }
+};
+template <class Tiles>
+void probe(ProbeIO& io) {
+  constexpr std::ptrdiff_t kStride = kTileBytes;
+  Tiles::configure();
+  Tiles::template zero<0>();
+  Tiles::template load<1>(io.c, kStride);
+  Tiles::template load<4>(io.a, kStride);
+  Tiles::template load<6>(io.b[0], kStride);
+  Tiles::template load<7>(io.b[1], kStride);
+  Tiles::template dpbf16ps<0, 4, 6>();
+  Tiles::template dpbf16ps<1, 4, 7>();
+  Tiles::template store<0>(io.out[0], kStride);
+  Tiles::template store<1>(io.out[1], kStride);
+  Tiles::release();
+}
+
+// "" when Tiles' probe runs and gives want's outputs (the emulation's) bit for bit, else why
+// not: the signal a tile instruction raised, or how many values differ.
+template <class Tiles>
+std::string probe_check(const ProbeIO& want) {
+  ProbeIO got;
+  if (const int sig = run_catching_faults([](void* io) { probe<Tiles>(*static_cast<ProbeIO*>(io)); }, &got)) {
+    run_catching_faults([](void*) { Tiles::release(); }, nullptr);  // a configuration left behind
+    return std::string("the tile probe stopped with ") + fault_name(sig);
+  }
+  int differ = 0;
+  for (int t = 0; t < 2; ++t)
+    for (int r = 0; r < kTileRows; ++r) differ += std::memcmp(got.out[t][r], want.out[t][r], sizeof got.out[t][r]) != 0;
+  return differ == 0 ? ""
+                     : "the tile probe's products differ from the emulation in " + std::to_string(differ) + " of " +
+                           std::to_string(2 * kTileRows) + " rows";
+}
 
 }  // namespace minicp::kernels::amx

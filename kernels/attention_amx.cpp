@@ -6,7 +6,8 @@
 // Linux hands out the tile data state (8 KiB per thread) only on request:
 // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process, before the first
 // tile instruction; without it that instruction faults. A refusal (a kernel before 5.16, a
-// hypervisor that hides the state) is a reason, not a crash: amx_unusable() says it.
+// hypervisor that hides the state) is a reason, not a crash: amx_unusable() says it. So is a
+// tile probe that faults or disagrees with the emulation (amx::probe_check).
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -106,7 +107,9 @@ std::string why_unusable() {
   unsigned long long granted = 0;
   if (syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0 || !(granted & (1ull << kXfeatureXtiledata)))
     return "the kernel did not grant the AMX tile state";
-  return "";
+  // Every tile operation once, faults caught, against the emulation: a CPU or hypervisor
+  // that takes the flags but not the instructions as the emulation reads them is a reason too.
+  return probe_check<AmxTiles>(detail::amx_emulated_probe());
 }
 }  // namespace
 }  // namespace amx

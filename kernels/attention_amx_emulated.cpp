@@ -10,6 +10,12 @@
 
 namespace minicp::kernels::detail {
 
+amx::ProbeIO amx_emulated_probe() {
+  amx::ProbeIO io;
+  amx::probe<amx::EmulatedTiles>(io);
+  return io;
+}
+
 AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask,
                                      View3<float> o, View2<float> lse, float scale, int tile_q, int tile_k) {
   return tiled::fwd<tiled::emulated::AmxEngine<amx::EmulatedTiles>>(q, k, v, mask, o, lse, scale, tile_q, tile_k);

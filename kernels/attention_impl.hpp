@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "kernels/amx_tiles.hpp"
 #include "kernels/attention.hpp"
 
 namespace minicp::kernels::detail {
@@ -42,6 +43,9 @@ AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16
 AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                                      CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                                      View3<float> dv, float scale, int tile_q, int tile_k);
+// amx::probe on the tiles' emulation (attention_amx_emulated.cpp): what the CPU's tiles
+// must give at start-up.
+amx::ProbeIO amx_emulated_probe();
 // Whether this CPU has AVX512-BF16 (attention.cpp).
 bool cpu_has_avx512_bf16();
 // The path set_attention_isa chose ("" while none is set; attention_paths.cpp).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include "kernels/amx_tiles.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/attention_impl.hpp"
+#include "kernels/fault_guard.hpp"
 #include "tests/env_override.hpp"
 #include "tests/reference.hpp"
 #include "tests/view_util.hpp"
@@ -515,6 +517,61 @@ TEST(AmxTiles, EmulationIsTheInstructionsArithmetic) {
   // 2^-64 x 2^-64 = 2^-128, below fp32's normal range: flushed.
   EXPECT_EQ(one(0.0f, 0x1p-64f, 0x1p-64f, 0.0f, 0.0f), 0.0f);
   EXPECT_EQ(one(0x1p-100f, 0x1p-64f, 0x1p-64f, 0.0f, 0.0f), 0x1p-100f);
+}
+
+// The start-up probe's guard: a fault in the guarded code is a return value, the handlers
+// in place before are back after, and code that does not fault runs whole.
+TEST(FaultGuard, AFaultIsAReturnValue) {
+  struct sigaction before = {}, after = {};
+  sigaction(SIGILL, nullptr, &before);
+  EXPECT_EQ(kernels::run_catching_faults([](void*) { __builtin_trap(); }, nullptr), SIGILL);
+  EXPECT_EQ(kernels::run_catching_faults([](void*) { std::raise(SIGSEGV); }, nullptr), SIGSEGV);
+  int ran = 0;
+  EXPECT_EQ(kernels::run_catching_faults([](void* n) { ++*static_cast<int*>(n); }, &ran), 0);
+  EXPECT_EQ(ran, 1);
+  sigaction(SIGILL, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler) << "SIGILL's handler not restored";
+  EXPECT_NE(std::string(kernels::fault_name(SIGILL)).find("SIGILL"), std::string::npos);
+}
+
+// The probe that holds a CPU's tiles to their emulation before the AMX kernel may run:
+// the emulation passes it; tiles that add the odd pair first, or fault, are refused with why.
+namespace amxt {
+struct OddPairFirst : Tiles {
+  template <int C, int A, int B>
+  static void dpbf16ps() {
+    float c[R][W];
+    uint16_t a[R][K], b[K / 2][2 * W];
+    std::memcpy(c, reg(C).row, sizeof c), std::memcpy(a, reg(A).row, sizeof a), std::memcpy(b, reg(B).row, sizeof b);
+    for (int m = 0; m < R; ++m)
+      for (int k = 0; k < K / 2; ++k)
+        for (int n = 0; n < W; ++n)
+          for (int h : {1, 0})
+            c[m][n] += kernels::amx::make_fp32(a[m][2 * k + h]) * kernels::amx::make_fp32(b[k][2 * n + h]);
+    std::memcpy(reg(C).row, c, sizeof c);
+  }
+};
+struct Faulting : Tiles {
+  template <int C, int A, int B>
+  static void dpbf16ps() {
+    __builtin_trap();
+  }
+};
+}  // namespace amxt
+
+TEST(AmxTiles, ProbeHoldsTheTilesToTheEmulation) {
+  using namespace amxt;
+  namespace amx = kernels::amx;
+  const amx::ProbeIO want = kernels::detail::amx_emulated_probe();
+  int nonzero = 0, changed = 0;
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < W; ++n) nonzero += want.out[0][r][n] != 0, changed += want.out[1][r][n] != want.c[r][n];
+  EXPECT_GT(nonzero, R * W / 2) << "the probe's first product is mostly zero";
+  EXPECT_GT(changed, R * W / 2) << "the probe's second product left C as it was loaded";
+  EXPECT_EQ(amx::probe_check<Tiles>(want), "");
+  EXPECT_NE(amx::probe_check<OddPairFirst>(want).find("differ from the emulation"), std::string::npos);
+  EXPECT_NE(amx::probe_check<Faulting>(want).find("SIGILL"), std::string::npos);
+  EXPECT_EQ(amx::probe_check<Tiles>(want), "") << "a probe after a fault";
 }
 
 // The AMX kernel on the exact emulation of its tile operations (any host): held to the same
