@@ -118,23 +118,32 @@ std::vector<AttnPathRate> measure_attention_paths(int head_dim, double min_s) {
   const char* forced = std::getenv("MINICP_ATTENTION_ISA");
   if (forced && *forced) return out;  // a forced path is not measured against the others
   const int S = 512, H = std::max(2, 2 * int(HostExec().concurrency()));
-  std::vector<std::string> paths = {"plain"};
-  if (detail::cpu_has_avx512_bf16() && head_dim % 2 == 0) paths.push_back("avx512_bf16");
-  std::string amx_why = detail::amx_unusable();
-  if (amx_why.empty()) amx_why = amx_startup_check(head_dim);
-  paths.push_back("amx");
+  out = attention_paths_here(head_dim);
   PathProblem p(S, H, head_dim);
   p.forward();
   convert_view<bf16, float>(p.o16, p.o);
-  for (const std::string& isa : paths) {
-    AttnPathRate r{isa, 0, 0, isa == "amx" ? amx_why : ""};
-    if (r.refused.empty()) {
-      const PathScope path(isa);
-      r.fwd_flops_per_s = rate([&] { return p.forward(); }, min_s);
-      r.bwd_flops_per_s = rate([&] { return p.backward(); }, min_s);
-    }
-    out.push_back(r);
+  for (AttnPathRate& r : out) {
+    if (r.isa == "amx" && r.refused.empty()) r.refused = amx_startup_check(head_dim);
+    if (!r.refused.empty()) continue;
+    const PathScope path(r.isa);
+    r.fwd_flops_per_s = rate([&] { return p.forward(); }, min_s);
+    r.bwd_flops_per_s = rate([&] { return p.backward(); }, min_s);
   }
+#endif
+  return out;
+}
+
+std::vector<AttnPathRate> attention_paths_here(int head_dim) {
+  std::vector<AttnPathRate> out;
+#ifdef MINICP_HOST_TILES
+  out.push_back({"plain", 0, 0, ""});
+  out.push_back({"avx512_bf16", 0, 0,
+                 !detail::cpu_has_avx512_bf16() ? "this CPU has no avx512_bf16"
+                 : head_dim % 2                 ? "head_dim " + std::to_string(head_dim) + " is odd"
+                                                : ""});
+  out.push_back({"amx", 0, 0, detail::amx_unusable()});
+#else
+  (void)head_dim;
 #endif
   return out;
 }

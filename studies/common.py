@@ -1,12 +1,14 @@
 """What the study drivers share: running one program of the build (printed first, its
 verdict checked, the lines worth seeing echoed) and reading the JSON it writes, and the
-argparse type of an integer option with a lower bound, and the median of repeated timings.
+argparse type of an integer option with a lower bound, the median of repeated timings, and
+the CPU a study ran on, with its host kind.
 
 Standard library only: peer_layer.py imports it under the Python that has torch, and the
 other drivers under any Python 3."""
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -78,3 +80,29 @@ def _read_json(p, path, prog, what):
     except (OSError, ValueError) as e:
         raise SystemExit(f"{prog}: {what or ' '.join(p.args)} exited {p.returncode} without readable JSON "
                          f"in {path}: {e}")
+
+
+# The kinds of host the bf16 figures are reported by, from the CPU's flags (cpu_info).
+HOST_KINDS = {"amx": "AMX host (amx_bf16, amx_tile)",
+              "avx512_bf16": "AVX512-BF16 host without AMX",
+              "other": "host without AVX512-BF16 or AMX"}
+
+
+def cpu_info():
+    """The CPU of this host: its model, the flags the kernels choose by, its CPU count and
+    name, and its kind (a key of HOST_KINDS)."""
+    model, flags = platform.processor(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k.strip() == "model name" and not model.strip():
+                    model = v.strip()
+                if k.strip() == "flags" and not flags:
+                    flags = set(v.split())
+    except OSError:
+        pass
+    keep = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
+    kind = ("amx" if {"amx_bf16", "amx_tile"} <= flags else "avx512_bf16" if "avx512_bf16" in flags else "other")
+    return {"cpu_model": model, "cpu_flags": " ".join(k for k in keep if k in flags),
+            "cpus": os.cpu_count(), "host": platform.node(), "host_kind": kind}

@@ -3,13 +3,17 @@
 attention forward/backward, printed as ratios of attention useful FLOP/s to the SGEMM
 FLOP/s of the same run, plus a grep-able MINICP_KERNELS summary line. Then the small blocks:
 the causal forward and backward, fp32 and bf16, at --small-seq rows against --seq rows (the
-same --small-head-dim), in alternated rounds: the rate a ring step's block of S/P rows keeps."""
+same --small-head-dim), in alternated rounds: the rate a ring step's block of S/P rows keeps.
+Then the bf16 attention paths: each path this host can run (plain, avx512_bf16, amx), causal
+at --seq and --head-dim, against the bf16 GEMM engine at --gemm-n^3 and the path's own tile
+kernel in the same call, the paths alternated over --path-rounds rounds; the host's kind
+(AMX, AVX512-BF16 without AMX, or neither) labels the section and the summary line."""
 import argparse
 import json
 import os
 import sys
 
-from common import run_json
+from common import HOST_KINDS, cpu_info, median, run_json
 
 
 def parse_args():
@@ -21,17 +25,21 @@ def parse_args():
                    help="longer causal S also run (forward+backward), tokens; 0 skips it")
     p.add_argument("--head-dim", type=int, default=128, help="head dimension D")
     p.add_argument("--heads", type=int, default=8, help="query heads (= kv heads)")
-    p.add_argument("--gemm-n", type=int, default=2048, choices=[512, 1024, 2048], help="SGEMM size M=N=K")
+    p.add_argument("--gemm-n", type=int, default=2048, choices=[512, 1024, 2048],
+                   help="SGEMM and bf16 GEMM size M=N=K")
     p.add_argument("--threads", type=int, default=0, help="OpenMP threads (0: OMP_NUM_THREADS or all cores)")
     p.add_argument("--min-time", type=float, default=0.5, help="Google Benchmark min time per case, seconds")
     p.add_argument("--small-seq", type=int, default=1024, help="rows of the small-block cases, tokens; 0 skips them")
     p.add_argument("--small-head-dim", type=int, default=64, help="head dimension D of the small-block cases")
     p.add_argument("--small-rounds", type=int, default=2, help="alternated rounds of the small-block cases")
+    p.add_argument("--path-rounds", type=int, default=2,
+                   help="alternated rounds of the bf16 attention paths (each path beside the bf16 GEMM and its own "
+                        "tile kernel); 0 skips them")
     a = p.parse_args()
     for name in ("seq", "head_dim", "heads", "min_time", "small_head_dim", "small_rounds"):
         if getattr(a, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0 (got {getattr(a, name)})")
-    for name in ("long_seq", "small_seq"):
+    for name in ("long_seq", "small_seq", "path_rounds"):
         if getattr(a, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(a, name)})")
     if a.small_head_dim % 2:
@@ -53,10 +61,12 @@ def main():
     print(f"kernel_study: {threads} threads, S={a.seq} (and causal S={a.long_seq}), D={a.head_dim}, "
           f"H={a.heads}, fp32; this takes a few minutes", flush=True)
 
-    def bench(filt, extra=()):
+    def bench(filt, extra=(), isa=None):
+        """One benchmark call; isa: the bf16 attention path it forces (MINICP_ATTENTION_ISA)."""
         return run_json(lambda path: [a.bench, f"--benchmark_filter={filt}", f"--benchmark_min_time={a.min_time}",
                                       f"--benchmark_out={path}", "--benchmark_out_format=json", *extra],
-                        "kernel_study", "minicp-kernels-bench", env=env)
+                        "kernel_study", "minicp-kernels-bench",
+                        env=env if isa is None else {**env, "MINICP_ATTENTION_ISA": isa})
 
     # SGEMM before and after the attention cases; the faster of the two is the reference,
     # so a machine slowed down by a neighbour for part of the run cannot inflate the ratios.
@@ -98,12 +108,14 @@ def main():
     line = " ".join([f"threads={threads}", f"sgemm_gflops={sgemm / 1e9:.1f}",
                      f"sgemm_spread={min(rates) / max(rates):.2f}"] +
                     [f"{k}={v:.3f}" for k, v in summary.items()])
-    if a.small_seq:
-        small, small_line = small_blocks(a, bench)
-        data["small_blocks"] = small
+    # The later sections, each written into the JSON as soon as it is measured.
+    for key, wanted, section in (("small_blocks", a.small_seq, small_blocks), ("bf16_paths", a.path_rounds, bf16_paths)):
+        if not wanted:
+            continue
+        data[key], fields = section(a, bench)
         with open(a.out, "w") as f:
             json.dump(data, f, indent=1)
-        line += " " + small_line
+        line += " " + fields
     print("MINICP_KERNELS " + line)
     print(f"kernel_study: JSON written to {a.out}")
     return 0
@@ -138,6 +150,55 @@ def small_blocks(a, bench):
              "BM_AttentionBwdBf16": "bwd_bf16"}
     line = " ".join(f"small_{names[f]}_min={min(rd['ratios'][f] for rd in rounds):.3f}" for f in fams)
     return {"seq": a.small_seq, "large_seq": a.seq, "head_dim": D, "rounds": rounds}, line
+
+
+def bf16_paths(a, bench):
+    """bf16 attention, causal, S = a.seq, D = a.head_dim, on each path the bench says this host
+    can run (its context's attention_paths_usable), each call also timing the bf16 GEMM engine
+    at a.gemm_n^3 and the tile kernels (ceiling.hpp's product rates); the paths alternate within
+    each of a.path_rounds rounds. A path's own tile kernel is its bf16 tiles, or for plain
+    (which widens to fp32) the fp32 tiles. Returns (the JSON part, the summary fields)."""
+    S, D = a.seq, a.head_dim
+    filt = f"BM_Bf16Gemm/{a.gemm_n}/|BM_(Bf16)?TileGemm|BM_Attention(Fwd|Bwd)Bf16/{S}/{D}/1/"
+    args = [f"--seq={S}", f"--head-dim={D}", "--causal=1", f"--heads={a.heads}"]
+    first = bench("BM_Bf16TileGemm", [f"--head-dim={D}"])["context"]  # which paths run here
+    usable = [x for x in first.get("attention_paths_usable", "").split(",") if x]
+    host = cpu_info()
+    rows = []
+    for r in range(a.path_rounds):
+        for isa in usable:
+            rate = {b["name"].split("/")[0]: b["FLOPS"] for b in bench(filt, args, isa)["benchmarks"]
+                    if b.get("run_type", "iteration") == "iteration"}
+            tile = rate["BM_Bf16TileGemm"] or rate["BM_TileGemm"]
+            row = {"round": r + 1, "isa": isa, "fwd": rate["BM_AttentionFwdBf16"], "bwd": rate["BM_AttentionBwdBf16"],
+                   "gemm": rate["BM_Bf16Gemm"], "tile": tile,
+                   "tile_kernel": "bf16 tiles" if rate["BM_Bf16TileGemm"] else "fp32 tiles"}
+            for k in ("fwd", "bwd"):
+                row[f"{k}_over_gemm"], row[f"{k}_over_tile"] = row[k] / row["gemm"], row[k] / tile
+            rows.append(row)
+    print()
+    print(f"bf16 attention paths: causal, S={S}, D={D}, H={a.heads}, useful GFLOP/s; {HOST_KINDS[host['host_kind']]}: "
+          f"{host['cpu_model']} ({host['cpu_flags']})")
+    if first.get("attention_paths_refused"):
+        print(f"not run here: {first['attention_paths_refused']}")
+    print(f"{'path':<13}{'round':>6}{'fwd':>8}{'bwd':>8}{'bf16 GEMM':>11}{'own tiles':>11}{'fwd/GEMM':>10}"
+          f"{'bwd/GEMM':>10}{'fwd/tiles':>11}{'bwd/tiles':>11}")
+    for w in rows:
+        print(f"{w['isa']:<13}{w['round']:>6}{w['fwd'] / 1e9:>8.1f}{w['bwd'] / 1e9:>8.1f}{w['gemm'] / 1e9:>11.1f}"
+              f"{w['tile'] / 1e9:>11.1f}{w['fwd_over_gemm']:>10.2f}{w['bwd_over_gemm']:>10.2f}"
+              f"{w['fwd_over_tile']:>11.2f}{w['bwd_over_tile']:>11.2f}")
+    print("own tiles: the path's bf16 tile kernel (plain: the fp32 tiles it widens to). Targets: AMX host, fwd and bwd "
+          "/ bf16 GEMM >= 0.5; AVX512-BF16 host without AMX, / own tiles >= 0.5")
+    # The fastest by the measured choice's rule (kernels::fastest_attention_path), on medians.
+    med = {isa: {k: median([w[k] for w in rows if w["isa"] == isa]) for k in ("fwd", "bwd")} for isa in usable}
+    fastest = min(usable, key=lambda i: 1 / med[i]["fwd"] + 2.5 / med[i]["bwd"]) if usable else ""
+    fields = [f"host_kind={host['host_kind']}", f"bf16_fastest={fastest}"]
+    for isa in usable:
+        for k in ("fwd_over_gemm", "bwd_over_gemm", "fwd_over_tile", "bwd_over_tile"):
+            fields.append(f"{isa}_{k}_min={min(w[k] for w in rows if w['isa'] == isa):.3f}")
+    part = {"seq": S, "head_dim": D, "heads": a.heads, "host": host, "usable": usable,
+            "refused": first.get("attention_paths_refused", ""), "rows": rows, "fastest": fastest}
+    return part, " ".join(fields)
 
 
 if __name__ == "__main__":

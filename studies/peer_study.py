@@ -22,12 +22,11 @@ BLAS core each side ran) as JSON, and prints a table and one grep-able MINICP_PE
 import argparse
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 
-from common import int_at_least, median, run_program
+from common import HOST_KINDS, cpu_info, int_at_least, median, run_program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -181,23 +180,6 @@ def run_peer(a, dtype):
     return rec
 
 
-def cpu_info():
-    model, flags = platform.processor(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k.strip() == "model name" and not model.strip():
-                    model = v.strip()
-                if k.strip() == "flags" and not flags:
-                    flags = set(v.split())
-    except OSError:
-        pass
-    keep = ["avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"]
-    return {"cpu_model": model, "cpu_flags": " ".join(k for k in keep if k in flags),
-            "cpus": os.cpu_count(), "host": platform.node()}
-
-
 def debian_version(pkg):
     """The installed version of a Debian package ('' when dpkg does not know it): torch's own
     __version__ reads 1.13.0a0 in Debian's 1.13.1 build."""
@@ -207,6 +189,10 @@ def debian_version(pkg):
     except OSError:
         return ""
     return p.stdout.strip() if p.returncode == 0 else ""
+
+
+# miniCP bf16 / PyTorch bf16, per host kind (the AMX issue's targets).
+BF16_TARGET = {"amx": 3.0, "avx512_bf16": 2.0, "other": 2.0}
 
 
 def summarise(rounds):
@@ -307,7 +293,10 @@ def main(argv):
           "ratio = PyTorch time / miniCP time")
     print(table(res))
     s = res["summary"]
-    print(f"MINICP_PEER_STUDY S={a.seq_len} threads={a.threads} rounds={a.rounds} "
+    print(f"host kind: {HOST_KINDS[p['host_kind']]}; miniCP's bf16 attention path {p['minicp_attention_isa']}; target "
+          f"bf16 ratio >= {BF16_TARGET[p['host_kind']]}")
+    print(f"MINICP_PEER_STUDY host_kind={p['host_kind']} attention_isa={p['minicp_attention_isa']} "
+          f"S={a.seq_len} threads={a.threads} rounds={a.rounds} "
           f"bf16_ratio={s['bf16']['speed_ratio_median']:.3f} ({s['bf16']['speed_ratio_min']:.3f}-{s['bf16']['speed_ratio_max']:.3f}) "
           f"f32_ratio={s['f32']['speed_ratio_median']:.3f} ({s['f32']['speed_ratio_min']:.3f}-{s['f32']['speed_ratio_max']:.3f})")
     if max(loads) > a.threads + 0.75:

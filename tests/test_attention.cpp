@@ -662,8 +662,13 @@ TEST(Bf16AttentionIsa, FastestMeasuredPathWins) {
 TEST(Bf16AttentionIsa, PathsAreMeasuredAndTheChoiceHolds) {
   const EnvOverride unset(kIsaVar, nullptr);
   const std::vector<kernels::AttnPathRate> rates = kernels::measure_attention_paths(64, 0.001);
-  ASSERT_EQ(rates.size(), cpu_has_avx512_bf16() ? 3u : 2u) << kernels::describe_attention_paths(rates);
-  EXPECT_EQ(rates.front().isa, "plain");
+  ASSERT_EQ(rates.size(), 3u) << kernels::describe_attention_paths(rates);
+  EXPECT_EQ(rates[0].isa, "plain");
+  EXPECT_EQ(rates[0].refused, "");
+  EXPECT_EQ(rates[1].isa, "avx512_bf16");
+  EXPECT_EQ(rates[1].refused, cpu_has_avx512_bf16() ? "" : "this CPU has no avx512_bf16");
+  EXPECT_EQ(kernels::attention_paths_here(63)[1].refused,
+            cpu_has_avx512_bf16() ? "head_dim 63 is odd" : "this CPU has no avx512_bf16");
   EXPECT_EQ(rates.back().isa, "amx");
   EXPECT_EQ(rates.back().refused,
             kernels::detail::amx_unusable().empty() ? rates.back().refused : kernels::detail::amx_unusable());

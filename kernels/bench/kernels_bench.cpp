@@ -25,6 +25,7 @@
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/ceiling.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/types.hpp"
@@ -82,6 +83,17 @@ void BM_Gemm(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.counters["FLOPS"] = benchmark::Counter(kk::gemm_flops(n, n, n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The attention tile kernels' own product rate, as the GEMM ceiling measures it (ceiling.hpp:
+// 128 x 256 x 128 in-cache products on every thread, best of 3): BM_TileGemm the fp32 tiles
+// (the plain bf16 path's too: it widens to fp32), BM_Bf16TileGemm the bf16 tiles of the path
+// attention_isa() names (FLOPS 0 where that path has none). FLOPS: the best iteration's.
+template <bool Bf16>
+void BM_TileGemm(benchmark::State& state) {
+  double best = 0;
+  for (auto _ : state) best = std::max(best, Bf16 ? kk::bf16_tile_gemm_rate([] {}) : kk::tile_gemm_rate([] {}));
+  state.counters["FLOPS"] = best;
 }
 
 // Inputs of one attention problem: q[S,H,D], k,v[S,Hkv,D], positions 0..S-1.
@@ -276,6 +288,8 @@ int run(const minicp::harness::Args&) {
     if (!kk::kHostMemory) b->Arg(8192);
     b->UseRealTime()->Unit(benchmark::kMillisecond);
   }
+  benchmark::RegisterBenchmark("BM_TileGemm", BM_TileGemm<false>)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_Bf16TileGemm", BM_TileGemm<true>)->UseRealTime()->Unit(benchmark::kMillisecond);
   using Fn = void (*)(benchmark::State&);
   const std::pair<const char*, Fn> attention[] = {{"BM_AttentionFwd", &BM_AttentionFwd<float>},
                                                   {"BM_AttentionBwd", &BM_AttentionBwd<float>},
@@ -302,6 +316,17 @@ int run(const minicp::harness::Args&) {
   if (!blas.warning.empty()) benchmark::AddCustomContext("blas_warning", blas.warning);
   benchmark::AddCustomContext("attention_heads", std::to_string(kHeads));
   benchmark::AddCustomContext("attention_isa", kk::attention_isa());  // the path of the *Bf16 families
+  // The bf16 paths MINICP_ATTENTION_ISA may name here (at the largest head_dim), and why not
+  // the others: the kernel study times each.
+  std::string usable, refused;
+  for (const kk::AttnPathRate& r : kk::attention_paths_here(int(*std::max_element(g_dim.begin(), g_dim.end())))) {
+    if (r.refused.empty())
+      usable += (usable.empty() ? "" : ",") + r.isa;
+    else
+      refused += (refused.empty() ? "" : "; ") + r.isa + ": " + r.refused;
+  }
+  benchmark::AddCustomContext("attention_paths_usable", usable);
+  benchmark::AddCustomContext("attention_paths_refused", refused);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
