@@ -119,8 +119,9 @@ std::vector<AttnPathRate> attention_paths_here(int head_dim);
 // Times each bf16 path this process can run on a causal forward and backward of 512 tokens,
 // 2 heads per thread, head_dim D, default tiles, on every thread, each for min_s seconds:
 // those attention_paths_here lets run, amx only where its start-up check (the kernel gives
-// its emulation's results bit for bit) passes too; the others listed with the reason. Empty where MINICP_ATTENTION_ISA
-// forces a path, and off the host. Takes about 6 x min_s plus the warm-ups.
+// its emulation's results bit for bit) passes too; the others listed with the reason. Empty
+// where MINICP_ATTENTION_ISA forces a path, and off the host. Takes about 6 x min_s plus the
+// warm-ups.
 std::vector<AttnPathRate> measure_attention_paths(int head_dim, double min_s = 0.005);
 // The path of the smallest training-step time per forward FLOP among those that ran (plain
 // when none did).

@@ -8,12 +8,14 @@ namespace minicp::kernels {
 
 namespace {
 constexpr int kFaults[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE};
-thread_local sigjmp_buf* t_armed = nullptr;  // this thread's return point while fn runs
+thread_local sigjmp_buf* t_armed = nullptr;            // this thread's return point while fn runs
+thread_local volatile std::sig_atomic_t t_caught = 0;  // the signal that jumped back to it
 
 void on_fault(int sig) {
   if (sigjmp_buf* back = t_armed) {
     t_armed = nullptr;
-    siglongjmp(*back, sig);
+    t_caught = sig;
+    siglongjmp(*back, 1);
   }
   // Another thread's fault: the default action, as if no handler had been installed.
   std::signal(sig, SIG_DFL);
@@ -29,15 +31,16 @@ int run_catching_faults(void (*fn)(void*), void* arg) {
   sigemptyset(&caught.sa_mask);
   for (int i = 0; i < 4; ++i) sigaction(kFaults[i], &caught, &before[i]);
   sigjmp_buf back;
+  t_caught = 0;
   // savemask 1: the signal, blocked while its handler runs, is unblocked again on the jump.
-  int sig = sigsetjmp(back, 1);
-  if (sig == 0) {
+  // (sigsetjmp compared with a constant: one of the uses the standard allows.)
+  if (sigsetjmp(back, 1) == 0) {
     t_armed = &back;
     fn(arg);
   }
   t_armed = nullptr;
   for (int i = 0; i < 4; ++i) sigaction(kFaults[i], &before[i], nullptr);
-  return sig;
+  return t_caught;
 }
 
 const char* fault_name(int sig) {
