@@ -26,31 +26,42 @@ namespace minicp::kernels::detail::tiled::MINICP_AMX_NS {
 
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
-// A [M, K] row-major bf16, zero past M (to a multiple of 16 rows) and K (of 32).
+// A [M, K] row-major bf16, zero past M (to a multiple of 16 rows) and K (of 32). shape()
+// zeroes only the padding: the packing functions write every entry inside [M, K].
 struct OperandA {
   std::vector<bf16> v;
   int ld = 0;  // bf16 per row
   bf16* shape(int M, int K) {
     ld = round_up(std::max(K, 1), amx::kTileK);
-    const size_t n = size_t(round_up(std::max(M, 1), amx::kTileRows)) * ld;
-    if (v.size() < n) v.resize(n);
-    std::memset(static_cast<void*>(v.data()), 0, n * sizeof(bf16));
-    return v.data();
+    const int rows = round_up(std::max(M, 1), amx::kTileRows);
+    if (v.size() < size_t(rows) * ld) v.resize(size_t(rows) * ld);
+    bf16* a = v.data();
+    if (ld > K)
+      for (int m = 0; m < M; ++m) std::memset(static_cast<void*>(a + size_t(m) * ld + K), 0, (ld - K) * sizeof(bf16));
+    std::memset(static_cast<void*>(a + size_t(M) * ld), 0, size_t(rows - M) * ld * sizeof(bf16));
+    return a;
   }
 };
 // B [K, N] in pair rows: word (p, n) = B[2p][n] | B[2p+1][n] << 16, zero past K (to a
-// multiple of 32) and N (of 16).
+// multiple of 32) and N (of 16). shape() zeroes only the padding, as OperandA's does.
 struct OperandB {
   std::vector<uint32_t> w;
   int ld = 0, pairs = 0;  // words per pair row; pair rows
   uint32_t* shape(int K, int N) {
     ld = round_up(std::max(N, 1), amx::kTileN), pairs = round_up(std::max(K, 1), amx::kTileK) / 2;
-    const size_t n = size_t(pairs) * ld;
-    if (w.size() < n) w.resize(n);
-    std::memset(w.data(), 0, n * sizeof(uint32_t));
-    return w.data();
+    if (w.size() < size_t(pairs) * ld) w.resize(size_t(pairs) * ld);
+    uint32_t* b = w.data();
+    const int written = (K + 1) / 2;  // pair rows the packing writes (an odd K's last one half zero)
+    if (ld > N)
+      for (int p = 0; p < written; ++p) std::memset(b + size_t(p) * ld + N, 0, (ld - N) * sizeof(uint32_t));
+    std::memset(b + size_t(written) * ld, 0, size_t(pairs - written) * ld * sizeof(uint32_t));
+    return b;
   }
 };
+
+// The packing below is exact (copies, transposes, round-to-nearest-even), so its loop order
+// changes no bit; the transposes walk 16 x 16 blocks, which stay in L1 on both sides.
+constexpr int kPackBlock = 16;
 
 // A <- X [M, K] (row stride ldx), as it lies.
 inline void a_rows(OperandA& a, const bf16* X, std::ptrdiff_t ldx, int M, int K) {
@@ -60,35 +71,59 @@ inline void a_rows(OperandA& a, const bf16* X, std::ptrdiff_t ldx, int M, int K)
 // A <- S [M, K] (row stride lds) rounded to bf16.
 inline void a_rounded(OperandA& a, const float* S, std::ptrdiff_t lds, int M, int K) {
   bf16* out = a.shape(M, K);
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) out[size_t(m) * a.ld + k] = bf16(S[m * lds + k]);
+  for (int m = 0; m < M; ++m) {
+    const float* s = S + m * lds;
+    uint16_t* o = &out[size_t(m) * a.ld].bits;
+    for (int k = 0; k < K; ++k) o[k] = bf16::round(s[k]);
+  }
 }
 // A <- S^T rounded to bf16, for S [rows, cols] (row stride lds): A is [cols, rows].
 inline void a_rounded_transposed(OperandA& a, const float* S, std::ptrdiff_t lds, int rows, int cols) {
   bf16* out = a.shape(cols, rows);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) out[size_t(c) * a.ld + r] = bf16(S[r * lds + c]);
+  for (int r0 = 0; r0 < rows; r0 += kPackBlock)
+    for (int c0 = 0; c0 < cols; c0 += kPackBlock) {
+      const int r1 = std::min(rows, r0 + kPackBlock), c1 = std::min(cols, c0 + kPackBlock);
+      for (int c = c0; c < c1; ++c) {
+        uint16_t* o = &out[size_t(c) * a.ld].bits;
+        for (int r = r0; r < r1; ++r) o[r] = bf16::round(S[r * lds + c]);
+      }
+    }
 }
-inline uint32_t pair(bf16 lo, bf16 hi) { return uint32_t(lo.bits) | uint32_t(hi.bits) << 16; }
-// B <- X [K, N] (row stride ldx), in pair rows.
+// B <- X [K, N] (row stride ldx), in pair rows: two rows of X interleaved per pair row.
 inline void b_rows(OperandB& b, const bf16* X, std::ptrdiff_t ldx, int K, int N) {
   uint32_t* out = b.shape(K, N);
-  const bf16 zero(0.0f);
-  for (int p = 0; 2 * p < K; ++p)
-    for (int n = 0; n < N; ++n)
-      out[size_t(p) * b.ld + n] = pair(X[2 * p * ldx + n], 2 * p + 1 < K ? X[(2 * p + 1) * ldx + n] : zero);
+  for (int p = 0; p < K / 2; ++p) {
+    const uint16_t *lo = &X[2 * p * ldx].bits, *hi = &X[(2 * p + 1) * ldx].bits;
+    uint32_t* o = out + size_t(p) * b.ld;
+    for (int n = 0; n < N; ++n) o[n] = uint32_t(lo[n]) | uint32_t(hi[n]) << 16;
+  }
+  if (K % 2) {  // the last pair row's high halves are zero
+    const uint16_t* lo = &X[(K - 1) * ldx].bits;
+    uint32_t* o = out + size_t(K / 2) * b.ld;
+    for (int n = 0; n < N; ++n) o[n] = lo[n];
+  }
 }
-// B <- X^T in pair rows, for X [N, K] (row stride ldx): word (p, n) is X[n][2p], X[n][2p+1].
+// B <- X^T in pair rows, for X [N, K] (row stride ldx): word (p, n) is X[n][2p], X[n][2p+1],
+// the two bf16 that lie next to each other in X's row n: a transpose of 32-bit words.
 inline void b_transposed(OperandB& b, const bf16* X, std::ptrdiff_t ldx, int N, int K) {
   uint32_t* out = b.shape(K, N);
-  const bf16 zero(0.0f);
-  for (int n = 0; n < N; ++n)
-    for (int p = 0; 2 * p < K; ++p)
-      out[size_t(p) * b.ld + n] = pair(X[n * ldx + 2 * p], 2 * p + 1 < K ? X[n * ldx + 2 * p + 1] : zero);
+  const int P = K / 2;  // whole pairs
+  for (int n0 = 0; n0 < N; n0 += kPackBlock)
+    for (int p0 = 0; p0 < P; p0 += kPackBlock) {
+      const int n1 = std::min(N, n0 + kPackBlock), p1 = std::min(P, p0 + kPackBlock);
+      for (int p = p0; p < p1; ++p) {
+        uint32_t* o = out + size_t(p) * b.ld;
+        for (int n = n0; n < n1; ++n) std::memcpy(o + n, X + n * ldx + 2 * p, sizeof(uint32_t));
+      }
+    }
+  if (K % 2)  // the last pair row: X[n][K-1] alone
+    for (int n = 0; n < N; ++n) out[size_t(P) * b.ld + n] = X[n * ldx + K - 1].bits;
 }
 
 // One block of MB x NB tiles of C at (m0, n0): C (+)= A B over every k step, written back
-// for m < M, n < N (accumulate: added to C; else alpha times the product).
+// for m < M, n < N (accumulate: added to C; else alpha times the product). Whole tiles are
+// loaded from and stored to C where it lies (a tile load takes any row stride); a block at
+// a ragged edge goes through a zero-padded copy.
 template <class Tiles, int MB, int NB>
 void block(int m0, int n0, int M, int N, const OperandA& A, const OperandB& B, float* C, std::ptrdiff_t ldc,
            bool accumulate, float alpha) {
@@ -96,16 +131,21 @@ void block(int m0, int n0, int M, int N, const OperandA& A, const OperandB& B, f
   alignas(64) float c[4][R][W];
   auto rows = [&](int i) { return std::clamp(M - m0 - i * R, 0, R); };
   auto cols = [&](int j) { return std::clamp(N - n0 - j * W, 0, W); };
+  const bool whole = M - m0 >= MB * R && N - n0 >= NB * W;
+  const std::ptrdiff_t stride = std::ptrdiff_t(sizeof(float)) * (whole ? ldc : W);
+  auto tile = [&](int i, int j) { return whole ? C + (m0 + i * R) * ldc + n0 + j * W : c[2 * i + j][0]; };
   if (accumulate) {
-    std::memset(c, 0, sizeof c);
-    for (int i = 0; i < MB; ++i)
-      for (int j = 0; j < NB; ++j)
-        for (int r = 0; r < rows(i); ++r)
-          std::memcpy(c[2 * i + j][r], C + (m0 + i * R + r) * ldc + n0 + j * W, cols(j) * sizeof(float));
-    Tiles::template load<0>(c[0], W * sizeof(float));
-    if constexpr (NB == 2) Tiles::template load<1>(c[1], W * sizeof(float));
-    if constexpr (MB == 2) Tiles::template load<2>(c[2], W * sizeof(float));
-    if constexpr (MB == 2 && NB == 2) Tiles::template load<3>(c[3], W * sizeof(float));
+    if (!whole) {
+      std::memset(c, 0, sizeof c);
+      for (int i = 0; i < MB; ++i)
+        for (int j = 0; j < NB; ++j)
+          for (int r = 0; r < rows(i); ++r)
+            std::memcpy(c[2 * i + j][r], C + (m0 + i * R + r) * ldc + n0 + j * W, cols(j) * sizeof(float));
+    }
+    Tiles::template load<0>(tile(0, 0), stride);
+    if constexpr (NB == 2) Tiles::template load<1>(tile(0, 1), stride);
+    if constexpr (MB == 2) Tiles::template load<2>(tile(1, 0), stride);
+    if constexpr (MB == 2 && NB == 2) Tiles::template load<3>(tile(1, 1), stride);
   } else {
     Tiles::template zero<0>();
     if constexpr (NB == 2) Tiles::template zero<1>();
@@ -125,15 +165,18 @@ void block(int m0, int n0, int M, int N, const OperandA& A, const OperandB& B, f
     if constexpr (MB == 2) Tiles::template dpbf16ps<2, 5, 6>();
     if constexpr (MB == 2 && NB == 2) Tiles::template dpbf16ps<3, 5, 7>();
   }
-  Tiles::template store<0>(c[0], W * sizeof(float));
-  if constexpr (NB == 2) Tiles::template store<1>(c[1], W * sizeof(float));
-  if constexpr (MB == 2) Tiles::template store<2>(c[2], W * sizeof(float));
-  if constexpr (MB == 2 && NB == 2) Tiles::template store<3>(c[3], W * sizeof(float));
+  Tiles::template store<0>(tile(0, 0), stride);
+  if constexpr (NB == 2) Tiles::template store<1>(tile(0, 1), stride);
+  if constexpr (MB == 2) Tiles::template store<2>(tile(1, 0), stride);
+  if constexpr (MB == 2 && NB == 2) Tiles::template store<3>(tile(1, 1), stride);
+  const float scale = accumulate ? 1.0f : alpha;
+  if (whole && scale == 1.0f) return;
   for (int i = 0; i < MB; ++i)
     for (int j = 0; j < NB; ++j)
       for (int r = 0; r < rows(i); ++r) {
         float* out = C + (m0 + i * R + r) * ldc + n0 + j * W;
-        for (int n = 0; n < cols(j); ++n) out[n] = accumulate ? c[2 * i + j][r][n] : alpha * c[2 * i + j][r][n];
+        const float* in = whole ? out : c[2 * i + j][r];
+        for (int n = 0; n < cols(j); ++n) out[n] = scale * in[n];
       }
 }
 
@@ -173,6 +216,22 @@ struct AmxEngine {
     Session& operator=(const Session&) = delete;
   };
 
+  // The operands' buffers are the thread's, kept from work item to item (as the loops' own,
+  // item_buffer): one engine of a kind lives on a thread at a time.
+  struct FwdOperands {
+    OperandA a;
+    OperandB qT, b;
+  };
+  struct BwdOperands {
+    OperandA a;
+    OperandB kT, vT, kp, b;
+  };
+  template <class W>
+  static W& thread_operands() {
+    thread_local W w;
+    return w;
+  }
+
   class Fwd {
    public:
     Fwd(int D, int, int) : D_(D) {}
@@ -194,8 +253,9 @@ struct AmxEngine {
     Session session_;
     int D_;
     float scale_ = 1.0f;
-    OperandA a_;
-    OperandB qT_, b_;
+    FwdOperands& w_ = thread_operands<FwdOperands>();
+    OperandA& a_ = w_.a;
+    OperandB &qT_ = w_.qT, &b_ = w_.b;
   };
 
   class Bwd {
@@ -232,8 +292,9 @@ struct AmxEngine {
     Session session_;
     int D_;
     float scale_ = 1.0f;
-    OperandA a_;
-    OperandB kT_, vT_, kp_, b_;
+    BwdOperands& w_ = thread_operands<BwdOperands>();
+    OperandA& a_ = w_.a;
+    OperandB &kT_ = w_.kT, &vT_ = w_.vT, &kp_ = w_.kp, &b_ = w_.b;
   };
 };
 

@@ -104,6 +104,18 @@ inline AttnStats sum_stats(const std::vector<AttnStats>& stats) {
   return total;
 }
 
+// A work item's buffer of n values of T, zeroed, kept by its thread from item to item (Slot
+// tells a thread's buffers apart). A fresh vector per item of 128 KiB comes from mmap, or from
+// a heap top glibc trims again, and its page faults cost a fifth of the AMX engine's work
+// between its tile products (S = 4096, D = 128).
+template <class T, int Slot>
+T* item_buffer(size_t n) {
+  thread_local std::vector<T> v;
+  if (v.size() < n) v.resize(n);
+  std::fill_n(v.data(), n, T(0));
+  return v.data();
+}
+
 // Forward work item (head, q-tile): walks the k-tiles with an online softmax.
 template <class E, class P>
 void fwd_item(const P& p, int item, typename E::Acc* O, typename E::Acc* LSE, AttnStats& st) {
@@ -112,7 +124,8 @@ void fwd_item(const P& p, int item, typename E::Acc* O, typename E::Acc* LSE, At
   const int i0 = qt * p.bq, mq = std::min(p.bq, p.Sq - i0);
   const int ld = E::padded(p.bq), nq = E::padded(mq);  // columns of sT: allocated, in use
   typename E::Fwd eng(p.D, p.bq, p.bk);
-  std::vector<A> sT(size_t(p.bk) * ld), acc(size_t(p.bq) * p.D, A(0));   // scores; unnormalised output
+  A* const sT = item_buffer<A, 0>(size_t(p.bk) * ld);                    // [bk, ld]: scores
+  A* const acc = item_buffer<A, 1>(size_t(p.bq) * p.D);                  // [bq, D]: unnormalised output
   std::vector<A> m(ld, neg_inf<A>()), l(ld, A(0)), shift(ld), corr(ld);  // per query
   const size_t qoff = size_t(i0) * p.ldq + size_t(h) * p.D;
   eng.load_q(p.Q + qoff, p.ldq, mq, p.scale);
@@ -124,15 +137,15 @@ void fwd_item(const P& p, int item, typename E::Acc* O, typename E::Acc* LSE, At
     }
     const int j0 = kt * p.bk, mk = std::min(p.bk, p.Sk - j0);
     const size_t koff = size_t(j0) * p.ldk + size_t(g) * p.D;
-    eng.scores(p.K + koff, p.ldk, mk, nq, sT.data(), ld);
-    if (b == Block::Partial) apply_mask(*p.mask, sT.data(), 1, ld, i0, mq, j0, mk);
-    online_softmax_columns(sT.data(), ld, nq, mk, m.data(), l.data(), shift.data(), corr.data());
-    rescale_rows(acc.data(), p.D, mq, corr.data());
-    eng.add_pv(sT.data(), ld, mk, mq, p.V + koff, p.ldk, acc.data());
+    eng.scores(p.K + koff, p.ldk, mk, nq, sT, ld);
+    if (b == Block::Partial) apply_mask(*p.mask, sT, 1, ld, i0, mq, j0, mk);
+    online_softmax_columns(sT, ld, nq, mk, m.data(), l.data(), shift.data(), corr.data());
+    rescale_rows(acc, p.D, mq, corr.data());
+    eng.add_pv(sT, ld, mk, mq, p.V + koff, p.ldk, acc);
     ++st.blocks_computed;
     st.flops += 4.0 * mq * mk * p.D;
   }
-  finish_rows(acc.data(), p.D, mq, m.data(), l.data(), O + qoff, p.ldq, LSE + size_t(i0) * p.H + h, p.H);
+  finish_rows(acc, p.D, mq, m.data(), l.data(), O + qoff, p.ldq, LSE + size_t(i0) * p.H + h, p.H);
 }
 
 template <class E>
