@@ -43,6 +43,13 @@ AttnStats attention_fwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16
 AttnStats attention_bwd_amx_emulated(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
                                      CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
                                      View3<float> dv, float scale, int tile_q, int tile_k);
+// The AMX engine with its tile operations as no-ops (attention_amx_no_tiles.cpp): its work
+// between the tile products alone, timed as the bound of the amx path. Not attention.
+AttnStats attention_fwd_amx_no_tiles(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, const AttnMask& mask,
+                                     View3<float> o, View2<float> lse, float scale, int tile_q, int tile_k);
+AttnStats attention_bwd_amx_no_tiles(CView3<bf16> q, CView3<bf16> k, CView3<bf16> v, CView3<bf16> o, CView2<float> lse,
+                                     CView3<bf16> dout, const AttnMask& mask, View3<float> dq, View3<float> dk,
+                                     View3<float> dv, float scale, int tile_q, int tile_k);
 // amx::probe on the tiles' emulation (attention_amx_emulated.cpp): what the CPU's tiles
 // must give at start-up.
 amx::ProbeIO amx_emulated_probe();

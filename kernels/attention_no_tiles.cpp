@@ -50,7 +50,22 @@ AttnStats attention_bwd_amx_emulated(CView3<bf16>, CView3<bf16>, CView3<bf16>, C
                                      int, int) {
   no_tiles();
 }
+AttnStats attention_fwd_amx_no_tiles(CView3<bf16>, CView3<bf16>, CView3<bf16>, const AttnMask&, View3<float>,
+                                     View2<float>, float, int, int) {
+  no_tiles();
+}
+AttnStats attention_bwd_amx_no_tiles(CView3<bf16>, CView3<bf16>, CView3<bf16>, CView3<bf16>, CView2<float>,
+                                     CView3<bf16>, const AttnMask&, View3<float>, View3<float>, View3<float>, float,
+                                     int, int) {
+  no_tiles();
+}
 std::string amx_unusable() { return "this build has no tiled (host) kernels"; }
+// The emulation is portable C++ and its probe runs anywhere (the tests hold it to its rules).
+amx::ProbeIO amx_emulated_probe() {
+  amx::ProbeIO io;
+  amx::probe<amx::EmulatedTiles>(io);
+  return io;
+}
 
 #define MINICP_NO_TILES(T)                                                                                           \
   template AttnStats attention_fwd_tiled<T>(CView3<T>, CView3<T>, CView3<T>, const AttnMask&, View3<acc_t<T>>,       \

@@ -4,9 +4,10 @@ attention forward/backward, printed as ratios of attention useful FLOP/s to the 
 FLOP/s of the same run, plus a grep-able MINICP_KERNELS summary line. Then the small blocks:
 the causal forward and backward, fp32 and bf16, at --small-seq rows against --seq rows (the
 same --small-head-dim), in alternated rounds: the rate a ring step's block of S/P rows keeps.
-Then the bf16 attention paths: each path this host can run (plain, avx512_bf16, amx), causal
-at --seq and --head-dim, against the bf16 GEMM engine at --gemm-n^3 and the path's own tile
-kernel in the same call, the paths alternated over --path-rounds rounds; the host's kind
+Then the bf16 attention paths: each path this host can run (plain, avx512_bf16, amx), and
+the AMX engine with its tile operations as no-ops (its bound, on any host), causal at --seq
+and --head-dim, against the bf16 GEMM engine at --gemm-n^3 and the path's own tile kernel
+in the same call, the paths alternated over --path-rounds rounds; the host's kind
 (AMX, AVX512-BF16 without AMX, or neither) labels the section and the summary line."""
 import argparse
 import json
@@ -152,52 +153,72 @@ def small_blocks(a, bench):
     return {"seq": a.small_seq, "large_seq": a.seq, "head_dim": D, "rounds": rounds}, line
 
 
-def bf16_paths(a, bench):
-    """bf16 attention, causal, S = a.seq, D = a.head_dim, on each path the bench says this host
-    can run (its context's attention_paths_usable), each call also timing the bf16 GEMM engine
-    at a.gemm_n^3 and the tile kernels (ceiling.hpp's product rates); the paths alternate within
-    each of a.path_rounds rounds. A path's own tile kernel is its bf16 tiles, or for plain
-    (which widens to fp32) the fp32 tiles. Returns (the JSON part, the summary fields)."""
+# The AMX engine with its tile operations as no-ops (BM_Attention*Bf16AmxNoTiles), timed on
+# every host beside the paths: its work between the tile products, the amx path's bound.
+NO_TILES = "amx_no_tiles"
+
+
+def path_row(a, bench, isa, rnd):
+    """One round's row of one path (or of NO_TILES): its forward and backward beside the bf16
+    GEMM engine at a.gemm_n^3 and the tile kernels, in one benchmark call."""
     S, D = a.seq, a.head_dim
-    filt = f"BM_Bf16Gemm/{a.gemm_n}/|BM_(Bf16)?TileGemm|BM_Attention(Fwd|Bwd)Bf16/{S}/{D}/1/"
-    args = [f"--seq={S}", f"--head-dim={D}", "--causal=1", f"--heads={a.heads}"]
-    first = bench("BM_Bf16TileGemm", [f"--head-dim={D}"])["context"]  # which paths run here
-    usable = [x for x in first.get("attention_paths_usable", "").split(",") if x]
-    host = cpu_info()
-    rows = []
-    for r in range(a.path_rounds):
-        for isa in usable:
-            rate = {b["name"].split("/")[0]: b["FLOPS"] for b in bench(filt, args, isa)["benchmarks"]
-                    if b.get("run_type", "iteration") == "iteration"}
-            tile = rate["BM_Bf16TileGemm"] or rate["BM_TileGemm"]
-            row = {"round": r + 1, "isa": isa, "fwd": rate["BM_AttentionFwdBf16"], "bwd": rate["BM_AttentionBwdBf16"],
-                   "gemm": rate["BM_Bf16Gemm"], "tile": tile,
-                   "tile_kernel": "bf16 tiles" if rate["BM_Bf16TileGemm"] else "fp32 tiles"}
-            for k in ("fwd", "bwd"):
-                row[f"{k}_over_gemm"], row[f"{k}_over_tile"] = row[k] / row["gemm"], row[k] / tile
-            rows.append(row)
+    fam = "Bf16AmxNoTiles" if isa == NO_TILES else "Bf16"
+    filt = f"BM_Bf16Gemm/{a.gemm_n}/|BM_(Bf16)?TileGemm|BM_Attention(Fwd|Bwd){fam}/{S}/{D}/1/"
+    out = bench(filt, [f"--seq={S}", f"--head-dim={D}", "--causal=1", f"--heads={a.heads}"],
+                None if isa == NO_TILES else isa)
+    rate = {b["name"].split("/")[0]: b["FLOPS"] for b in out["benchmarks"] if b.get("run_type", "iteration") == "iteration"}
+    row = {"round": rnd, "isa": isa, "fwd": rate[f"BM_AttentionFwd{fam}"], "bwd": rate[f"BM_AttentionBwd{fam}"],
+           "gemm": rate["BM_Bf16Gemm"]}
+    if isa != NO_TILES:  # a path's own tiles: its bf16 tiles, or for plain (widened to fp32) the fp32 ones
+        row["tile"] = rate["BM_Bf16TileGemm"] or rate["BM_TileGemm"]
+        row["tile_kernel"] = "bf16 tiles" if rate["BM_Bf16TileGemm"] else "fp32 tiles"
+    for k in ("fwd", "bwd"):
+        row[f"{k}_over_gemm"] = row[k] / row["gemm"]
+        if "tile" in row:
+            row[f"{k}_over_tile"] = row[k] / row["tile"]
+    return row
+
+
+def print_paths(a, host, refused, rows):
     print()
-    print(f"bf16 attention paths: causal, S={S}, D={D}, H={a.heads}, useful GFLOP/s; {HOST_KINDS[host['host_kind']]}: "
-          f"{host['cpu_model']} ({host['cpu_flags']})")
-    if first.get("attention_paths_refused"):
-        print(f"not run here: {first['attention_paths_refused']}")
+    print(f"bf16 attention paths: causal, S={a.seq}, D={a.head_dim}, H={a.heads}, useful GFLOP/s; "
+          f"{HOST_KINDS[host['host_kind']]}: {host['cpu_model']} ({host['cpu_flags']})")
+    if refused:
+        print(f"not run here: {refused}")
     print(f"{'path':<13}{'round':>6}{'fwd':>8}{'bwd':>8}{'bf16 GEMM':>11}{'own tiles':>11}{'fwd/GEMM':>10}"
           f"{'bwd/GEMM':>10}{'fwd/tiles':>11}{'bwd/tiles':>11}")
     for w in rows:
+        tiles = [f"{w['tile'] / 1e9:>11.1f}", f"{w['fwd_over_tile']:>11.2f}", f"{w['bwd_over_tile']:>11.2f}"] \
+            if "tile" in w else [f"{'-':>11}"] * 3
         print(f"{w['isa']:<13}{w['round']:>6}{w['fwd'] / 1e9:>8.1f}{w['bwd'] / 1e9:>8.1f}{w['gemm'] / 1e9:>11.1f}"
-              f"{w['tile'] / 1e9:>11.1f}{w['fwd_over_gemm']:>10.2f}{w['bwd_over_gemm']:>10.2f}"
-              f"{w['fwd_over_tile']:>11.2f}{w['bwd_over_tile']:>11.2f}")
-    print("own tiles: the path's bf16 tile kernel (plain: the fp32 tiles it widens to). Targets: AMX host, fwd and bwd "
+              f"{tiles[0]}{w['fwd_over_gemm']:>10.2f}{w['bwd_over_gemm']:>10.2f}{tiles[1]}{tiles[2]}")
+    print("own tiles: the path's bf16 tile kernel (plain: the fp32 tiles it widens to). amx_no_tiles: the AMX engine "
+          "with its tile operations as no-ops, the rate the amx path cannot pass.\nTargets: AMX host, amx fwd and bwd "
           "/ bf16 GEMM >= 0.5; AVX512-BF16 host without AMX, / own tiles >= 0.5")
+
+
+def bf16_paths(a, bench):
+    """bf16 attention, causal, S = a.seq, D = a.head_dim, on each path the bench says this host
+    can run (its context's attention_paths_usable) and the AMX engine without its tiles
+    (NO_TILES), each beside the bf16 GEMM engine and the tile kernels (ceiling.hpp's product
+    rates), alternated within each of a.path_rounds rounds. Returns (the JSON part, the
+    summary fields)."""
+    first = bench("BM_Bf16TileGemm", [f"--head-dim={a.head_dim}"])["context"]  # which paths run here
+    usable = [x for x in first.get("attention_paths_usable", "").split(",") if x]
+    refused = first.get("attention_paths_refused", "")
+    host = cpu_info()
+    rows = [path_row(a, bench, isa, r + 1) for r in range(a.path_rounds) for isa in usable + [NO_TILES]]
+    print_paths(a, host, refused, rows)
     # The fastest by the measured choice's rule (kernels::fastest_attention_path), on medians.
     med = {isa: {k: median([w[k] for w in rows if w["isa"] == isa]) for k in ("fwd", "bwd")} for isa in usable}
     fastest = min(usable, key=lambda i: 1 / med[i]["fwd"] + 2.5 / med[i]["bwd"]) if usable else ""
     fields = [f"host_kind={host['host_kind']}", f"bf16_fastest={fastest}"]
-    for isa in usable:
-        for k in ("fwd_over_gemm", "bwd_over_gemm", "fwd_over_tile", "bwd_over_tile"):
-            fields.append(f"{isa}_{k}_min={min(w[k] for w in rows if w['isa'] == isa):.3f}")
-    part = {"seq": S, "head_dim": D, "heads": a.heads, "host": host, "usable": usable,
-            "refused": first.get("attention_paths_refused", ""), "rows": rows, "fastest": fastest}
+    for isa in usable + [NO_TILES]:
+        mine = [w for w in rows if w["isa"] == isa]
+        for k in [k for k in ("fwd_over_gemm", "bwd_over_gemm", "fwd_over_tile", "bwd_over_tile") if k in mine[0]]:
+            fields.append(f"{isa}_{k}_min={min(w[k] for w in mine):.3f}")
+    part = {"seq": a.seq, "head_dim": a.head_dim, "heads": a.heads, "host": host, "usable": usable,
+            "refused": refused, "rows": rows, "fastest": fastest}
     return part, " ".join(fields)
 
 

@@ -285,6 +285,12 @@ def main(argv):
     res["summary"]["load_1min_max"] = max(loads)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
+    report(a, res, loads)
+    return 0
+
+
+def report(a, res, loads):
+    """The study's table, its host-kind line and its MINICP_PEER_STUDY summary line."""
     p = res["platform"]
     print(f"\npeer study: S={a.seq_len}, 1 rank x {a.threads} threads against torch {p['torch_version']} ({p['torch_package']}) at "
           f"{p['torch_threads']} threads; {p['cpu_model']} ({p['cpu_flags']}); BLAS core miniCP {p['minicp_blas_core']}, "
@@ -303,7 +309,6 @@ def main(argv):
         print(f"peer_study: WARNING: the 1-minute load average reached {max(loads):.2f} before a run "
               f"({a.threads} threads of this study's): other work shared the cores")
     print(f"peer_study: wrote {a.out}")
-    return 0
 
 
 if __name__ == "__main__":

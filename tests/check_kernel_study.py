@@ -4,8 +4,10 @@ minicp-kernels-bench at a small size (S = 256, D = 64, GEMMs 512^3, one round, s
 
 - the paths run are the bench's usable ones: plain always, avx512_bf16 exactly where the CPU
   has the flag, amx only on an AMX host; every path not run is named with its reason;
-- one row per path and round, each rate positive and each ratio its rates' quotient (a second
-  way of computing the figure), the tile kernel named (plain: the fp32 tiles);
+- one row per path and round, and one of the AMX engine without its tiles (its bound, on any
+  host, with no tile kernel of its own), each rate positive and each ratio its rates'
+  quotient (a second way of computing the figure), the tile kernel named (plain: the fp32
+  tiles);
 - the host kind is the CPU's (common.cpu_info), and the summary line names it, the fastest path
   by the measured choice's rule (1/fwd + 2.5/bwd) and each path's minimum ratios.
 
@@ -58,16 +60,21 @@ def main():
     for isa in ("plain", "avx512_bf16", "amx"):
         check(isa in usable or f"{isa}: " in refused, f"{isa} neither run nor refused with a reason ({refused!r})")
     check(part["host"]["host_kind"] == host["host_kind"], f"host kind {part['host']['host_kind']}")
-    check([w["isa"] for w in part["rows"]] == usable, f"one row per path: {[w['isa'] for w in part['rows']]}")
+    check([w["isa"] for w in part["rows"]] == usable + ["amx_no_tiles"],
+          f"one row per path and the AMX engine without tiles: {[w['isa'] for w in part['rows']]}")
     for w in part["rows"]:
-        for k in ("fwd", "bwd", "gemm", "tile"):
+        paths = w["isa"] != "amx_no_tiles"  # the bound has no tile kernel of its own
+        for k in ("fwd", "bwd", "gemm") + (("tile",) if paths else ()):
             check(w[k] > 0, f"{w['isa']} {k} rate {w[k]}")
+        check(("tile" in w) == paths, f"{w['isa']}: own tiles {'missing' if paths else 'given'}")
         for k in ("fwd", "bwd"):
             check(abs(w[f"{k}_over_gemm"] * w["gemm"] - w[k]) <= 1e-9 * w[k], f"{w['isa']} {k}_over_gemm")
-            check(abs(w[f"{k}_over_tile"] * w["tile"] - w[k]) <= 1e-9 * w[k], f"{w['isa']} {k}_over_tile")
-        check(w["tile_kernel"] == ("fp32 tiles" if w["isa"] == "plain" else "bf16 tiles"),
-              f"{w['isa']} own tiles: {w['tile_kernel']}")
-    step = {w["isa"]: 1 / w["fwd"] + 2.5 / w["bwd"] for w in part["rows"]}
+            if paths:
+                check(abs(w[f"{k}_over_tile"] * w["tile"] - w[k]) <= 1e-9 * w[k], f"{w['isa']} {k}_over_tile")
+        if paths:
+            check(w["tile_kernel"] == ("fp32 tiles" if w["isa"] == "plain" else "bf16 tiles"),
+                  f"{w['isa']} own tiles: {w['tile_kernel']}")
+    step = {w["isa"]: 1 / w["fwd"] + 2.5 / w["bwd"] for w in part["rows"] if w["isa"] in usable}
     check(part["fastest"] == min(step, key=step.get), f"fastest {part['fastest']} against {step}")
     line = [x for x in r.stdout.splitlines() if x.startswith("MINICP_KERNELS ")]
     check(len(line) == 1, "one MINICP_KERNELS line")
@@ -75,8 +82,9 @@ def main():
     check(fields.get("host_kind") == host["host_kind"], f"summary host_kind {fields.get('host_kind')}")
     check(fields.get("bf16_fastest") == part["fastest"], f"summary bf16_fastest {fields.get('bf16_fastest')}")
     for w in part["rows"]:
-        got = fields.get(f"{w['isa']}_fwd_over_tile_min")
-        check(got is not None and abs(float(got) - w["fwd_over_tile"]) < 1e-3, f"summary {w['isa']}_fwd_over_tile_min")
+        k = "fwd_over_gemm" if w["isa"] == "amx_no_tiles" else "fwd_over_tile"
+        got = fields.get(f"{w['isa']}_{k}_min")
+        check(got is not None and abs(float(got) - w[k]) < 1e-3, f"summary {w['isa']}_{k}_min")
     print("kernel study paths section: " + ("FAILED" if fails else "ok") + f" ({', '.join(usable)} run; {refused})")
     return 1 if fails else 0
 

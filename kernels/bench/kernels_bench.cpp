@@ -1,6 +1,7 @@
 // Google Benchmark timings of the miniCP kernels: BLAS GEMM, the bf16 GEMM engine, attention
 // forward and backward on one rank in fp32 and in bf16 (BM_Attention*Bf16: the path
-// attention_isa() names; *Bf16Plain: the plain path). FLOPS counters report useful FLOP/s;
+// attention_isa() names; *Bf16Plain: the plain path; *Bf16AmxNoTiles: the AMX engine without its
+// tile instructions, a bound). FLOPS counters report useful FLOP/s;
 // exec_FLOPS the executed ones.
 // Its own flags are checked (harness/, no MPI) before Kokkos starts or anything is allocated.
 // Run: minicp-kernels-bench --benchmark_filter='BM_(Sgemm|AttentionFwd|AttentionBwd)'
@@ -12,6 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -25,6 +27,7 @@
 #include "harness/memory.hpp"
 #include "harness/output.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention_impl.hpp"
 #include "kernels/ceiling.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
@@ -123,8 +126,10 @@ kk::AttnOptions tile_options(const benchmark::State& state) {
 }
 
 // The bf16 path of a benchmark: Plain forces the plain one (MINICP_ATTENTION_ISA=plain)
-// while it runs, so both paths alternate in one process.
-enum class Isa { Auto, Plain };
+// while it runs, so both paths alternate in one process; AmxNoTiles runs the AMX engine with
+// its tile operations as no-ops (detail::attention_*_amx_no_tiles): its work between the tile
+// products alone, the rate the amx path cannot pass, on any host.
+enum class Isa { Auto, Plain, AmxNoTiles };
 class IsaScope {
  public:
   explicit IsaScope(Isa isa) : set_(isa == Isa::Plain) {
@@ -147,6 +152,26 @@ class IsaScope {
   std::string old_;
 };
 
+// One forward or backward of the benchmark's path.
+template <class T, Isa isa>
+kk::AttnStats forward(const AttnProblem<T>& p, kk::View3<kk::acc_t<T>> o, kk::View2<kk::acc_t<T>> lse,
+                      const kk::AttnOptions& opt) {
+  if constexpr (isa == Isa::AmxNoTiles)
+    return kk::detail::attention_fwd_amx_no_tiles(p.q, p.k, p.v, p.mask, o, lse, 1.0f / std::sqrt(float(p.q.extent(2))),
+                                                  opt.tile_q, opt.tile_k);
+  else
+    return kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse, opt);
+}
+template <class T, Isa isa, class A = kk::acc_t<T>>
+kk::AttnStats backward(const AttnProblem<T>& p, kk::View3<T> o, kk::View2<A> lse, kk::View3<T> dout, kk::View3<A> dq,
+                       kk::View3<A> dk, kk::View3<A> dv, const kk::AttnOptions& opt) {
+  if constexpr (isa == Isa::AmxNoTiles)
+    return kk::detail::attention_bwd_amx_no_tiles(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv,
+                                                  1.0f / std::sqrt(float(p.q.extent(2))), opt.tile_q, opt.tile_k);
+  else
+    return kk::attention_bwd<T>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv, opt);
+}
+
 template <class T, Isa isa = Isa::Auto>
 void BM_AttentionFwd(benchmark::State& state) {
   const int64_t S = state.range(0), D = state.range(1);
@@ -159,7 +184,7 @@ void BM_AttentionFwd(benchmark::State& state) {
   Kokkos::fence();
   double exec_flops = 0;
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse, opt);
+    const kk::AttnStats st = forward<T, isa>(p, o, lse, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(o.data());
@@ -189,7 +214,7 @@ void BM_AttentionBwd(benchmark::State& state) {
   double exec_flops = 0;
   // dq, dk, dv accumulate across iterations; the cost does not depend on their values.
   for (auto _ : state) {
-    const kk::AttnStats st = kk::attention_bwd<T>(p.q, p.k, p.v, os, lse, dout, p.mask, dq, dk, dv, opt);
+    const kk::AttnStats st = backward<T, isa>(p, os, lse, dout, dq, dk, dv, opt);
     Kokkos::fence();
     exec_flops = st.flops;
     benchmark::DoNotOptimize(dq.data());
@@ -291,12 +316,15 @@ int run(const minicp::harness::Args&) {
   benchmark::RegisterBenchmark("BM_TileGemm", BM_TileGemm<false>)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_Bf16TileGemm", BM_TileGemm<true>)->UseRealTime()->Unit(benchmark::kMillisecond);
   using Fn = void (*)(benchmark::State&);
-  const std::pair<const char*, Fn> attention[] = {{"BM_AttentionFwd", &BM_AttentionFwd<float>},
-                                                  {"BM_AttentionBwd", &BM_AttentionBwd<float>},
-                                                  {"BM_AttentionFwdBf16", &BM_AttentionFwd<kk::bf16>},
-                                                  {"BM_AttentionBwdBf16", &BM_AttentionBwd<kk::bf16>},
-                                                  {"BM_AttentionFwdBf16Plain", &BM_AttentionFwd<kk::bf16, Isa::Plain>},
-                                                  {"BM_AttentionBwdBf16Plain", &BM_AttentionBwd<kk::bf16, Isa::Plain>}};
+  const std::pair<const char*, Fn> attention[] = {
+      {"BM_AttentionFwd", &BM_AttentionFwd<float>},
+      {"BM_AttentionBwd", &BM_AttentionBwd<float>},
+      {"BM_AttentionFwdBf16", &BM_AttentionFwd<kk::bf16>},
+      {"BM_AttentionBwdBf16", &BM_AttentionBwd<kk::bf16>},
+      {"BM_AttentionFwdBf16Plain", &BM_AttentionFwd<kk::bf16, Isa::Plain>},
+      {"BM_AttentionBwdBf16Plain", &BM_AttentionBwd<kk::bf16, Isa::Plain>},
+      {"BM_AttentionFwdBf16AmxNoTiles", &BM_AttentionFwd<kk::bf16, Isa::AmxNoTiles>},
+      {"BM_AttentionBwdBf16AmxNoTiles", &BM_AttentionBwd<kk::bf16, Isa::AmxNoTiles>}};
   for (auto [name, fn] : attention)
     benchmark::RegisterBenchmark(name, fn)->Apply(AttentionArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_AttentionFwdTiles", BM_AttentionFwd<float>)
