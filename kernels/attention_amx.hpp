@@ -18,6 +18,9 @@
 #include <cstring>
 #include <stdexcept>
 #include <vector>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #include "kernels/amx_tiles.hpp"
 #include "kernels/attention_tiled.hpp"
@@ -77,12 +80,64 @@ inline void a_rounded(OperandA& a, const float* S, std::ptrdiff_t lds, int M, in
     for (int k = 0; k < K; ++k) o[k] = bf16::round(s[k]);
   }
 }
+#ifdef __AVX512F__
+// 16 x 16 fp32 at S (row stride lds) rounded to bf16 as bf16::round rounds (to nearest even, a
+// NaN kept quiet) and transposed: row c of out (stride ldo) gets column c of S. The network of
+// unpacks and 128-bit shuffles transposes 32-bit lanes in registers; 16 x 16 scalar loads and
+// stores cost about ten times as much.
+inline void round_transpose_16x16(const float* S, std::ptrdiff_t lds, uint16_t* out, std::ptrdiff_t ldo) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000), man = _mm512_set1_epi32(0x007fffff);
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+  // Every lane shift, unpack and shuffle in its zero-masked form with all lanes kept: the
+  // same instructions, without the undefined source GCC 12's plain forms warn of.
+  const __mmask16 k32 = 0xffff;
+  const __mmask8 k64 = 0xff;
+  auto high = [k32](__m512i x) { return _mm512_maskz_srli_epi32(k32, x, 16); };
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) {
+    const __m512i u = _mm512_loadu_si512(S + i * lds);
+    const __m512i even = _mm512_add_epi32(half, _mm512_and_si512(high(u), one));
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exp), exp) & _mm512_test_epi32_mask(u, man);
+    r[i] = _mm512_mask_or_epi32(high(_mm512_add_epi32(u, even)), nan, high(u), quiet);
+  }
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(k32, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(k32, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_maskz_unpacklo_epi64(k64, t[i], t[i + 2]);
+    r[i + 1] = _mm512_maskz_unpackhi_epi64(k64, t[i], t[i + 2]);
+    r[i + 2] = _mm512_maskz_unpacklo_epi64(k64, t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_maskz_unpackhi_epi64(k64, t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_maskz_shuffle_i32x4(k32, r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_maskz_shuffle_i32x4(k32, r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_maskz_shuffle_i32x4(k32, r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_maskz_shuffle_i32x4(k32, r[i + 8], r[i + 12], 0xdd);
+  }
+  auto store = [&](int c, __m512i x) {  // column c's 16 words, narrowed to 16 bf16
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * ldo), _mm512_maskz_cvtepi32_epi16(k32, x));
+  };
+  for (int i = 0; i < 8; ++i) {
+    store(i, _mm512_maskz_shuffle_i32x4(k32, t[i], t[i + 8], 0x88));
+    store(i + 8, _mm512_maskz_shuffle_i32x4(k32, t[i], t[i + 8], 0xdd));
+  }
+}
+#endif
+
 // A <- S^T rounded to bf16, for S [rows, cols] (row stride lds): A is [cols, rows].
 inline void a_rounded_transposed(OperandA& a, const float* S, std::ptrdiff_t lds, int rows, int cols) {
   bf16* out = a.shape(cols, rows);
   for (int r0 = 0; r0 < rows; r0 += kPackBlock)
     for (int c0 = 0; c0 < cols; c0 += kPackBlock) {
       const int r1 = std::min(rows, r0 + kPackBlock), c1 = std::min(cols, c0 + kPackBlock);
+#ifdef __AVX512F__
+      if (r1 - r0 == 16 && c1 - c0 == 16) {
+        round_transpose_16x16(S + r0 * lds + c0, lds, &out[size_t(c0) * a.ld + r0].bits, a.ld);
+        continue;
+      }
+#endif
       for (int c = c0; c < c1; ++c) {
         uint16_t* o = &out[size_t(c) * a.ld].bits;
         for (int r = r0; r < r1; ++r) o[r] = bf16::round(S[r * lds + c]);

@@ -519,3 +519,55 @@ TEST(Bf16Ceiling, ComponentsAndBest) {
   EXPECT_EQ(kernels::measure_bf16_gemm_ceiling({0, 0, 0}, [] {}).layer, 0.0) << "no layer shape: no layer rate";
 }
 }  // namespace
+
+// The AMX engine's operand packing (attention_amx.hpp) against its definition, element by
+// element, compiled with the kernels' ISA (so the AVX-512 transpose of whole 16 x 16 blocks
+// is what runs where the CPU has it): S^T rounded to bf16 as bf16::round rounds it (NaNs,
+// infinities, denormals, ties, -0), the pair rows of B, and zeros in all the padding, on
+// shapes with whole and ragged blocks and an odd K.
+#define MINICP_AMX_NS packing_test
+#include "kernels/attention_amx.hpp"
+namespace {
+namespace pk = kernels::detail::tiled::packing_test;
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+TEST(AmxPacking, OperandsAreTheirDefinitions) {
+  const int rows = 40, cols = 35, lds = 48;  // two whole 16-row blocks, one ragged; 2 + ragged columns
+  std::vector<float> S(size_t(rows) * lds);
+  uint32_t x = 99;
+  const uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff812345u, 0x7f800000u, 0xff800000u, 0x00000001u,
+                              0x80400000u, 0x3f808000u, 0x3f818000u, 0x80000000u, 0x7f7fffffu, 0x3f80ffffu};
+  for (size_t i = 0; i < S.size(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    S[i] = i % 7 == 3 ? from_bits(special[(i / 7) % 12]) : from_bits(x);
+  }
+  pk::OperandA a;
+  pk::a_rounded_transposed(a, S.data(), lds, rows, cols);  // A [cols, rows]
+  ASSERT_EQ(a.ld, 64);
+  for (int c = 0; c < 48; ++c)
+    for (int r = 0; r < a.ld; ++r) {
+      const uint16_t want = c < cols && r < rows ? kernels::bf16::round(S[r * lds + c]) : 0;
+      ASSERT_EQ(a.v[size_t(c) * a.ld + r].bits, want) << "A[" << c << "][" << r << "]";
+    }
+  std::vector<kernels::bf16> X(size_t(rows) * lds);
+  for (size_t i = 0; i < X.size(); ++i) X[i].bits = uint16_t(S[i] == S[i] ? kernels::bf16::round(S[i]) : 0x7fc0);
+  for (int K : {rows, rows - 1}) {  // B [K, cols] from X's rows, and B = X^T for X [cols, K]
+    pk::OperandB b, bt;
+    pk::b_rows(b, X.data(), lds, K, cols);
+    pk::b_transposed(bt, X.data(), lds, cols, K);
+    ASSERT_EQ(b.pairs, 32);
+    auto at = [&](int k, int n) -> uint32_t { return k < K && n < cols ? X[size_t(k) * lds + n].bits : 0; };
+    auto at_t = [&](int k, int n) -> uint32_t { return k < K && n < cols ? X[size_t(n) * lds + k].bits : 0; };
+    for (int p = 0; p < b.pairs; ++p)
+      for (int n = 0; n < b.ld; ++n) {
+        ASSERT_EQ(b.w[size_t(p) * b.ld + n], at(2 * p, n) | at(2 * p + 1, n) << 16)
+            << "K " << K << " B[" << p << "][" << n << "]";
+        ASSERT_EQ(bt.w[size_t(p) * bt.ld + n], at_t(2 * p, n) | at_t(2 * p + 1, n) << 16)
+            << "K " << K << " B^T[" << p << "][" << n << "]";
+      }
+  }
+}
+}  // namespace
