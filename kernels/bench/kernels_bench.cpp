@@ -273,6 +273,9 @@ void parse(const minicp::harness::Args& a) {
   hn::parse(app, a, [] { benchmark::PrintDefaultHelp(); });
   for (int64_t D : g_dim)
     if (D % 2) throw hn::UsageError("--head-dim " + std::to_string(D) + ": must be even and >= 2");
+  // A MINICP_ATTENTION_ISA the kernels refuse (unknown, or a path this CPU cannot run) is bad
+  // input, refused before anything runs, as by the other programs that run attention.
+  if (const std::string e = kk::attention_isa_error(); !e.empty()) throw hn::UsageError(e);
   kKvHeads = kHeads;
 
   g_bench_args.assign(1, a.args()[0]);
