@@ -23,6 +23,7 @@ bool cpu_has_avx512_bf16() {
 }
 }  // namespace detail
 using detail::cpu_has_avx512_bf16;
+using detail::resolve_scale;
 
 std::string attention_isa() {
   constexpr const char* kVar = "MINICP_ATTENTION_ISA";
@@ -74,11 +75,6 @@ void attention_check_shapes(const char* who, int64_t Sq, int64_t H, int64_t D, i
 }
 
 namespace {
-
-template <class T>
-T resolve_scale(const AttnOptions& opt, int64_t D) {
-  return opt.scale != 0.0 ? T(opt.scale) : T(1.0 / std::sqrt(double(D)));
-}
 
 // The implementation a call runs: Auto is tiled on the host, team on a device (whose build
 // has no tiled kernels: attention_no_tiles.cpp).

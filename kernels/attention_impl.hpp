@@ -1,11 +1,23 @@
 // Internal: the two attention implementations behind kernels::attention_fwd/bwd.
 #pragma once
+#include <cmath>
 #include <string>
 
-#include "kernels/amx_tiles.hpp"
 #include "kernels/attention.hpp"
 
+namespace minicp::kernels {
+namespace amx {
+struct ProbeIO;  // amx_tiles.hpp
+}  // namespace amx
+}  // namespace minicp::kernels
+
 namespace minicp::kernels::detail {
+
+// The softmax scale of a call: opt.scale, or 1/sqrt(D) where it is 0.
+template <class T>
+T resolve_scale(const AttnOptions& opt, int64_t D) {
+  return opt.scale != 0.0 ? T(opt.scale) : T(1.0 / std::sqrt(double(D)));
+}
 
 template <class T>
 AttnStats attention_fwd_portable(CView3<T> q, CView3<T> k, CView3<T> v, const AttnMask& mask, View3<T> o, View2<T> lse,

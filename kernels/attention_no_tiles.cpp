@@ -4,6 +4,7 @@
 // build compiles this file in their place (kernels/CMakeLists.txt) and links.
 #include <stdexcept>
 
+#include "kernels/amx_tiles.hpp"
 #include "kernels/attention_impl.hpp"
 
 namespace minicp::kernels::detail {

@@ -157,8 +157,8 @@ template <class T, Isa isa>
 kk::AttnStats forward(const AttnProblem<T>& p, kk::View3<kk::acc_t<T>> o, kk::View2<kk::acc_t<T>> lse,
                       const kk::AttnOptions& opt) {
   if constexpr (isa == Isa::AmxNoTiles)
-    return kk::detail::attention_fwd_amx_no_tiles(p.q, p.k, p.v, p.mask, o, lse, 1.0f / std::sqrt(float(p.q.extent(2))),
-                                                  opt.tile_q, opt.tile_k);
+    return kk::detail::attention_fwd_amx_no_tiles(
+        p.q, p.k, p.v, p.mask, o, lse, kk::detail::resolve_scale<float>(opt, p.q.extent(2)), opt.tile_q, opt.tile_k);
   else
     return kk::attention_fwd<T>(p.q, p.k, p.v, p.mask, o, lse, opt);
 }
@@ -167,7 +167,8 @@ kk::AttnStats backward(const AttnProblem<T>& p, kk::View3<T> o, kk::View2<A> lse
                        kk::View3<A> dk, kk::View3<A> dv, const kk::AttnOptions& opt) {
   if constexpr (isa == Isa::AmxNoTiles)
     return kk::detail::attention_bwd_amx_no_tiles(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv,
-                                                  1.0f / std::sqrt(float(p.q.extent(2))), opt.tile_q, opt.tile_k);
+                                                  kk::detail::resolve_scale<float>(opt, p.q.extent(2)), opt.tile_q,
+                                                  opt.tile_k);
   else
     return kk::attention_bwd<T>(p.q, p.k, p.v, o, lse, dout, p.mask, dq, dk, dv, opt);
 }
